@@ -1,0 +1,219 @@
+//! Errors: bad input that must not be retried versus database failures that may be.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+/// What is wrong with a rejected message id or handler name.
+///
+/// ```
+/// use inbox_runtime::KeyProblem;
+/// let problem = KeyProblem::TooLong { bytes: 300, max_bytes: 255 };
+/// assert_eq!(problem.to_string(), "it is 300 bytes long, more than the 255 bytes the inbox stores");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum KeyProblem {
+    /// The text is empty.
+    Empty,
+    /// The text is longer than the column's limit (in UTF-8 bytes).
+    TooLong {
+        /// Its length in UTF-8 bytes.
+        bytes: usize,
+        /// The limit in UTF-8 bytes.
+        max_bytes: usize,
+    },
+    /// The text contains a NUL character, which PostgreSQL cannot store.
+    ContainsNul {
+        /// Where the first NUL is, in bytes.
+        byte_offset: usize,
+    },
+}
+
+impl fmt::Display for KeyProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyProblem::Empty => f.write_str("it is empty"),
+            KeyProblem::TooLong { bytes, max_bytes } => write!(
+                f,
+                "it is {bytes} bytes long, more than the {max_bytes} bytes the inbox stores"
+            ),
+            KeyProblem::ContainsNul { byte_offset } => {
+                write!(f, "it contains a NUL character at byte {byte_offset}")
+            }
+        }
+    }
+}
+
+/// Everything the inbox runtime can fail with.
+///
+/// The split that matters to a consumer is [`InboxError::is_retryable`]:
+/// an invalid message id is a property of the message (acknowledge it or send
+/// it to a dead-letter queue; redelivering it will fail the same way), while a
+/// database failure says nothing about the message (let the broker redeliver).
+///
+/// ```
+/// use inbox_runtime::{ClaimKey, HandlerName, InboxError};
+///
+/// let err = ClaimKey::new(HandlerName::new("billing")?, "").unwrap_err();
+/// assert!(matches!(err, InboxError::InvalidMessageId { .. }));
+/// assert!(!err.is_retryable());
+/// assert_eq!(
+///     err.to_string(),
+///     "handler `billing` rejected message id \"\": it is empty; the message is malformed and redelivering it will not help"
+/// );
+/// # Ok::<(), InboxError>(())
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum InboxError {
+    /// The message's id cannot be stored. Nothing was recorded and the body
+    /// did not run. Do not retry.
+    InvalidMessageId {
+        /// The handler that received the message.
+        handler: String,
+        /// The rejected id, escaped and shortened for display.
+        message_id: String,
+        /// What is wrong with it.
+        problem: KeyProblem,
+    },
+    /// The handler's name (its deduplication scope) cannot be stored.
+    InvalidHandlerName {
+        /// The rejected name, escaped and shortened for display.
+        handler: String,
+        /// What is wrong with it.
+        problem: KeyProblem,
+    },
+    /// The database failed; the operation may succeed if retried.
+    Database(diesel::result::Error),
+    /// Applying the inbox's migrations failed.
+    Migration(Box<dyn StdError + Send + Sync>),
+}
+
+impl InboxError {
+    /// `true` for failures that say nothing about the message itself, so a
+    /// redelivery may succeed; `false` for input the inbox will never accept.
+    ///
+    /// ```
+    /// use inbox_runtime::InboxError;
+    /// assert!(InboxError::Database(diesel::result::Error::NotFound).is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        !matches!(
+            self,
+            InboxError::InvalidMessageId { .. } | InboxError::InvalidHandlerName { .. }
+        )
+    }
+
+    /// `true` when the message (its id) is malformed: dead-letter it.
+    ///
+    /// ```
+    /// use inbox_runtime::{ClaimKey, HandlerName};
+    /// let err = ClaimKey::new(HandlerName::new("h")?, "a\0b").unwrap_err();
+    /// assert!(err.is_invalid_message());
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn is_invalid_message(&self) -> bool {
+        matches!(self, InboxError::InvalidMessageId { .. })
+    }
+
+    /// Finds the inbox error carried inside a Diesel error, for handlers whose
+    /// error type is plain `diesel::result::Error` (see the `From` impl below).
+    ///
+    /// ```
+    /// use inbox_runtime::{ClaimKey, HandlerName, InboxError};
+    /// let inbox_err = ClaimKey::new(HandlerName::new("h")?, "").unwrap_err();
+    /// let diesel_err = diesel::result::Error::from(inbox_err);
+    /// assert!(InboxError::find_in(&diesel_err).is_some_and(InboxError::is_invalid_message));
+    /// assert!(InboxError::find_in(&diesel::result::Error::NotFound).is_none());
+    /// # Ok::<(), InboxError>(())
+    /// ```
+    pub fn find_in(error: &diesel::result::Error) -> Option<&InboxError> {
+        match error {
+            diesel::result::Error::QueryBuilderError(inner) => inner.downcast_ref(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for InboxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InboxError::InvalidMessageId {
+                handler,
+                message_id,
+                problem,
+            } => write!(
+                f,
+                "handler `{handler}` rejected message id \"{message_id}\": {problem}; \
+                 the message is malformed and redelivering it will not help"
+            ),
+            InboxError::InvalidHandlerName { handler, problem } => {
+                write!(f, "invalid inbox handler name \"{handler}\": {problem}")
+            }
+            InboxError::Database(_) => f.write_str("the inbox's database operation failed"),
+            InboxError::Migration(_) => f.write_str("applying the inbox's migrations failed"),
+        }
+    }
+}
+
+impl StdError for InboxError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            InboxError::Database(error) => Some(error),
+            InboxError::Migration(error) => Some(&**error),
+            _ => None,
+        }
+    }
+}
+
+impl From<diesel::result::Error> for InboxError {
+    fn from(error: diesel::result::Error) -> Self {
+        InboxError::Database(error)
+    }
+}
+
+/// Lets handlers whose error type is `diesel::result::Error` report inbox
+/// errors without an error type of their own: a database failure is passed
+/// through unchanged, anything else travels as a
+/// `QueryBuilderError` that [`InboxError::find_in`] recovers.
+impl From<InboxError> for diesel::result::Error {
+    fn from(error: InboxError) -> Self {
+        match error {
+            InboxError::Database(error) => error,
+            other => diesel::result::Error::QueryBuilderError(Box::new(other)),
+        }
+    }
+}
+
+/// The error type of an idempotent handler.
+///
+/// It must take Diesel's errors (the transaction's own failures) and the
+/// inbox's (a malformed message id). `diesel::result::Error` qualifies as it
+/// is; for an error type of your own, add a variant with
+/// `#[from] inbox_runtime::InboxError` or implement
+/// `From<inbox_runtime::InboxError>` by hand.
+///
+/// ```
+/// use inbox_runtime::{HandlerError, InboxError};
+///
+/// #[derive(Debug)]
+/// enum AppError { Db(diesel::result::Error), Inbox(InboxError) }
+/// impl From<diesel::result::Error> for AppError {
+///     fn from(e: diesel::result::Error) -> Self { AppError::Db(e) }
+/// }
+/// impl From<InboxError> for AppError {
+///     fn from(e: InboxError) -> Self { AppError::Inbox(e) }
+/// }
+///
+/// fn assert_handler_error<E: HandlerError>() {}
+/// assert_handler_error::<AppError>();
+/// assert_handler_error::<diesel::result::Error>();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the error type of an idempotent handler",
+    label = "this error type must implement `From<diesel::result::Error>` and `From<inbox_runtime::InboxError>`",
+    note = "add a variant with `#[from] inbox_runtime::InboxError` (and one for `diesel::result::Error`), or return `Result<_, diesel::result::Error>`"
+)]
+pub trait HandlerError: From<diesel::result::Error> + From<InboxError> {}
+
+impl<E: From<diesel::result::Error> + From<InboxError>> HandlerError for E {}

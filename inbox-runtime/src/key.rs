@@ -1,0 +1,233 @@
+//! Validated `(handler, message id)` pairs: what a claim inserts.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use crate::error::{InboxError, KeyProblem};
+use crate::message_id::MessageId;
+
+/// The longest message id the inbox stores, in UTF-8 bytes.
+///
+/// Every backend's schema enforces the same limit, and ids are checked against
+/// it before a transaction starts, so an oversized id is a typed
+/// [`InboxError::InvalidMessageId`] and never a truncated key.
+///
+/// ```
+/// assert_eq!(inbox_runtime::MAX_MESSAGE_ID_BYTES, 255);
+/// ```
+pub const MAX_MESSAGE_ID_BYTES: usize = 255;
+
+/// The longest handler name (deduplication scope), in UTF-8 bytes.
+///
+/// ```
+/// assert_eq!(inbox_runtime::MAX_HANDLER_BYTES, 255);
+/// ```
+pub const MAX_HANDLER_BYTES: usize = 255;
+
+/// The deduplication scope of a handler: two handlers that receive the same
+/// message each process it once, because each claims the id under its own
+/// name.
+///
+/// The `#[idempotent]` attribute uses the function's path
+/// (`module_path!()::name`) unless `handler = "..."` is given. A name written
+/// out is better for long-lived services: renaming or moving the function then
+/// does not open a window in which old ids are forgotten.
+///
+/// ```
+/// use inbox_runtime::HandlerName;
+///
+/// let name = HandlerName::new("billing.apply_payment")?;
+/// assert_eq!(name.as_str(), "billing.apply_payment");
+/// assert!(HandlerName::new("").is_err());
+/// # Ok::<(), inbox_runtime::InboxError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HandlerName(Cow<'static, str>);
+
+impl HandlerName {
+    /// Checks a handler name: non-empty, at most [`MAX_HANDLER_BYTES`] bytes,
+    /// no NUL character.
+    ///
+    /// ```
+    /// assert!(inbox_runtime::HandlerName::new("shipping").is_ok());
+    /// ```
+    pub fn new(name: impl Into<Cow<'static, str>>) -> Result<Self, InboxError> {
+        let name = name.into();
+        match check_text(&name, MAX_HANDLER_BYTES) {
+            None => Ok(HandlerName(name)),
+            Some(problem) => Err(InboxError::InvalidHandlerName {
+                handler: preview(&name),
+                problem,
+            }),
+        }
+    }
+
+    /// The name as stored in the inbox's `handler` column.
+    ///
+    /// ```
+    /// let name = inbox_runtime::HandlerName::new("a.b").unwrap();
+    /// assert_eq!(name.as_str(), "a.b");
+    /// ```
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for HandlerName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A validated `(handler, message id)` pair, ready to be claimed.
+///
+/// Building one is where bad input is caught: an empty id, one longer than
+/// [`MAX_MESSAGE_ID_BYTES`], or one containing NUL is an
+/// [`InboxError::InvalidMessageId`], raised before any transaction starts, so
+/// nothing is recorded and the handler's body does not run.
+///
+/// ```
+/// use inbox_runtime::{ClaimKey, HandlerName, InboxError};
+///
+/// let handler = HandlerName::new("billing")?;
+/// let key = ClaimKey::new(handler.clone(), &"pay-1")?;
+/// assert_eq!(key.message_id(), "pay-1");
+/// assert_eq!(key.handler().as_str(), "billing");
+///
+/// let err = ClaimKey::new(handler, &"").unwrap_err();
+/// assert!(err.is_invalid_message());
+/// assert!(!err.is_retryable());
+/// # Ok::<(), InboxError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClaimKey {
+    handler: HandlerName,
+    message_id: String,
+}
+
+impl ClaimKey {
+    /// Validates `id` and pairs it with `handler`.
+    ///
+    /// ```
+    /// use inbox_runtime::{ClaimKey, HandlerName};
+    /// let key = ClaimKey::new(HandlerName::new("h")?, &42_u64)?;
+    /// assert_eq!(key.message_id(), "42");
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn new<M: MessageId + ?Sized>(handler: HandlerName, id: &M) -> Result<Self, InboxError> {
+        let message_id = id.to_message_id();
+        match check_text(&message_id, MAX_MESSAGE_ID_BYTES) {
+            None => Ok(ClaimKey {
+                handler,
+                message_id: message_id.into_owned(),
+            }),
+            Some(problem) => Err(InboxError::InvalidMessageId {
+                handler: handler.as_str().to_owned(),
+                message_id: preview(&message_id),
+                problem,
+            }),
+        }
+    }
+
+    /// The handler (deduplication scope) the id is claimed under.
+    ///
+    /// ```
+    /// # use inbox_runtime::{ClaimKey, HandlerName};
+    /// let key = ClaimKey::new(HandlerName::new("h")?, "m")?;
+    /// assert_eq!(key.handler().as_str(), "h");
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn handler(&self) -> &HandlerName {
+        &self.handler
+    }
+
+    /// The message id as stored.
+    ///
+    /// ```
+    /// # use inbox_runtime::{ClaimKey, HandlerName};
+    /// let key = ClaimKey::new(HandlerName::new("h")?, "m")?;
+    /// assert_eq!(key.message_id(), "m");
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn message_id(&self) -> &str {
+        &self.message_id
+    }
+}
+
+/// What is wrong with a handler name or message id, if anything.
+fn check_text(text: &str, max_bytes: usize) -> Option<KeyProblem> {
+    if text.is_empty() {
+        Some(KeyProblem::Empty)
+    } else if text.len() > max_bytes {
+        Some(KeyProblem::TooLong {
+            bytes: text.len(),
+            max_bytes,
+        })
+    } else {
+        text.find('\0')
+            .map(|byte_offset| KeyProblem::ContainsNul { byte_offset })
+    }
+}
+
+/// A bounded, printable copy of rejected input for error messages.
+fn preview(text: &str) -> String {
+    const SHOWN_CHARS: usize = 64;
+    let mut shown: String = text
+        .chars()
+        .take(SHOWN_CHARS)
+        .flat_map(char::escape_default)
+        .collect();
+    if text.chars().count() > SHOWN_CHARS {
+        shown.push('…');
+    }
+    shown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handler() -> HandlerName {
+        HandlerName::new("h").unwrap()
+    }
+
+    #[test]
+    fn accepts_ids_up_to_the_limit() {
+        let id = "é".repeat(MAX_MESSAGE_ID_BYTES / 2) + "x";
+        assert_eq!(id.len(), MAX_MESSAGE_ID_BYTES);
+        assert_eq!(ClaimKey::new(handler(), &id).unwrap().message_id(), id);
+    }
+
+    #[test]
+    fn rejects_empty_long_and_nul_ids() {
+        let problem = |id: &str| match ClaimKey::new(handler(), id) {
+            Err(InboxError::InvalidMessageId { problem, .. }) => problem,
+            other => panic!("expected an invalid id, got {other:?}"),
+        };
+        assert_eq!(problem(""), KeyProblem::Empty);
+        assert_eq!(
+            problem(&"x".repeat(256)),
+            KeyProblem::TooLong {
+                bytes: 256,
+                max_bytes: 255
+            }
+        );
+        assert_eq!(problem("a\0b"), KeyProblem::ContainsNul { byte_offset: 1 });
+    }
+
+    #[test]
+    fn errors_show_a_bounded_escaped_preview() {
+        let err = ClaimKey::new(handler(), &"\0".repeat(300)).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("\\u{0}"), "{text}");
+        assert!(text.len() < 600, "{text}");
+    }
+
+    #[test]
+    fn rejects_bad_handler_names() {
+        assert!(HandlerName::new("").is_err());
+        assert!(HandlerName::new("x".repeat(256)).is_err());
+        assert!(HandlerName::new("a\0").is_err());
+        assert!(HandlerName::new("x".repeat(255)).is_ok());
+    }
+}

@@ -1,0 +1,116 @@
+//! # inbox: idempotent message handlers on Diesel
+//!
+//! Brokers deliver at least once: after a retry, a timeout or a rebalance the
+//! same message arrives again. The Inbox pattern turns that into exactly-once
+//! *effects*: the handler records the producer-assigned message id in an inbox
+//! table in the same database transaction as its effects, and a primary key on
+//! the id makes a second delivery a no-op.
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use diesel::prelude::*;
+//! use inbox_runtime::{idempotent, Outcome};
+//!
+//! struct PaymentReceived { id: String, cents: i64 }
+//!
+//! #[idempotent(id = msg.id, handler = "billing.apply_payment")]
+//! fn apply_payment(conn: &mut SqliteConnection, msg: &PaymentReceived) -> QueryResult<Outcome<i64>> {
+//!     diesel::sql_query("UPDATE account SET cents = cents + ?")
+//!         .bind::<diesel::sql_types::BigInt, _>(msg.cents)
+//!         .execute(conn)?;
+//!     Ok(Outcome::Processed(msg.cents))
+//! }
+//!
+//! let mut conn = SqliteConnection::establish(":memory:")?;
+//! inbox_runtime::setup(&mut conn)?;
+//! diesel::sql_query("CREATE TABLE account (cents BIGINT NOT NULL)").execute(&mut conn)?;
+//! diesel::sql_query("INSERT INTO account VALUES (0)").execute(&mut conn)?;
+//!
+//! let msg = PaymentReceived { id: "pay-1".into(), cents: 250 };
+//! assert_eq!(apply_payment(&mut conn, &msg)?, Outcome::Processed(250));
+//! assert_eq!(apply_payment(&mut conn, &msg)?, Outcome::Duplicate); // redelivery: no effect
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## What the attribute does
+//! `#[idempotent(id = <expr>)]` keeps the function's signature and wraps its
+//! body in [`run_idempotent`]: one Diesel transaction that first claims
+//! `(handler, id)` with a single `INSERT … ON CONFLICT DO NOTHING` (`INSERT
+//! IGNORE` on MySQL). A duplicate skips the body; `Err` or a panic rolls the
+//! claim back with everything else. Inside the body, the connection parameter
+//! is the transaction's connection.
+//!
+//! Arguments:
+//! - `id = msg.id` (or `id = "msg.id"`): the producer-assigned id. It must be
+//!   rooted in a handler parameter other than the connection: `Uuid::new_v4()`,
+//!   `now()`, literals and statics are compile errors, since a value the
+//!   consumer makes up differs on every delivery. Its type must implement
+//!   [`MessageId`].
+//! - `handler = "billing.apply_payment"`: the deduplication scope. Defaults to
+//!   the function's path; an explicit, stable name survives refactoring.
+//! - `conn = name`: the connection parameter, by default the first `&mut`
+//!   parameter.
+//! - `crate = "path::to::inbox_runtime"`: for a renamed dependency.
+//!
+//! The handler returns `Result<R, E>` where `R` is `()` or [`Outcome<T>`]
+//! (see [`OnDuplicate`]) and `E` is a [`HandlerError`].
+//!
+//! ## What it does not do
+//! It protects effects written through the transaction's connection. A call
+//! to another system from the body (HTTP, e-mail, a second database) is not
+//! rolled back and may be repeated after a failure: pass the message id to it
+//! as an idempotency key. The inbox does not make the broker exactly-once
+//! either: acknowledge after the handler returns, and keep ids longer than the
+//! broker's longest redelivery window.
+//!
+//! ## Features
+//! `postgres`, `sqlite`, `mysql` (backends), `r2d2` (pooled connections),
+//! `uuid` ([`MessageId`] for `uuid::Uuid`), `migrations` (embedded Diesel
+//! migrations).
+
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+extern crate self as inbox_runtime;
+
+mod backend;
+mod claim;
+mod error;
+mod key;
+mod message_id;
+mod outcome;
+mod transaction;
+
+#[cfg(feature = "migrations")]
+pub mod migrations;
+pub mod schema;
+
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+
+/// Makes a Diesel message handler idempotent; see the [crate documentation](crate).
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use inbox_runtime::idempotent;
+///
+/// struct Shipped { order_id: u64 }
+///
+/// #[idempotent(id = msg.order_id, handler = "shipping.on_shipped")]
+/// fn on_shipped(conn: &mut SqliteConnection, msg: &Shipped) -> QueryResult<()> {
+///     Ok(())
+/// }
+/// # }
+/// ```
+pub use inbox_macros::idempotent;
+
+pub use backend::InboxBackend;
+pub use claim::{claim, Claim, ClaimStatement};
+pub use error::{HandlerError, InboxError, KeyProblem};
+pub use key::{ClaimKey, HandlerName, MAX_HANDLER_BYTES, MAX_MESSAGE_ID_BYTES};
+pub use message_id::MessageId;
+pub use outcome::{OnDuplicate, Outcome};
+pub use schema::setup;
+pub use transaction::run_idempotent;
