@@ -1,0 +1,235 @@
+//! Parses the attribute's arguments: `id`, `handler`, `conn` and `crate`.
+//!
+//! Every argument is `name = value`, separated by commas. The parser never
+//! stops at the first mistake: a bad argument is recorded and skipped up to
+//! the next comma, so all mistakes of one attribute are reported together.
+
+use proc_macro2::{Ident, Span, TokenStream, TokenTree};
+use syn::ext::IdentExt;
+use syn::parse::{ParseStream, Parser};
+use syn::{Expr, ExprLit, Lit, LitStr, Path, Token};
+
+use crate::errors::Errors;
+
+/// The longest handler name the inbox table stores, in bytes.
+pub(crate) const MAX_HANDLER_BYTES: usize = 255;
+
+/// The arguments of one `#[idempotent(...)]`, each present if given and valid.
+#[derive(Default)]
+pub(crate) struct Args {
+    /// `id = msg.id` or `id = "msg.id"`: the expression of the message id.
+    pub(crate) id: Option<Expr>,
+    /// `handler = "billing.apply_payment"`: the deduplication scope.
+    pub(crate) handler: Option<LitStr>,
+    /// `conn = name`: the connection parameter, instead of detecting it.
+    pub(crate) conn: Option<Ident>,
+    /// `crate = "path"`: where `inbox_runtime` is, for a renamed dependency.
+    pub(crate) krate: Option<Path>,
+}
+
+impl Args {
+    /// Parses `tokens` (what is inside the attribute's parentheses).
+    ///
+    /// Mistakes go to `errors`; the arguments that were valid are returned.
+    /// A missing `id` is an error, reported at the attribute.
+    pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
+        let mut args = Args::default();
+        let mut seen: Vec<String> = Vec::new();
+        let parser = |input: ParseStream| {
+            parse_list(input, &mut args, &mut seen, errors);
+            Ok(())
+        };
+        // `parse_list` consumes every token, so this cannot fail; keep any error anyway.
+        let result = parser.parse2(tokens);
+        errors.keep(result);
+        if args.id.is_none() && !seen.iter().any(|name| name == "id") {
+            errors.push(syn::Error::new(
+                Span::call_site(),
+                "missing `id = ...`: the attribute needs the expression of the message's \
+                 producer-assigned id, e.g. `#[idempotent(id = msg.id)]`",
+            ));
+        }
+        args
+    }
+}
+
+/// Parses `name = value, ...` until the end of `input`, recording mistakes.
+fn parse_list(input: ParseStream, args: &mut Args, seen: &mut Vec<String>, errors: &mut Errors) {
+    while !input.is_empty() {
+        if let Err(error) = parse_one(input, args, seen, errors) {
+            errors.push(error);
+            skip_to_comma(input);
+        }
+        if input.is_empty() {
+            break;
+        }
+        if let Err(error) = input.parse::<Token![,]>() {
+            errors.push(error);
+            skip_to_comma(input);
+            let _ = input.parse::<Option<Token![,]>>();
+        }
+    }
+}
+
+/// Skips tokens up to (not including) the next top-level comma.
+fn skip_to_comma(input: ParseStream) {
+    let _ = input.step(|cursor| {
+        let mut rest = *cursor;
+        while let Some((tree, next)) = rest.token_tree() {
+            if matches!(&tree, TokenTree::Punct(punct) if punct.as_char() == ',') {
+                break;
+            }
+            rest = next;
+        }
+        Ok(((), rest))
+    });
+}
+
+/// Parses one `name = value` and stores it in `args`.
+///
+/// On an error the caller skips the rest of the argument, value included.
+fn parse_one(
+    input: ParseStream,
+    args: &mut Args,
+    seen: &mut Vec<String>,
+    errors: &mut Errors,
+) -> syn::Result<()> {
+    let name = if input.peek(Token![crate]) {
+        let token: Token![crate] = input.parse()?;
+        Ident::new("crate", token.span)
+    } else {
+        input.call(Ident::parse_any)?
+    };
+    let key = name.to_string();
+    if !matches!(key.as_str(), "id" | "handler" | "conn" | "crate") {
+        return Err(syn::Error::new(
+            name.span(),
+            format!(
+                "unknown argument `{key}`; `#[idempotent]` takes `id`, `handler`, `conn` and `crate`"
+            ),
+        ));
+    }
+    if seen.contains(&key) {
+        return Err(syn::Error::new(
+            name.span(),
+            format!("duplicate argument `{key}`: each argument may be given only once"),
+        ));
+    }
+    seen.push(key.clone());
+    if !input.peek(Token![=]) {
+        return Err(syn::Error::new(
+            name.span(),
+            format!("`{key}` needs a value: write `{key} = ...`"),
+        ));
+    }
+    input.parse::<Token![=]>()?;
+    let value: Expr = input.parse()?;
+
+    match key.as_str() {
+        "id" => args.id = errors.keep(id_expr(value)),
+        "handler" => args.handler = errors.keep(handler_name(value)),
+        "conn" => args.conn = errors.keep(conn_name(value)),
+        _ => args.krate = errors.keep(crate_path(value)),
+    }
+    Ok(())
+}
+
+/// The string literal `value` is, if it is one.
+fn as_str_lit(value: &Expr) -> Option<&LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            attrs,
+            lit: Lit::Str(lit),
+        }) if attrs.is_empty() => Some(lit),
+        _ => None,
+    }
+}
+
+/// `id = msg.id` as is; `id = "msg.id"` parsed from the string.
+///
+/// `LitStr::parse` gives every token of the parsed expression the literal's
+/// span, so errors about it point at the string.
+fn id_expr(value: Expr) -> syn::Result<Expr> {
+    let Some(lit) = as_str_lit(&value) else {
+        return Ok(value);
+    };
+    if lit.value().trim().is_empty() {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`id` is empty: give the expression of the message id, e.g. `id = msg.id`",
+        ));
+    }
+    lit.parse::<Expr>().map_err(|error| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "`id = {}` is not a Rust expression ({error}); write the expression of the \
+                 message id, e.g. `id = msg.id` or `id = \"msg.id\"`",
+                crate::render::code(lit)
+            ),
+        )
+    })
+}
+
+/// `handler = "..."`: a string literal the inbox table can store.
+fn handler_name(value: Expr) -> syn::Result<LitStr> {
+    let Some(lit) = as_str_lit(&value) else {
+        return Err(syn::Error::new_spanned(
+            value,
+            "`handler` takes a string literal, e.g. `handler = \"billing.apply_payment\"`",
+        ));
+    };
+    check_handler_name(lit)?;
+    Ok(lit.clone())
+}
+
+/// Checks what the runtime would otherwise reject on every call.
+pub(crate) fn check_handler_name(lit: &LitStr) -> syn::Result<()> {
+    let name = lit.value();
+    let problem = if name.is_empty() {
+        "the handler name is empty; name the deduplication scope, e.g. `handler = \"billing.apply_payment\"`"
+            .to_owned()
+    } else if name.len() > MAX_HANDLER_BYTES {
+        format!(
+            "the handler name is {} bytes long; the inbox table stores at most {MAX_HANDLER_BYTES} bytes",
+            name.len()
+        )
+    } else if name.contains('\0') {
+        "the handler name contains a NUL character, which the inbox table cannot store".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(syn::Error::new(lit.span(), problem))
+}
+
+/// `conn = name`: a single identifier.
+fn conn_name(value: Expr) -> syn::Result<Ident> {
+    if let Expr::Path(path) = &value {
+        if path.attrs.is_empty() && path.qself.is_none() {
+            // `self` is accepted here and refused, with a reason, by the connection check.
+            if let Some(ident) = path.path.get_ident() {
+                return Ok(ident.clone());
+            }
+        }
+    }
+    Err(syn::Error::new_spanned(
+        value,
+        "`conn` takes the name of the connection parameter, e.g. `conn = db`",
+    ))
+}
+
+/// `crate = "path"` (or an unquoted path): where the runtime crate is.
+fn crate_path(value: Expr) -> syn::Result<Path> {
+    let parsed = match &value {
+        Expr::Path(path) if path.attrs.is_empty() && path.qself.is_none() => {
+            Some(path.path.clone())
+        }
+        _ => as_str_lit(&value).and_then(|lit| lit.parse::<Path>().ok()),
+    };
+    parsed.ok_or_else(|| {
+        syn::Error::new_spanned(
+            &value,
+            "`crate` takes the path of the `inbox_runtime` crate, e.g. `crate = \"::my_inbox\"`",
+        )
+    })
+}

@@ -1,0 +1,79 @@
+//! The `#[idempotent]` attribute of the inbox crates.
+//!
+//! Do not depend on this crate directly: `inbox_runtime` re-exports the
+//! attribute as `inbox_runtime::idempotent`, and the code it generates calls
+//! into `inbox_runtime`.
+//!
+//! ```ignore
+//! use inbox_runtime::idempotent;
+//!
+//! #[idempotent(id = msg.id, handler = "billing.apply_payment")]
+//! fn apply_payment(conn: &mut PgConnection, msg: &PaymentReceived) -> Result<(), AppError> {
+//!     diesel::insert_into(payments::table).values(msg).execute(conn)?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The signature is kept as written; the body becomes one Diesel transaction
+//! that first claims `(handler, id)` in the inbox table and skips the body if
+//! the message was already processed. See `inbox_runtime` for the semantics.
+//!
+//! The crate is split by job: `attr` parses the arguments, `validate`
+//! checks the function and the id expression into a `model::Handler`, and
+//! `expand` generates the code.
+
+mod attr;
+mod errors;
+mod expand;
+mod model;
+mod render;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use proc_macro2::{Span, TokenStream};
+use syn::ItemFn;
+
+use crate::errors::Errors;
+
+/// Makes a Diesel message handler idempotent (the Inbox pattern).
+///
+/// Arguments: `id = <expr>` (required; also `id = "<expr>"`), `handler =
+/// "<name>"`, `conn = <parameter>` and `crate = "<path>"`. See the
+/// documentation of `inbox_runtime`, which re-exports this attribute.
+#[proc_macro_attribute]
+pub fn idempotent(
+    args: proc_macro::TokenStream,
+    item: proc_macro::TokenStream,
+) -> proc_macro::TokenStream {
+    idempotent_impl(args.into(), item.into()).into()
+}
+
+/// The attribute on `proc_macro2` tokens, so unit tests can call it.
+///
+/// On any error the function is emitted unchanged next to the errors, so one
+/// mistake in the attribute does not also cause "cannot find function" errors
+/// wherever the handler is called.
+fn idempotent_impl(args: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let args = attr::Args::parse(args, &mut errors);
+    let Ok(function) = syn::parse2::<ItemFn>(item.clone()) else {
+        errors.push(syn::Error::new(
+            Span::call_site(),
+            "`#[idempotent]` applies to a function with a body: a free function, or a method \
+             in an `impl` block",
+        ));
+        return with_original(errors.to_compile_errors(), item);
+    };
+    match validate::handler(function, args, errors) {
+        Ok(handler) => expand::handler(handler),
+        Err(error) => with_original(error.to_compile_error(), item),
+    }
+}
+
+/// `errors` followed by the item as the user wrote it.
+fn with_original(mut errors: TokenStream, item: TokenStream) -> TokenStream {
+    errors.extend(item);
+    errors
+}

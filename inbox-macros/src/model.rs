@@ -1,0 +1,60 @@
+//! The validated description of one handler, which `expand` turns into code.
+
+use proc_macro2::Ident;
+use syn::{Expr, ItemFn, LitStr, Path, Type};
+
+/// How the handler's body runs: decides which runtime entry point the
+/// expansion calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// A plain `fn`: the body runs in a closure passed to `run_sync`.
+    Sync,
+    /// An `async fn`: the body would run in an `async` closure passed to
+    /// `run_async` and awaited. Refused by validation until the runtime has
+    /// async support; the expansion already knows its shape.
+    Async,
+}
+
+/// How the connection parameter is lent to the runtime for the transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConnPassing {
+    /// `conn: &mut T`: reborrowed as `&mut *conn`. `mut_binding` is set for
+    /// `mut conn: &mut T`, whose `mut` the closure parameter keeps.
+    Reborrow {
+        /// Whether the user wrote `mut conn`.
+        mut_binding: bool,
+    },
+    /// `mut conn: T` (an owned connection, e.g. a pooled one): `&mut conn`.
+    BorrowBinding,
+    /// `conn: T` without `mut`: moved into a hygienic `let mut` local first,
+    /// so the user's binding needs no `mut` (and gets no `unused_mut`).
+    MoveIntoLocal,
+}
+
+/// The handler parameter the body writes through.
+#[derive(Clone, Debug)]
+pub(crate) struct Connection {
+    /// The parameter's name, with the user's span; the closure parameter
+    /// reuses it so the body only reaches the transaction's connection.
+    pub(crate) ident: Ident,
+    /// How it is lent to the runtime.
+    pub(crate) passing: ConnPassing,
+}
+
+/// Everything the expansion needs, checked.
+pub(crate) struct Handler {
+    /// The function as the user wrote it.
+    pub(crate) function: ItemFn,
+    /// Sync or async.
+    pub(crate) flavor: Flavor,
+    /// The connection parameter.
+    pub(crate) connection: Connection,
+    /// The id expression, rooted in a message parameter.
+    pub(crate) id: Expr,
+    /// The explicit handler name, if `handler = "..."` was given.
+    pub(crate) handler_name: Option<LitStr>,
+    /// The path of the runtime crate (`::inbox_runtime` unless overridden).
+    pub(crate) krate: Path,
+    /// The declared return type (for `async fn`, the future's output).
+    pub(crate) output: Type,
+}
