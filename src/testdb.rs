@@ -44,7 +44,14 @@ fn report_unavailable(backend: &str, url: &str, error: &dyn std::fmt::Display) {
     if databases_required() {
         panic!("{message} (and {REQUIRE_DATABASES}=1 requires it)");
     }
-    eprintln!("skipped: {message}; set {REQUIRE_DATABASES}=1 to make this a failure");
+    // Written to the stderr handle rather than with `eprintln!`, which the
+    // test harness captures (and hides for a passing test): a skip must be
+    // seen without `--nocapture`.
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "skipped: {message}; set {REQUIRE_DATABASES}=1 to make this a failure"
+    );
 }
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -1,7 +1,8 @@
 //! Claiming a message id: the one statement that makes a delivery the first.
 
-use diesel::connection::{Connection, TransactionManager};
+use diesel::connection::{Connection, TransactionManager, TransactionManagerStatus};
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::result::DatabaseErrorKind;
 use diesel::{QueryResult, RunQueryDsl};
 
 use crate::backend::InboxBackend;
@@ -60,13 +61,50 @@ where
     C: Connection,
     C::Backend: InboxBackend,
 {
-    let depth = C::TransactionManager::transaction_manager_status_mut(conn).transaction_depth()?;
-    if depth.is_none() {
-        return Err(diesel::result::Error::NotInTransaction);
+    ensure_in_transaction(C::TransactionManager::transaction_manager_status_mut(conn))?;
+    let affected = ClaimStatement::new(key).execute(conn)?;
+    Ok(claim_from_affected_rows(affected))
+}
+
+/// Refuses to claim outside a transaction (shared by the blocking and async
+/// claims).
+pub(crate) fn ensure_in_transaction(status: &mut TransactionManagerStatus) -> QueryResult<()> {
+    match status.transaction_depth()? {
+        Some(_) => Ok(()),
+        None => Err(diesel::result::Error::NotInTransaction),
     }
-    match ClaimStatement::new(key).execute(conn)? {
-        0 => Ok(Claim::Duplicate),
-        _ => Ok(Claim::Claimed),
+}
+
+/// How many times in all a handler's transaction is attempted when its claim
+/// loses a lock conflict (see [`run_idempotent`](crate::run_idempotent)).
+///
+/// ```
+/// assert_eq!(inbox_runtime::CLAIM_ATTEMPTS, 5);
+/// ```
+pub const CLAIM_ATTEMPTS: u32 = 5;
+
+/// Whether a failed claim, on its `attempt`-th try, is worth another try: it
+/// lost a deadlock or serialization conflict (nothing has run yet), and
+/// attempts are left.
+///
+/// MySQL/MariaDB report a deadlock when a transaction holding a claim rolls
+/// back while two or more deliveries of the same id wait for it: each waiter
+/// holds a shared lock on the key and needs an exclusive one. InnoDB picks a
+/// victim and rolls it back; its new attempt sees the survivor's outcome.
+pub(crate) fn retry_claim(error: &diesel::result::Error, attempt: u32) -> bool {
+    attempt < CLAIM_ATTEMPTS
+        && matches!(
+            error,
+            diesel::result::Error::DatabaseError(DatabaseErrorKind::SerializationFailure, _)
+        )
+}
+
+/// Reads the claim statement's affected-row count: one row inserted means the
+/// key is new; zero means it was already there.
+pub(crate) fn claim_from_affected_rows(affected: usize) -> Claim {
+    match affected {
+        0 => Claim::Duplicate,
+        _ => Claim::Claimed,
     }
 }
 

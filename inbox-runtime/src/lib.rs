@@ -73,6 +73,8 @@
 
 extern crate self as inbox_runtime;
 
+#[cfg(feature = "async")]
+mod asynchronous;
 mod backend;
 mod claim;
 mod error;
@@ -106,8 +108,10 @@ pub mod __private;
 /// ```
 pub use inbox_macros::idempotent;
 
+#[cfg(feature = "async")]
+pub use asynchronous::{begin_claimed, claim_async, run_idempotent_async, ClaimedTransaction};
 pub use backend::InboxBackend;
-pub use claim::{claim, Claim, ClaimStatement};
+pub use claim::{claim, Claim, ClaimStatement, CLAIM_ATTEMPTS};
 pub use error::{HandlerError, InboxError, KeyProblem};
 pub use key::{ClaimKey, HandlerName, MAX_HANDLER_BYTES, MAX_MESSAGE_ID_BYTES};
 pub use message_id::MessageId;

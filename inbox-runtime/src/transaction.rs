@@ -3,10 +3,10 @@
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
 
-use diesel::connection::Connection;
+use diesel::connection::{Connection, TransactionManager};
 
 use crate::backend::InboxBackend;
-use crate::claim::{claim, Claim};
+use crate::claim::{claim, retry_claim, Claim};
 use crate::error::HandlerError;
 use crate::key::ClaimKey;
 use crate::outcome::OnDuplicate;
@@ -24,6 +24,13 @@ use crate::outcome::OnDuplicate;
 /// - Called inside a transaction already open on `conn`, the work becomes a
 ///   savepoint: the claim is final only when the outer transaction commits,
 ///   and vanishes with it if it rolls back.
+/// - A claim that loses a lock conflict (a MySQL/MariaDB deadlock between
+///   deliveries that waited on the same id, or a serialization failure under
+///   `SERIALIZABLE`) is retried in a new transaction, up to
+///   [`CLAIM_ATTEMPTS`](crate::CLAIM_ATTEMPTS) times in all, since the body
+///   has not run yet. Only when `conn` has no transaction open: inside an
+///   outer transaction the database has already rolled back the caller's
+///   work, so the error is returned.
 ///
 /// Only effects written through the connection handed to `body` are covered.
 /// Calls to other systems (HTTP, e-mail, another database) are not rolled
@@ -56,19 +63,37 @@ where
     E: HandlerError,
     F: FnOnce(&mut C) -> Result<R, E>,
 {
-    let result = conn.transaction(|conn| match claim(conn, &key)? {
-        Claim::Duplicate => Ok(R::on_duplicate()),
-        Claim::Claimed => match panic::catch_unwind(AssertUnwindSafe(|| body(conn))) {
-            Ok(result) => result.map_err(Failure::Body),
-            Err(panic) => Err(Failure::Panic(panic)),
-        },
-    });
-    result.map_err(Failure::into_error)
+    let outermost = C::TransactionManager::transaction_manager_status_mut(conn)
+        .transaction_depth()?
+        .is_none();
+    let mut body = Some(body);
+    let mut attempt = 1;
+    loop {
+        let result = conn.transaction(|conn| match claim(conn, &key).map_err(Failure::Claim)? {
+            Claim::Duplicate => Ok(R::on_duplicate()),
+            Claim::Claimed => {
+                let body = body
+                    .take()
+                    .expect("the body runs at most once: only after a claim succeeds");
+                match panic::catch_unwind(AssertUnwindSafe(|| body(conn))) {
+                    Ok(result) => result.map_err(Failure::Body),
+                    Err(panic) => Err(Failure::Panic(panic)),
+                }
+            }
+        });
+        match result {
+            Err(Failure::Claim(error)) if outermost && retry_claim(&error, attempt) => attempt += 1,
+            result => return result.map_err(Failure::into_error),
+        }
+    }
 }
 
 /// Why the transaction rolled back. Diesel only rolls back on `Err`, so a
 /// panic in the body is carried out as an error and resumed afterwards.
 enum Failure<E> {
+    /// The claim statement failed: the body has not run.
+    Claim(diesel::result::Error),
+    /// Beginning, committing or rolling back failed.
     Database(diesel::result::Error),
     Body(E),
     Panic(Box<dyn Any + Send>),
@@ -83,7 +108,7 @@ impl<E> From<diesel::result::Error> for Failure<E> {
 impl<E: HandlerError> Failure<E> {
     fn into_error(self) -> E {
         match self {
-            Failure::Database(error) => E::from(error),
+            Failure::Claim(error) | Failure::Database(error) => E::from(error),
             Failure::Body(error) => error,
             Failure::Panic(panic) => panic::resume_unwind(panic),
         }

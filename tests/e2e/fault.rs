@@ -1,0 +1,113 @@
+//! PostgreSQL only: the handler's backend is killed in the middle of the body.
+
+use diesel::dsl::sql;
+use diesel::prelude::*;
+use diesel::sql_types::{Bool, Integer};
+use inbox_runtime::{idempotent, Outcome};
+
+use crate::postgres::{all_effects, fresh, inbox_count, inbox_rows, record_effect, AppError};
+
+/// A delivery whose body, when `kill_pid` is set, has the handler's own
+/// backend terminated between its two effects.
+struct Doomed {
+    id: String,
+    kill_pid: Option<i32>,
+}
+
+/// `conn = conn`: the first `&mut` parameter is the connection that kills,
+/// not the one the body writes through.
+#[idempotent(id = msg.id, handler = "e2e.fault", conn = conn)]
+fn killed_mid_body(
+    killer: &mut PgConnection,
+    conn: &mut PgConnection,
+    msg: &Doomed,
+) -> Result<Outcome<()>, AppError> {
+    record_effect(conn, "e2e.fault", &msg.id, 0, "step 1")?;
+    if let Some(pid) = msg.kill_pid {
+        // Waits (up to 5 s) until the backend is gone.
+        let terminated: bool =
+            diesel::select(sql::<Bool>(&format!("pg_terminate_backend({pid}, 5000)")))
+                .get_result(killer)?;
+        if !terminated {
+            return Err(AppError::Rejected(
+                "pg_terminate_backend did not terminate the backend",
+            ));
+        }
+    }
+    record_effect(conn, "e2e.fault", &msg.id, 0, "step 2")?;
+    Ok(Outcome::Processed(()))
+}
+
+fn backend_pid(conn: &mut PgConnection) -> i32 {
+    diesel::select(sql::<Integer>("pg_backend_pid()"))
+        .get_result(conn)
+        .expect("read the backend pid")
+}
+
+#[test]
+fn backend_killed_mid_body_leaves_nothing_and_redelivery_processes() {
+    let Some((db, mut conn)) = fresh() else {
+        return;
+    };
+    let mut killer = db.connect();
+    let pid = backend_pid(&mut conn);
+    let doomed = Doomed {
+        id: "fault-1".to_owned(),
+        kill_pid: Some(pid),
+    };
+    let err = killed_mid_body(&mut killer, &mut conn, &doomed)
+        .expect_err("the handler's connection died");
+    println!("fault postgres: handler error after pg_terminate_backend({pid}): {err:?}");
+    assert!(
+        matches!(err, AppError::Db(_)),
+        "a database error (retryable), got {err:?}"
+    );
+
+    // The dead connection keeps failing cleanly (no panic, no hang).
+    let again = killed_mid_body(
+        &mut killer,
+        &mut conn,
+        &Doomed {
+            id: "fault-1".to_owned(),
+            kill_pid: None,
+        },
+    );
+    println!("fault postgres: the dead connection then returns {again:?}");
+    assert!(again.is_err(), "{again:?}");
+    drop(conn);
+
+    // Nothing was committed: no claim, no effect.
+    let mut fresh_conn = db.connect();
+    assert_eq!(inbox_rows(&mut fresh_conn), crate::support::NO_ROWS);
+    assert_eq!(all_effects(&mut fresh_conn), crate::support::NO_EFFECTS);
+    let gone: i64 = diesel::select(sql::<diesel::sql_types::BigInt>(&format!(
+        "(SELECT count(*) FROM pg_stat_activity WHERE pid = {pid})"
+    )))
+    .get_result(&mut fresh_conn)
+    .unwrap();
+    assert_eq!(gone, 0, "the killed backend is gone");
+
+    // The redelivery, on a fresh connection, processes once.
+    let redelivery = Doomed {
+        id: "fault-1".to_owned(),
+        kill_pid: None,
+    };
+    assert_eq!(
+        killed_mid_body(&mut killer, &mut fresh_conn, &redelivery).unwrap(),
+        Outcome::Processed(())
+    );
+    assert_eq!(
+        killed_mid_body(&mut killer, &mut fresh_conn, &redelivery).unwrap(),
+        Outcome::Duplicate
+    );
+    assert_eq!(inbox_count(&mut fresh_conn, "e2e.fault", "fault-1"), 1);
+    let notes: Vec<String> = all_effects(&mut fresh_conn)
+        .into_iter()
+        .map(|(_, _, note)| note)
+        .collect();
+    assert_eq!(
+        notes,
+        ["step 1", "step 2"],
+        "the redelivery's effects, once"
+    );
+}
