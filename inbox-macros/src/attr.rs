@@ -21,6 +21,9 @@ pub(crate) struct Args {
     pub(crate) id: Option<Expr>,
     /// `handler = "billing.apply_payment"`: the deduplication scope.
     pub(crate) handler: Option<LitStr>,
+    /// Whether `handler = ...` was written, valid or not (an invalid one is
+    /// already reported, and is not also reported as missing).
+    pub(crate) handler_given: bool,
     /// `conn = name`: the connection parameter, instead of detecting it.
     pub(crate) conn: Option<Ident>,
     /// `crate = "path"`: where `inbox_runtime` is, for a renamed dependency.
@@ -42,6 +45,7 @@ impl Args {
         // `parse_list` consumes every token, so this cannot fail; keep any error anyway.
         let result = parser.parse2(tokens);
         errors.keep(result);
+        args.handler_given = seen.iter().any(|name| name == "handler");
         if args.id.is_none() && !seen.iter().any(|name| name == "id") {
             errors.push(syn::Error::new(
                 Span::call_site(),

@@ -6,10 +6,28 @@
 //! {
 //!     #![inner attributes]
 //!     let __inbox_key = KRATE::__private::claim_key(HANDLER, &ID);   // at the id's span
-//!     KRATE::__private::check_output::<RET>();                       // at the return type's span
-//!     KRATE::__private::run_sync(&mut *conn, __inbox_key, |conn| -> RET { body })
+//!     KRATE::__private::run_sync::<_, RET, _>(&mut *conn, __inbox_key, |conn| -> RET { body })
 //! }
 //! ```
+//!
+//! An `async fn` gets the same steps written out, without a closure:
+//!
+//! ```text
+//! let mut __inbox_transaction = match KRATE::__private::begin_async::<_, RET>(&mut *conn, __inbox_key).await {
+//!     Ok(transaction) => transaction,          // the id is claimed: run the body
+//!     Err(done) => return done,                // duplicate, invalid id, database failure
+//! };
+//! let __inbox_result = KRATE::__private::catch_unwind(typed::<RET, _>(async {
+//!     let conn = __inbox_transaction.conn();
+//!     body
+//! })).await;
+//! KRATE::__private::finish_async::<_, RET>(__inbox_transaction, __inbox_result).await
+//! ```
+//!
+//! `run_sync` names the return type `RET` in its turbofish, with the user's
+//! spans: a return type that is not `Result<R, E>` (or whose `R` or `E` does
+//! not fit) fails `run_sync`'s bounds on it, and the compiler reports that
+//! once, at the return type (see `run`).
 //!
 //! Locals the expansion introduces are `Span::mixed_site()` identifiers, so
 //! the user's body cannot see them; the closure parameter reuses the user's
@@ -49,7 +67,6 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
     let key = Ident::new("__inbox_key", Span::mixed_site());
     let name = handler_expr(handler_name.as_ref(), &sig.ident);
     let claim = claim_key(&krate, &key, &name, &id);
-    let check = check_output(&krate, &output);
     let lent = lend(&connection);
     let run = run(
         flavor,
@@ -67,7 +84,6 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
         quote! {
             #(#inner_attrs)*
             #claim
-            #check
             #setup
             #run
         },
@@ -135,40 +151,26 @@ fn needs_parens(expr: &Expr) -> bool {
     )
 }
 
-/// `check_output::<RET>();`, spanned at the return type so a non-`Result`
-/// (or a bad `Ok`/`Err` type) is reported there.
-fn check_output(krate: &Path, output: &Type) -> TokenStream {
-    let span = output.span();
-    let krate = respanned(krate, span);
-    quote_spanned! {span=>
-        #krate::__private::check_output::<#output>();
-    }
-}
-
 /// The tokens of `path`, every one carrying `span`.
 ///
-/// A call whose path keeps the attribute's span while its arguments have the
-/// user's would be reported at the attribute; with one span throughout, the
-/// compiler points at the user's expression or type. The runtime path is
-/// absolute (`::inbox_runtime`) or was written by the user (`crate = ".."`),
-/// so resolving it at the user's span finds the same crate.
-fn respanned(path: &Path, span: Span) -> TokenStream {
-    fn respan(stream: TokenStream, span: Span) -> TokenStream {
-        stream
-            .into_iter()
-            .map(|mut tree| {
-                if let TokenTree::Group(group) = &tree {
-                    let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
-                    inner.set_span(span);
-                    tree = TokenTree::Group(inner);
-                } else {
-                    tree.set_span(span);
-                }
-                tree
-            })
-            .collect()
-    }
-    respan(path.to_token_stream(), span)
+/// A call whose path keeps the attribute's span would be reported at the
+/// attribute; respanned, the compiler points at the user's tokens instead.
+/// The runtime path is absolute (`::inbox_runtime`) or was written by the
+/// user (`crate = ".."`), so resolving it at the user's span finds the same
+/// crate.
+fn respanned(path: TokenStream, span: Span) -> TokenStream {
+    path.into_iter()
+        .map(|mut tree| {
+            if let TokenTree::Group(group) = &tree {
+                let mut inner = Group::new(group.delimiter(), respanned(group.stream(), span));
+                inner.set_span(span);
+                tree = TokenTree::Group(inner);
+            } else {
+                tree.set_span(span);
+            }
+            tree
+        })
+        .collect()
 }
 
 /// How the connection is handed to the runtime.
@@ -179,6 +181,8 @@ struct Lent {
     arg: TokenStream,
     /// The closure's parameter: the user's connection name.
     param: TokenStream,
+    /// The span of the connection parameter's name.
+    span: Span,
 }
 
 /// The tokens lending `connection` to the runtime.
@@ -193,6 +197,7 @@ fn lend(connection: &Connection) -> Lent {
             setup: TokenStream::new(),
             arg: quote_spanned!(span=> &mut *#conn),
             param: quote!(#conn),
+            span,
         },
         // `mut conn: &mut T`: borrowing the binding mutably keeps its `mut`
         // used (no `unused_mut`), and the closure parameter keeps it too.
@@ -200,11 +205,13 @@ fn lend(connection: &Connection) -> Lent {
             setup: TokenStream::new(),
             arg: quote_spanned!(span=> ::core::ops::DerefMut::deref_mut(&mut #conn)),
             param: quote_spanned!(span=> mut #conn),
+            span,
         },
         ConnPassing::BorrowBinding => Lent {
             setup: TokenStream::new(),
             arg: quote_spanned!(span=> &mut #conn),
             param: quote!(#conn),
+            span,
         },
         ConnPassing::MoveIntoLocal => {
             let local = Ident::new("__inbox_conn", Span::mixed_site());
@@ -212,6 +219,7 @@ fn lend(connection: &Connection) -> Lent {
                 setup: quote_spanned!(span=> let mut #local = #conn;),
                 arg: quote_spanned!(span=> &mut #local),
                 param: quote!(#conn),
+                span,
             }
         }
     }
@@ -235,6 +243,17 @@ struct RunParts<'a> {
 ///
 /// The closure is not `move`, and returns exactly the function's return type,
 /// so `return` and `?` in the body behave as they did in the function.
+///
+/// The sync flavor is one call, `run_sync::<_, RET, _>(conn, key, closure)`;
+/// the async flavor writes the same steps out (see below). In both:
+/// - the return type is the entry point's second generic argument, with the
+///   user's spans, so a wrong return type fails the entry point's bounds once,
+///   at the return type;
+/// - the call's path starts at the return type's first token and its
+///   parentheses end at its last, so the call expression (where a return type
+///   that is not a `Result` at all is reported) covers exactly the return type;
+/// - the connection's `_` carries the connection parameter's span, so a type
+///   that is not a Diesel connection is reported at that parameter.
 fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
     let RunParts {
         krate,
@@ -244,12 +263,62 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
         body,
     } = parts;
     let Lent { arg, param, .. } = lent;
+    let (first, last) = end_spans(output);
+    let conn_type = quote_spanned!(lent.span=> _);
     match flavor {
-        Flavor::Sync => quote! {
-            #krate::__private::run_sync(#arg, #key, |#param| -> #output #body)
-        },
-        Flavor::Async => quote! {
-            #krate::__private::run_async(#arg, #key, async |#param| -> #output #body).await
-        },
+        Flavor::Sync => {
+            let entry = respanned(quote!(#krate::__private::run_sync), first);
+            let args = parenthesized(last, quote!(#arg, #key, |#param| -> #output #body));
+            quote!(#entry::<#conn_type, #output, _> #args)
+        }
+        Flavor::Async => {
+            // No closure: the steps are written out in the handler's own
+            // body, so its future holds nothing higher-ranked and is `Send`
+            // whenever the body is (a future holding an async closure over a
+            // connection type with a lifetime is not provably `Send` today).
+            // `return` and `?` in the body leave the inner `async` block,
+            // whose output `typed` pins to the return type.
+            let transaction = Ident::new("__inbox_transaction", Span::mixed_site());
+            let done = Ident::new("__inbox_done", Span::mixed_site());
+            let result = Ident::new("__inbox_result", Span::mixed_site());
+            let begin = respanned(quote!(#krate::__private::begin_async), first);
+            let begin_args = parenthesized(last, quote!(#arg, #key));
+            let typed = respanned(quote!(#krate::__private::typed), first);
+            let finish = respanned(quote!(#krate::__private::finish_async), first);
+            let finish_args = parenthesized(last, quote!(#transaction, #result));
+            quote! {
+                let mut #transaction = match #begin::<#conn_type, #output> #begin_args.await {
+                    ::core::result::Result::Ok(#transaction) => #transaction,
+                    ::core::result::Result::Err(#done) => return #done,
+                };
+                let #result = #krate::__private::catch_unwind(#typed::<#output, _>(async {
+                    let #param = #transaction.conn();
+                    #body
+                }))
+                .await;
+                #finish::<_, #output> #finish_args.await
+            }
+        }
     }
+}
+
+/// The spans of the first and last tokens of `node` (a group's span covers
+/// its delimiters).
+///
+/// A stable proc macro cannot join spans; the compiler does, for an
+/// expression whose first and last tokens carry these two.
+fn end_spans(node: &impl ToTokens) -> (Span, Span) {
+    let mut tokens = node.to_token_stream().into_iter();
+    let first = tokens
+        .next()
+        .map_or_else(Span::call_site, |tree| tree.span());
+    let last = tokens.last().map_or(first, |tree| tree.span());
+    (first, last)
+}
+
+/// A `( ... )` group whose parentheses carry `span`.
+fn parenthesized(span: Span, content: TokenStream) -> Group {
+    let mut group = Group::new(Delimiter::Parenthesis, content);
+    group.set_span(span);
+    group
 }

@@ -18,6 +18,20 @@
 //! that first claims `(handler, id)` in the inbox table and skips the body if
 //! the message was already processed. See `inbox_runtime` for the semantics.
 //!
+//! Two rules a reader of a handler should know:
+//!
+//! - **Methods name their scope.** The default scope is `module_path!()` and
+//!   the function's name, which `impl A { fn handle }` and `impl B { fn handle
+//!   }` in one module would share: each would skip the messages the other
+//!   processed. A function with a `self` receiver, or `Self` anywhere in its
+//!   signature, must give `handler = "..."`. (An associated function without
+//!   either looks like a free function to the attribute; name it too.)
+//! - **The connection in the body is `&mut`.** The body runs in a closure
+//!   that receives the transaction's connection under the parameter's name.
+//!   With a by-value connection (`conn: PooledConnection<..>`), `conn` inside
+//!   the body is `&mut` to it, as for a `&mut` parameter: write
+//!   `.execute(conn)`, not `.execute(&mut conn)`.
+//!
 //! The crate is split by job: `attr` parses the arguments, `validate`
 //! checks the function and the id expression into a `model::Handler`, and
 //! `expand` generates the code.
@@ -40,8 +54,10 @@ use crate::errors::Errors;
 /// Makes a Diesel message handler idempotent (the Inbox pattern).
 ///
 /// Arguments: `id = <expr>` (required; also `id = "<expr>"`), `handler =
-/// "<name>"`, `conn = <parameter>` and `crate = "<path>"`. See the
-/// documentation of `inbox_runtime`, which re-exports this attribute.
+/// "<name>"` (required on methods), `conn = <parameter>` and `crate =
+/// "<path>"`. Inside the body the connection parameter is `&mut` to the
+/// transaction's connection, also when the function takes it by value. See
+/// the documentation of `inbox_runtime`, which re-exports this attribute.
 #[proc_macro_attribute]
 pub fn idempotent(
     args: proc_macro::TokenStream,

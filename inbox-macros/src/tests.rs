@@ -49,8 +49,7 @@ fn expands_the_sync_shape() {
     let out = expand("id = msg.id", HANDLER);
     let expected = "fn apply (conn : & mut PgConnection , msg : & Payment) -> Result < () , AppError > { \
         let __inbox_key = :: inbox_runtime :: __private :: claim_key (:: core :: concat ! (:: core :: module_path ! () , \"::\" , \"apply\") , & msg . id) ; \
-        :: inbox_runtime :: __private :: check_output :: < Result < () , AppError > > () ; \
-        :: inbox_runtime :: __private :: run_sync (& mut * conn , __inbox_key , | conn | -> Result < () , AppError > { Ok (()) }) }";
+        :: inbox_runtime :: __private :: run_sync :: < _ , Result < () , AppError > , _ > (& mut * conn , __inbox_key , | conn | -> Result < () , AppError > { Ok (()) }) }";
     assert_eq!(out, expected);
 }
 
@@ -76,20 +75,25 @@ fn lends_owned_connections_without_new_mut_warnings() {
         "id = msg.id",
         "fn f(conn: PooledConnection<M>, msg: Msg) -> Result<(), E> { Ok(()) }",
     );
-    assert!(owned.contains("let mut __inbox_conn = conn ; :: inbox_runtime :: __private :: run_sync (& mut __inbox_conn , __inbox_key , | conn |"), "{owned}");
+    assert!(owned.contains("let mut __inbox_conn = conn ; :: inbox_runtime :: __private :: run_sync :: < _ , Result < () , E > , _ > (& mut __inbox_conn , __inbox_key , | conn |"), "{owned}");
     let owned_mut = expand(
         "id = msg.id",
         "fn f(mut conn: PooledConnection<M>, msg: Msg) -> Result<(), E> { Ok(()) }",
     );
     assert!(
-        owned_mut.contains("run_sync (& mut conn , __inbox_key , | conn |"),
+        owned_mut.contains("> (& mut conn , __inbox_key , | conn |"),
         "{owned_mut}"
     );
     let ref_mut = expand(
         "id = msg.id",
         "fn f(mut conn: &mut C, msg: Msg) -> Result<(), E> { Ok(()) }",
     );
-    assert!(ref_mut.contains("run_sync (:: core :: ops :: DerefMut :: deref_mut (& mut conn) , __inbox_key , | mut conn |"), "{ref_mut}");
+    assert!(
+        ref_mut.contains(
+            "> (:: core :: ops :: DerefMut :: deref_mut (& mut conn) , __inbox_key , | mut conn |"
+        ),
+        "{ref_mut}"
+    );
 }
 
 #[test]
@@ -100,7 +104,7 @@ fn picks_the_connection() {
         "fn f(other: &mut Vec<u8>, db: &mut C, msg: &Msg) -> Result<(), E> { Ok(()) }",
     );
     assert!(
-        named.contains("run_sync (& mut * db , __inbox_key , | db |"),
+        named.contains("> (& mut * db , __inbox_key , | db |"),
         "{named}"
     );
     // A by-value `...Connection` is found when there is no `&mut`.
@@ -111,7 +115,7 @@ fn picks_the_connection() {
     assert!(pooled.contains("| c |"), "{pooled}");
     // `&mut self` is never the connection.
     let method = expand(
-        "id = self.id",
+        "id = self.id, handler = \"h\"",
         "fn f(&mut self, conn: &mut C) -> Result<(), E> { Ok(()) }",
     );
     assert!(
@@ -140,7 +144,7 @@ fn accepts_rooted_ids() {
         "\"msg.id\"",
     ] {
         assert_eq!(
-            errors(&format!("id = {id}"), item),
+            errors(&format!("id = {id}, handler = \"h\""), item),
             Vec::<String>::new(),
             "id = {id}"
         );
@@ -257,12 +261,7 @@ fn checks_the_signature() {
         &["cannot be applied to a `const fn`"],
     );
     assert_one_error(
-        "id = msg.id",
-        "async fn f(conn: &mut C, msg: &M) -> Result<(), E> { Ok(()) }",
-        &["does not support `async fn` yet"],
-    );
-    assert_one_error(
-        "id = msg.id",
+        "id = msg.id, handler = \"h\"",
         "fn f<'a, 'async_trait>(&'a self, conn: &'a mut C, msg: &'a M) -> Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'async_trait>> { Box::pin(async move { Ok(()) }) }",
         &["cannot wrap a method rewritten by `#[async_trait]`"],
     );
@@ -274,11 +273,45 @@ fn checks_the_signature() {
 }
 
 #[test]
+fn methods_need_an_explicit_handler_name() {
+    let needs_name = "a method needs an explicit `handler = \"...\"`: the default scope (module path and function name) would be shared by a method of the same name on another type in this module, and the two would skip each other's messages";
+    for item in [
+        "fn f(&self, conn: &mut C, msg: &M) -> Result<(), E> { Ok(()) }",
+        "fn f(&mut self, conn: &mut C, msg: &M) -> Result<(), E> { Ok(()) }",
+        "fn f(self: Box<Self>, conn: &mut C, msg: &M) -> Result<(), E> { Ok(()) }",
+        "fn f(mut self, conn: &mut C, msg: &M) -> Result<(), E> { Ok(()) }",
+        "fn f(conn: &mut C, msg: &Self) -> Result<(), E> { Ok(()) }",
+        "fn f(conn: &mut C, msg: &M) -> Result<Outcome<Self>, E> { todo!() }",
+        "fn f(conn: &mut C, msg: &M) -> Result<(), Self::Error> { Ok(()) }",
+        "fn f<T>(conn: &mut C, msg: &M) -> Result<(), E> where T: From<Self> { Ok(()) }",
+        "fn f(conn: &mut C, msg: &M, other: ty!(Self)) -> Result<(), E> { Ok(()) }",
+    ] {
+        assert_one_error("id = msg.id", item, &[needs_name]);
+        assert!(
+            errors("id = msg.id, handler = \"billing.handle\"", item).is_empty(),
+            "{item}"
+        );
+    }
+    // `Self` in the body only is not a method's signature; the body is the user's.
+    assert!(errors(
+        "id = msg.id",
+        "fn f(conn: &mut C, msg: &M) -> Result<(), E> { let _ = Self::X; Ok(()) }"
+    )
+    .is_empty());
+    // An invalid `handler = ...` is reported once, not also as missing.
+    assert_one_error(
+        "id = msg.id, handler = \"\"",
+        "fn f(&self, conn: &mut C, msg: &M) -> Result<(), E> { Ok(()) }",
+        &["the handler name is empty"],
+    );
+}
+
+#[test]
 fn checks_the_connection_parameter() {
     assert_one_error("id = msg.id", "fn f(msg: &M) -> Result<(), E> { Ok(()) }", &["this handler has no connection parameter; the attribute needs the `&mut` Diesel connection its body writes through (or name it with `conn = ...`)"]);
     assert_one_error("id = msg.id, conn = db", HANDLER, &["`db` is not a parameter of this handler; `conn = ...` must name the connection parameter (its parameters are `conn`, `msg`)"]);
     assert_one_error(
-        "id = self.id, conn = self",
+        "id = self.id, conn = self, handler = \"h\"",
         "fn f(&mut self, c: &mut C) -> Result<(), E> { Ok(()) }",
         &["`self` cannot be the connection parameter"],
     );
@@ -305,28 +338,19 @@ fn emits_the_function_unchanged_with_all_errors() {
 }
 
 #[test]
-fn knows_the_async_shape_for_when_the_runtime_supports_it() {
-    use crate::model::{ConnPassing, Connection, Flavor, Handler};
-    use syn::parse_quote;
-
-    let handler = Handler {
-        function: parse_quote! {
-            async fn apply(conn: &mut AsyncPgConnection, msg: &Payment) -> Result<(), E> { Ok(()) }
-        },
-        flavor: Flavor::Async,
-        connection: Connection {
-            ident: parse_quote!(conn),
-            passing: ConnPassing::Reborrow { mut_binding: false },
-        },
-        id: parse_quote!(msg.id),
-        handler_name: Some(parse_quote!("billing.apply")),
-        krate: parse_quote!(::inbox_runtime),
-        output: parse_quote!(Result<(), E>),
-    };
-    let out = crate::expand::handler(handler).to_string();
-    assert!(out.starts_with("async fn apply"), "{out}");
-    assert!(
-        out.ends_with(":: inbox_runtime :: __private :: run_async (& mut * conn , __inbox_key , async | conn | -> Result < () , E > { Ok (()) }) . await }"),
-        "{out}"
+fn expands_the_async_shape_without_a_closure() {
+    let out = expand(
+        "id = msg.id, handler = \"billing.apply\"",
+        "async fn apply(conn: &mut AsyncPgConnection, msg: &Payment) -> Result<(), E> { Ok(()) }",
     );
+    assert!(out.starts_with("async fn apply"), "{out}");
+    for step in [
+        ":: inbox_runtime :: __private :: begin_async :: < _ , Result < () , E > > (& mut * conn , __inbox_key) . await",
+        "Err (__inbox_done) => return __inbox_done",
+        ":: inbox_runtime :: __private :: typed :: < Result < () , E > , _ > (async { let conn = __inbox_transaction . conn () ; { Ok (()) } })",
+        ":: inbox_runtime :: __private :: finish_async :: < _ , Result < () , E > > (__inbox_transaction , __inbox_result) . await }",
+    ] {
+        assert!(out.contains(step), "missing {step:?} in {out}");
+    }
+    assert!(!out.contains('|'), "no closure: {out}");
 }

@@ -19,6 +19,7 @@ use crate::model::Handler;
 pub(crate) fn handler(function: ItemFn, args: Args, mut errors: Errors) -> syn::Result<Handler> {
     let flavor = signature::flavor(&function, &mut errors);
     let output = signature::output(&function.sig, &mut errors);
+    signature::method_scope(&function.sig, args.handler_given, &mut errors);
     let connection = connection::find(&function.sig, args.conn.as_ref(), &mut errors);
     if let Some(id) = &args.id {
         let scope = id_root::Scope::of(&function.sig, connection.as_ref().map(|c| &c.ident));

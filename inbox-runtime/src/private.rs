@@ -17,27 +17,14 @@ pub fn claim_key<M: MessageId + ?Sized>(
     ClaimKey::new(HandlerName::new(handler)?, id)
 }
 
-/// Runs the handler body through [`crate::run_idempotent`], or returns the
-/// key's validation error without touching the database.
-pub fn run_sync<C, R, E, F>(
-    conn: &mut C,
-    key: Result<ClaimKey, InboxError>,
-    body: F,
-) -> Result<R, E>
-where
-    C: Connection,
-    C::Backend: InboxBackend,
-    R: OnDuplicate,
-    E: HandlerError,
-    F: FnOnce(&mut C) -> Result<R, E>,
-{
-    match key {
-        Ok(key) => crate::run_idempotent(conn, key, body),
-        Err(error) => Err(E::from(error)),
-    }
-}
-
-/// The shape of a handler's return type, checked where the user wrote it.
+/// A handler's return type: a `Result`, taken apart into its `Ok` and `Err`
+/// types so `run_sync` can bound each.
+///
+/// The expansion names the handler's return type as the `T` of [`run_sync`]
+/// (`run_sync::<_, RET, _>`), so a wrong return type fails `run_sync`'s
+/// bounds at the return type the user wrote: a type that is not a `Result`
+/// with the message below, a `Result` whose `Ok` or `Err` type does not fit
+/// with the message of `OnDuplicate` or `HandlerError`.
 #[diagnostic::on_unimplemented(
     message = "an idempotent handler must return `Result<R, E>`, not `{Self}`",
     label = "the body runs in a transaction that commits on `Ok` and rolls back on `Err`",
@@ -48,18 +35,149 @@ pub trait HandlerResult {
     type Ok;
     /// The `Err` type.
     type Err;
+    /// `self` as the `Result` it is.
+    fn into_result(self) -> Result<Self::Ok, Self::Err>;
+    /// The `Result` as `Self`.
+    fn from_result(result: Result<Self::Ok, Self::Err>) -> Self;
 }
 
 impl<R, E> HandlerResult for Result<R, E> {
     type Ok = R;
     type Err = E;
+
+    fn into_result(self) -> Self {
+        self
+    }
+
+    fn from_result(result: Self) -> Self {
+        result
+    }
 }
 
-/// Compile-time check of a handler's return type; does nothing at run time.
-pub fn check_output<T>()
+/// Runs the handler body through [`crate::run_idempotent`], or returns the
+/// key's validation error without touching the database.
+pub fn run_sync<C, T, F>(conn: &mut C, key: Result<ClaimKey, InboxError>, body: F) -> T
 where
+    C: Connection,
+    C::Backend: InboxBackend,
+    T: HandlerResult,
+    T::Ok: OnDuplicate,
+    T::Err: HandlerError,
+    F: FnOnce(&mut C) -> T,
+{
+    T::from_result(match key {
+        Ok(key) => crate::run_idempotent(conn, key, |conn| body(conn).into_result()),
+        Err(error) => Err(error.into()),
+    })
+}
+
+/// The first step of an async handler: the claimed transaction in which the
+/// body runs, or the handler's return value without running it (a duplicate,
+/// an invalid id, a database failure).
+#[cfg(feature = "async")]
+pub async fn begin_async<C, T>(
+    conn: &mut C,
+    key: Result<ClaimKey, InboxError>,
+) -> Result<crate::ClaimedTransaction<'_, C>, T>
+where
+    C: diesel_async::AsyncConnection,
+    C::Backend: InboxBackend,
     T: HandlerResult,
     T::Ok: OnDuplicate,
     T::Err: HandlerError,
 {
+    let key = key.map_err(|error| T::from_result(Err(error.into())))?;
+    match crate::begin_claimed(conn, &key).await {
+        Ok(Some(claimed)) => Ok(claimed),
+        Ok(None) => Err(T::from_result(Ok(T::Ok::on_duplicate()))),
+        Err(error) => Err(T::from_result(Err(error.into()))),
+    }
 }
+
+/// Pins the body's future to the handler's return type, so `?` and `return`
+/// in the body convert to it.
+pub fn typed<T, F: core::future::Future<Output = T>>(body: F) -> F {
+    body
+}
+
+/// Runs the body's future, catching a panic so the transaction can be rolled
+/// back before it resumes.
+#[cfg(feature = "async")]
+pub async fn catch_unwind<F: core::future::Future>(
+    body: F,
+) -> Result<F::Output, Box<dyn core::any::Any + Send>> {
+    use futures_util::FutureExt;
+    core::panic::AssertUnwindSafe(body).catch_unwind().await
+}
+
+/// The last step of an async handler: commits or rolls back by the body's
+/// result, and resumes a panic after rolling back.
+#[cfg(feature = "async")]
+pub async fn finish_async<C, T>(
+    claimed: crate::ClaimedTransaction<'_, C>,
+    result: Result<T, Box<dyn core::any::Any + Send>>,
+) -> T
+where
+    C: diesel_async::AsyncConnection,
+    T: HandlerResult,
+    T::Err: HandlerError,
+{
+    T::from_result(
+        claimed
+            .finish_or_resume(result.map(HandlerResult::into_result))
+            .await,
+    )
+}
+
+/// Stands in for `begin_async` when the `async` feature is off, so an
+/// `async fn` handler fails to compile with one sentence that names the
+/// missing feature (the other steps below type-check and add no error).
+#[cfg(not(feature = "async"))]
+pub fn begin_async<C, T>(
+    conn: &mut C,
+    _key: Result<ClaimKey, InboxError>,
+) -> core::future::Pending<Result<AsyncUnavailable<'_, C>, T>>
+where
+    C: AsyncFeatureEnabled,
+{
+    let _ = conn;
+    core::future::pending()
+}
+
+/// What `begin_async` would return without the `async` feature.
+#[cfg(not(feature = "async"))]
+pub struct AsyncUnavailable<'c, C>(&'c mut C);
+
+#[cfg(not(feature = "async"))]
+impl<C> AsyncUnavailable<'_, C> {
+    /// The connection.
+    pub fn conn(&mut self) -> &mut C {
+        self.0
+    }
+}
+
+/// Stands in for `catch_unwind` without the `async` feature.
+#[cfg(not(feature = "async"))]
+pub fn catch_unwind<F: core::future::Future>(
+    _body: F,
+) -> core::future::Pending<Result<F::Output, Box<dyn core::any::Any + Send>>> {
+    core::future::pending()
+}
+
+/// Stands in for `finish_async` without the `async` feature.
+#[cfg(not(feature = "async"))]
+pub fn finish_async<X, T>(
+    _transaction: X,
+    _result: Result<T, Box<dyn core::any::Any + Send>>,
+) -> core::future::Pending<T> {
+    core::future::pending()
+}
+
+/// Implemented by nothing: see [`begin_async`].
+#[cfg(not(feature = "async"))]
+#[diagnostic::on_unimplemented(
+    message = "async handlers need the `async` feature of `inbox-runtime`",
+    label = "`{Self}` would be an async (diesel-async) connection",
+    note = "enable it in Cargo.toml: `inbox-runtime = {{ version = \"0.1\", features = [\"async\", \"postgres\"] }}`"
+)]
+pub trait AsyncFeatureEnabled {}

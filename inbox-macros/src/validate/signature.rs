@@ -1,6 +1,8 @@
-//! Checks of the function itself: `const`, `async`, `#[async_trait]` output
-//! and the return type.
+//! Checks of the function itself: `const`, `async`, `#[async_trait]` output,
+//! the return type, and the explicit scope methods need.
 
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
 use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{Block, Expr, ItemFn, ReturnType, Signature, Stmt, Type, TypeImplTrait};
@@ -8,8 +10,8 @@ use syn::{Block, Expr, ItemFn, ReturnType, Signature, Stmt, Type, TypeImplTrait}
 use crate::errors::Errors;
 use crate::model::Flavor;
 
-/// Whether the handler is sync or async; refuses `const fn`, and `async`
-/// handlers until the runtime supports them.
+/// Whether the handler is sync or async; refuses `const fn` and bodies
+/// already rewritten by `#[async_trait]`.
 pub(crate) fn flavor(function: &ItemFn, errors: &mut Errors) -> Flavor {
     let sig = &function.sig;
     if let Some(constness) = &sig.constness {
@@ -19,21 +21,17 @@ pub(crate) fn flavor(function: &ItemFn, errors: &mut Errors) -> Flavor {
              transaction, which is not possible at compile time",
         ));
     }
-    if let Some(asyncness) = &sig.asyncness {
-        errors.push(syn::Error::new(
-            asyncness.span,
-            "`#[idempotent]` does not support `async fn` yet: async handlers need the \
-             `async` support of `inbox_runtime` (diesel-async), which is not available yet; \
-             use a sync handler with a sync Diesel connection",
-        ));
+    if sig.asyncness.is_some() {
         return Flavor::Async;
     }
     if is_async_trait_body(&function.block) {
         errors.push(syn::Error::new(
             sig.ident.span(),
-            "`#[idempotent]` cannot wrap a method rewritten by `#[async_trait]`: its body is a \
-             boxed future (`Box::pin(async move { .. })`), and async handlers need the `async` \
-             support of `inbox_runtime`, which is not available yet",
+            "`#[idempotent]` cannot wrap a method rewritten by `#[async_trait]`: its body is \
+             already a boxed future (`Box::pin(async move { .. })`) whose transaction the \
+             attribute cannot see; write the trait with a native `async fn` (Rust 1.75+) and \
+             drop `#[async_trait]`, or put the idempotent handler in a free `async fn` that the \
+             trait method calls",
         ));
     }
     Flavor::Sync
@@ -61,7 +59,8 @@ fn is_async_trait_body(block: &Block) -> bool {
 
 /// The declared return type, if it can be the closure's return type and may
 /// be a `Result`; whether it *is* a `Result` of the right kind is checked by
-/// the runtime's `check_output`, which names the problem where the type is.
+/// the bounds of the runtime's `run_sync`, which the expansion hands the type
+/// with its own spans, so the problem is named where the type is.
 pub(crate) fn output(sig: &Signature, errors: &mut Errors) -> Option<Type> {
     let ty = match &sig.output {
         ReturnType::Type(_, ty) if !matches!(**ty, Type::Never(_)) => ty,
@@ -110,4 +109,40 @@ impl<'ast> Visit<'ast> for ImplTraitFinder {
         // The outermost `impl` is enough to report; nested ones go with it.
         self.found.push(node.clone());
     }
+}
+
+/// Refuses a method (a `self` receiver, or `Self` anywhere in the signature)
+/// without an explicit `handler = "..."`.
+///
+/// The default scope is `module_path!()::fn_name`: `impl A { fn handle }` and
+/// `impl B { fn handle }` in one module would get the same scope, and each
+/// would skip the messages the other processed. The attribute cannot see the
+/// `impl` it is in, so it asks for a name instead. (An associated function
+/// without `self` or `Self` looks like a free function and cannot be told
+/// apart; the documentation asks for a name there too.)
+pub(crate) fn method_scope(sig: &Signature, handler_given: bool, errors: &mut Errors) {
+    if handler_given {
+        return;
+    }
+    let span = match sig.receiver() {
+        Some(receiver) => Some(receiver.self_token.span),
+        None => find_self_type(sig.to_token_stream()),
+    };
+    if let Some(span) = span {
+        errors.push(syn::Error::new(
+            span,
+            "a method needs an explicit `handler = \"...\"`: the default scope (module path and \
+             function name) would be shared by a method of the same name on another type in this \
+             module, and the two would skip each other's messages",
+        ));
+    }
+}
+
+/// The span of the first `Self` in `tokens` (macro arguments included).
+fn find_self_type(tokens: TokenStream) -> Option<Span> {
+    tokens.into_iter().find_map(|tree| match tree {
+        TokenTree::Ident(ident) if ident == "Self" => Some(ident.span()),
+        TokenTree::Group(group) => find_self_type(group.stream()),
+        _ => None,
+    })
 }

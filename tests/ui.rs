@@ -1,0 +1,15 @@
+//! The compile-pass and compile-fail suite of `#[idempotent]`.
+//!
+//! `tests/ui/pass/*.rs` must compile (and their `main` run); every
+//! `tests/ui/fail/*.rs` must fail to compile with exactly the diagnostics in
+//! the `.stderr` file next to it. After a deliberate change of a message,
+//! regenerate them with
+//! `TRYBUILD=overwrite cargo test -p inbox-suite --all-features --test ui`
+//! and read the diff.
+
+#[test]
+fn ui() {
+    let t = trybuild::TestCases::new();
+    t.pass("tests/ui/pass/*.rs");
+    t.compile_fail("tests/ui/fail/*.rs");
+}

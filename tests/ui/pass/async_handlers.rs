@@ -1,0 +1,96 @@
+#![deny(warnings)]
+
+//! Async handlers on diesel-async: direct, generic, pooled (deadpool by
+//! reference, bb8 by value), methods, `Outcome`, early return and `?`; and
+//! their futures are `Send`, so they can be spawned on a multi-threaded
+//! runtime.
+
+use diesel::prelude::*;
+use diesel_async::pooled_connection::{bb8, deadpool};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use inbox_runtime::{idempotent, InboxBackend, Outcome};
+
+/// A message.
+pub struct Payment {
+    /// Its id.
+    pub id: uuid::Uuid,
+    /// Its amount.
+    pub cents: i64,
+}
+
+#[idempotent(id = msg.id, handler = "async.direct")]
+async fn direct(conn: &mut AsyncPgConnection, msg: &Payment) -> QueryResult<()> {
+    if msg.cents == 0 {
+        return Ok(());
+    }
+    diesel::sql_query("SELECT 1").execute(conn).await?;
+    Ok(())
+}
+
+#[idempotent(id = msg.id, handler = "async.generic")]
+async fn generic<C>(conn: &mut C, msg: &Payment) -> QueryResult<Outcome<i64>>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    let _ = conn;
+    Ok(Outcome::Processed(msg.cents))
+}
+
+#[idempotent(id = msg.id, handler = "async.deadpool")]
+async fn pooled(conn: &mut deadpool::Object<AsyncPgConnection>, msg: &Payment) -> QueryResult<()> {
+    diesel::sql_query("SELECT 1").execute(conn).await?;
+    Ok(())
+}
+
+#[idempotent(id = msg.id, handler = "async.bb8")]
+async fn pooled_by_value(conn: bb8::PooledConnection<'_, AsyncPgConnection>, msg: &Payment) -> QueryResult<()> {
+    diesel::sql_query("SELECT 1").execute(conn).await?;
+    Ok(())
+}
+
+/// A consumer with state.
+pub struct Consumer {
+    /// Counted per processed message.
+    pub label: &'static str,
+}
+
+impl Consumer {
+    #[idempotent(id = msg.id, handler = "async.method")]
+    async fn handle(&self, conn: &mut AsyncPgConnection, msg: &Payment) -> QueryResult<Outcome<&'static str>> {
+        diesel::sql_query("SELECT 1").execute(conn).await?;
+        Ok(Outcome::Processed(self.label))
+    }
+}
+
+fn assert_send<T: Send>(value: T) -> T {
+    value
+}
+
+/// The futures are `Send`: each can be handed to `tokio::spawn`.
+#[allow(dead_code)]
+async fn spawnable(pool: deadpool::Pool<AsyncPgConnection>, msg: Payment) -> QueryResult<()> {
+    let task = tokio::spawn(assert_send(async move {
+        let mut conn = pool.get().await.expect("a connection");
+        direct(&mut conn, &msg).await?;
+        let _cents = generic(&mut *conn, &msg).await?.processed();
+        pooled(&mut conn, &msg).await?;
+        let _label = Consumer { label: "c" }.handle(&mut conn, &msg).await?.processed();
+        QueryResult::Ok(())
+    }));
+    task.await.expect("the task finished")
+}
+
+#[idempotent(id = msg.id, handler = "async.bb8_ref")]
+async fn bb8_by_ref(conn: &mut bb8::PooledConnection<'_, AsyncPgConnection>, msg: &Payment) -> QueryResult<()> {
+    diesel::sql_query("SELECT 1").execute(conn).await?;
+    Ok(())
+}
+
+#[allow(dead_code)]
+async fn by_value(pool: bb8::Pool<AsyncPgConnection>, msg: Payment) -> QueryResult<()> {
+    assert_send(pooled_by_value(pool.get().await.expect("a connection"), &msg)).await?;
+    assert_send(bb8_by_ref(&mut pool.get().await.expect("a connection"), &msg)).await
+}
+
+fn main() {}
