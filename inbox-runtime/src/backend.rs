@@ -48,6 +48,21 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// Writes the claim statement for `key` (used by [`crate::ClaimStatement`]).
     #[doc(hidden)]
     fn walk_claim<'b>(key: &'b ClaimKey, out: AstPass<'_, 'b, Self>) -> QueryResult<()>;
+
+    /// Writes one pruning batch (used by [`crate::prune::PruneBatchStatement`]).
+    #[doc(hidden)]
+    fn walk_prune_batch<'b>(
+        batch: &'b crate::prune::PruneBatchStatement<'_>,
+        out: AstPass<'_, 'b, Self>,
+    ) -> QueryResult<()>;
+
+    /// SQL run right before a pruning batch's transaction begins (`""`: none).
+    #[doc(hidden)]
+    const PRUNE_BEFORE_BEGIN_SQL: &'static str;
+
+    /// SQL run first inside a pruning batch's transaction (`""`: none).
+    #[doc(hidden)]
+    const PRUNE_AFTER_BEGIN_SQL: &'static str;
 }
 
 mod sealed {
@@ -109,9 +124,18 @@ mod postgres {
     impl InboxBackend for Pg {
         const CREATE_SCHEMA_SQL: &'static str = schema_sql!("postgres", "up.sql");
         const DROP_SCHEMA_SQL: &'static str = schema_sql!("postgres", "down.sql");
+        const PRUNE_BEFORE_BEGIN_SQL: &'static str = "";
+        const PRUNE_AFTER_BEGIN_SQL: &'static str = crate::prune::statement::POSTGRES_AFTER_BEGIN;
 
         fn walk_claim<'b>(key: &'b ClaimKey, out: AstPass<'_, 'b, Self>) -> QueryResult<()> {
             walk_insert_on_conflict_do_nothing(key, out)
+        }
+
+        fn walk_prune_batch<'b>(
+            batch: &'b crate::prune::PruneBatchStatement<'_>,
+            out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            crate::prune::statement::walk_postgres(batch, out)
         }
     }
 }
@@ -126,9 +150,18 @@ mod sqlite {
     impl InboxBackend for Sqlite {
         const CREATE_SCHEMA_SQL: &'static str = schema_sql!("sqlite", "up.sql");
         const DROP_SCHEMA_SQL: &'static str = schema_sql!("sqlite", "down.sql");
+        const PRUNE_BEFORE_BEGIN_SQL: &'static str = "";
+        const PRUNE_AFTER_BEGIN_SQL: &'static str = "";
 
         fn walk_claim<'b>(key: &'b ClaimKey, out: AstPass<'_, 'b, Self>) -> QueryResult<()> {
             walk_insert_on_conflict_do_nothing(key, out)
+        }
+
+        fn walk_prune_batch<'b>(
+            batch: &'b crate::prune::PruneBatchStatement<'_>,
+            out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            crate::prune::statement::walk_sqlite(batch, out)
         }
     }
 }
@@ -143,12 +176,21 @@ mod mysql {
     impl InboxBackend for Mysql {
         const CREATE_SCHEMA_SQL: &'static str = schema_sql!("mysql", "up.sql");
         const DROP_SCHEMA_SQL: &'static str = schema_sql!("mysql", "down.sql");
+        const PRUNE_BEFORE_BEGIN_SQL: &'static str = crate::prune::statement::MYSQL_BEFORE_BEGIN;
+        const PRUNE_AFTER_BEGIN_SQL: &'static str = "";
 
         fn walk_claim<'b>(key: &'b ClaimKey, mut out: AstPass<'_, 'b, Self>) -> QueryResult<()> {
             // `ON DUPLICATE KEY UPDATE` cannot be used: Diesel connects with
             // CLIENT_FOUND_ROWS, so a duplicate would also report one row.
             out.push_sql("INSERT IGNORE INTO inbox_messages (handler, message_id) VALUES ");
             push_key(key, &mut out)
+        }
+
+        fn walk_prune_batch<'b>(
+            batch: &'b crate::prune::PruneBatchStatement<'_>,
+            out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            crate::prune::statement::walk_mysql(batch, out)
         }
     }
 }

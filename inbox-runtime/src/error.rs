@@ -87,6 +87,17 @@ pub enum InboxError {
     Database(diesel::result::Error),
     /// Applying the inbox's migrations failed.
     Migration(Box<dyn StdError + Send + Sync>),
+    /// A retention policy or pruning setting was refused: pruning with it
+    /// would be unsafe or meaningless (see [`RetentionProblem`]). Fix the
+    /// configuration; retrying will not help.
+    ///
+    /// [`RetentionProblem`]: crate::RetentionProblem
+    InvalidRetention {
+        /// The handler the setting was for, when it was handler-specific.
+        handler: Option<String>,
+        /// What is wrong with it.
+        problem: crate::retention::RetentionProblem,
+    },
 }
 
 impl InboxError {
@@ -100,7 +111,9 @@ impl InboxError {
     pub fn is_retryable(&self) -> bool {
         !matches!(
             self,
-            InboxError::InvalidMessageId { .. } | InboxError::InvalidHandlerName { .. }
+            InboxError::InvalidMessageId { .. }
+                | InboxError::InvalidHandlerName { .. }
+                | InboxError::InvalidRetention { .. }
         )
     }
 
@@ -152,6 +165,19 @@ impl fmt::Display for InboxError {
             }
             InboxError::Database(_) => f.write_str("the inbox's database operation failed"),
             InboxError::Migration(_) => f.write_str("applying the inbox's migrations failed"),
+            InboxError::InvalidRetention {
+                handler: None,
+                problem,
+            } => {
+                write!(f, "invalid retention setting: {problem}")
+            }
+            InboxError::InvalidRetention {
+                handler: Some(handler),
+                problem,
+            } => write!(
+                f,
+                "invalid retention setting for handler `{handler}`: {problem}"
+            ),
         }
     }
 }

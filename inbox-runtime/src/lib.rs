@@ -49,6 +49,8 @@
 //!   [`MessageId`].
 //! - `handler = "billing.apply_payment"`: the deduplication scope. Defaults to
 //!   the function's path; an explicit, stable name survives refactoring.
+//!   Required on methods (a `self` receiver or `Self` in the signature),
+//!   whose path would be shared with same-named methods of other types.
 //! - `conn = name`: the connection parameter, by default the first `&mut`
 //!   parameter.
 //! - `crate = "path::to::inbox_runtime"`: for a renamed dependency.
@@ -64,10 +66,16 @@
 //! either: acknowledge after the handler returns, and keep ids longer than the
 //! broker's longest redelivery window.
 //!
+//! ## Async handlers
+//! With the `async` feature, `#[idempotent]` on an `async fn` runs on
+//! diesel-async connections (and deadpool / bb8 pools) with the same
+//! semantics; see [`run_idempotent_async`] for the steps and what a cancelled
+//! handler future leaves behind.
+//!
 //! ## Features
 //! `postgres`, `sqlite`, `mysql` (backends), `r2d2` (pooled connections),
 //! `uuid` ([`MessageId`] for `uuid::Uuid`), `migrations` (embedded Diesel
-//! migrations).
+//! migrations), `async` (diesel-async handlers), `deadpool`, `bb8` (its pools).
 
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
@@ -81,6 +89,8 @@ mod error;
 mod key;
 mod message_id;
 mod outcome;
+pub mod prune;
+mod retention;
 mod transaction;
 
 #[cfg(feature = "migrations")]
@@ -116,5 +126,9 @@ pub use error::{HandlerError, InboxError, KeyProblem};
 pub use key::{ClaimKey, HandlerName, MAX_HANDLER_BYTES, MAX_MESSAGE_ID_BYTES};
 pub use message_id::MessageId;
 pub use outcome::{OnDuplicate, Outcome};
+pub use prune::{Prune, PruneError, PruneReport};
+pub use retention::{
+    format_duration, parse_duration, RetentionPolicy, RetentionProblem, MAX_RETENTION,
+};
 pub use schema::setup;
 pub use transaction::run_idempotent;

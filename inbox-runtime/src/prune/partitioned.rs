@@ -1,0 +1,700 @@
+//! PostgreSQL at scale: ids kept in generations that are dropped whole
+//! instead of deleted row by row.
+//!
+//! # When to pick it
+//!
+//! Batched deletes ([`Prune`](crate::Prune)) are the default and are fine up
+//! to tens of millions of rows: each batch is cheap, but every deleted row
+//! still costs WAL, index maintenance and vacuum work, on the same table live
+//! handlers write to. Pick the generation layout when the inbox takes
+//! hundreds of messages per second or more with a window of days (100M+
+//! rows), or when vacuum cannot keep up with the deletes: dropping a
+//! generation is a catalog operation, whatever its size, and leaves no dead
+//! rows behind. Stay with batches when you need per-handler windows (a
+//! generation holds every handler's ids) or run PostgreSQL older than 14.
+//!
+//! # Why not range partitions on `received_at`
+//!
+//! PostgreSQL requires every unique constraint of a partitioned table to
+//! include the partition key. Partitioning on `received_at` would make the
+//! key `(handler, message_id, received_at)`, and since `received_at` is the
+//! time of each delivery, a redelivery would get a key of its own and be
+//! processed again: no deduplication at all, not even inside one partition.
+//! The claim's `ON CONFLICT (handler, message_id)` also needs a unique index
+//! on exactly those two columns.
+//!
+//! # How it works
+//!
+//! - `inbox_messages` stays a plain table holding the **current generation**,
+//!   with the primary key `(handler, message_id)`: the claim statement and
+//!   `#[idempotent]` handlers work unchanged.
+//! - Earlier generations are partitions of `inbox_messages_archive`, one per
+//!   generation (range-partitioned on a `generation` number; each generation
+//!   covers a span of `received_at` recorded in `inbox_generations`).
+//! - [`rotate`] (every `period`, done by [`Maintenance`]) renames the current
+//!   table into the archive and creates an empty one. It waits for claims in
+//!   progress and new claims queue behind it, for at most its lock timeout.
+//!   The next table always exists, so there is no "no partition for this row"
+//!   outage to guard against by creating partitions ahead of time.
+//! - A trigger on the current table looks each new id up in the archive (an
+//!   index probe per generation) and skips the insert of an id found there:
+//!   the claim reports [`Claim::Duplicate`](crate::Claim).
+//! - [`drop_expired`] detaches (`DETACH PARTITION … CONCURRENTLY`, which
+//!   blocks no claim) and drops every generation that ended before the
+//!   window.
+//!
+//! # The guarantee
+//!
+//! A claim is a duplicate if the id was claimed in the current generation
+//! (primary key, as in the plain layout) or in any archived generation not
+//! yet dropped. A generation is dropped only once its *end* is older than the
+//! window, so an id is kept for at least the window and at most the window
+//! plus one period. Concurrent deliveries of one id across a rotation are
+//! safe at every isolation level:
+//! - `READ COMMITTED` (the default): the rotation waits for every claim of
+//!   the old generation to finish, and a claim's trigger reads with a fresh
+//!   snapshot, so it sees every id the rotation archived.
+//! - `REPEATABLE READ` / `SERIALIZABLE`: a transaction whose snapshot
+//!   predates the latest rotation could miss an id archived by it, so the
+//!   trigger refuses it with a serialization failure (SQLSTATE `40001`)
+//!   before anything else ran. `run_idempotent` (and so `#[idempotent]`)
+//!   retries a claim that fails that way; a claim inside a transaction of
+//!   your own is retried by retrying that transaction.
+//!
+//! The batched [`Prune`](crate::Prune) still works on this layout but only
+//! reaches the current generation. [`teardown`] returns to the plain layout
+//! (keeping every id); `inbox_runtime::schema::teardown` after it removes the
+//! inbox altogether.
+//!
+//! # Operating it
+//!
+//! - Run [`Maintenance`] well within the period (e.g. hourly for daily
+//!   generations), from cron (`cargo run --example prune --features postgres
+//!   -- --older-than 7d --generations 1d`) or a `BackgroundPruner`.
+//! - A rotation waits for the claims in progress, and new claims wait behind
+//!   it, for at most its lock timeout ([`DEFAULT_LOCK_TIMEOUT`]); handlers
+//!   whose transactions last longer than that make it fail (reported,
+//!   retried at the next run). Watch [`generations`]: a current generation
+//!   much older than the period means rotations keep failing.
+//! - Every claim probes each archived generation's primary key: keep their
+//!   number modest (window / period, e.g. 7 to 30).
+//! - Converting takes one `ALTER TABLE` (see [`setup`]); filling through
+//!   the trigger costs a little per claim.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use diesel::{Connection, PgConnection};
+//! use inbox_runtime::{RetentionPolicy, prune::partitioned};
+//!
+//! let mut conn = PgConnection::establish("postgres://localhost/app")?;
+//! partitioned::setup(&mut conn)?; // plain schema + conversion, idempotent
+//! let maintenance = partitioned::Maintenance::new(
+//!     RetentionPolicy::parse("7d", "2d")?,
+//!     Duration::from_secs(86_400), // one generation per day
+//! )?;
+//! // From cron or a BackgroundPruner: rotate when due, drop what expired.
+//! let report = maintenance.run(&mut conn)?;
+//! println!("{report}");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fmt;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use diesel::connection::SimpleConnection;
+use diesel::pg::PgConnection;
+use diesel::sql_types::{BigInt, Bool, Nullable, Text};
+use diesel::{Connection, QueryableByName, RunQueryDsl};
+
+use super::{PruneError, PruneReport};
+use crate::backend::InboxBackend;
+use crate::error::InboxError;
+use crate::retention::{RetentionPolicy, RetentionProblem};
+
+/// SQL converting the plain PostgreSQL inbox to the generation layout; safe
+/// to run again. Needs the plain schema first (see [`setup`]).
+///
+/// ```
+/// assert!(inbox_runtime::prune::partitioned::SETUP_SQL.contains("inbox_rotate"));
+/// ```
+pub const SETUP_SQL: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/migrations/postgres-partitioned/2026-12-02-000000_partition_inbox_messages/up.sql"
+));
+
+/// SQL converting back to the plain layout; every archived id is copied
+/// back into `inbox_messages` first, so none is forgotten.
+///
+/// ```
+/// assert!(inbox_runtime::prune::partitioned::TEARDOWN_SQL.contains("inbox_messages_archive"));
+/// ```
+pub const TEARDOWN_SQL: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/migrations/postgres-partitioned/2026-12-02-000000_partition_inbox_messages/down.sql"
+));
+
+/// The conversion as a Diesel migration (version `20261202000000`), to run
+/// after [`crate::migrations::POSTGRES`]. Users of `diesel_cli` can copy
+/// `inbox-runtime/migrations/postgres-partitioned/` next to the plain one.
+///
+/// ```no_run
+/// use diesel::{Connection, PgConnection};
+/// use diesel_migrations::MigrationHarness;
+///
+/// let mut conn = PgConnection::establish("postgres://localhost/app")?;
+/// inbox_runtime::migrations::run_pending(&mut conn)?;
+/// conn.run_pending_migrations(inbox_runtime::prune::partitioned::MIGRATIONS)?;
+/// # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+/// ```
+#[cfg(feature = "migrations")]
+pub const MIGRATIONS: diesel_migrations::EmbeddedMigrations =
+    diesel_migrations::embed_migrations!("migrations/postgres-partitioned");
+
+/// The default time [`rotate`] waits for claims in progress before giving
+/// up (to retry at the next run). New claims queue behind a waiting
+/// rotation, so this bounds the latency it can add.
+///
+/// ```
+/// assert_eq!(inbox_runtime::prune::partitioned::DEFAULT_LOCK_TIMEOUT.as_millis(), 500);
+/// ```
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Creates the inbox (if needed) and converts it to the generation layout,
+/// in one transaction; running it again changes nothing.
+///
+/// The conversion adds a `generation` column to `inbox_messages`: instant on
+/// an empty or small table, a full scan under an exclusive lock on a large
+/// one (see the migration's comments for doing it online).
+///
+/// ```no_run
+/// use diesel::{Connection, PgConnection};
+/// let mut conn = PgConnection::establish("postgres://localhost/app")?;
+/// inbox_runtime::prune::partitioned::setup(&mut conn)?;
+/// assert!(inbox_runtime::prune::partitioned::is_partitioned(&mut conn)?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn setup(conn: &mut PgConnection) -> Result<(), InboxError> {
+    conn.transaction(|conn| {
+        conn.batch_execute(<diesel::pg::Pg as InboxBackend>::CREATE_SCHEMA_SQL)?;
+        conn.batch_execute(SETUP_SQL)
+    })?;
+    Ok(())
+}
+
+/// Converts back to the plain layout (see [`TEARDOWN_SQL`]), in one
+/// transaction.
+///
+/// ```no_run
+/// use diesel::{Connection, PgConnection};
+/// let mut conn = PgConnection::establish("postgres://localhost/app")?;
+/// inbox_runtime::prune::partitioned::teardown(&mut conn)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn teardown(conn: &mut PgConnection) -> Result<(), InboxError> {
+    conn.transaction(|conn| conn.batch_execute(TEARDOWN_SQL))?;
+    Ok(())
+}
+
+#[derive(QueryableByName)]
+struct Flag {
+    #[diesel(sql_type = Bool)]
+    flag: bool,
+}
+
+/// `true` when the inbox in `conn`'s search path uses the generation layout.
+///
+/// ```no_run
+/// use diesel::{Connection, PgConnection};
+/// let mut conn = PgConnection::establish("postgres://localhost/app")?;
+/// let partitioned = inbox_runtime::prune::partitioned::is_partitioned(&mut conn)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn is_partitioned(conn: &mut PgConnection) -> Result<bool, InboxError> {
+    let row: Flag = diesel::sql_query(
+        "SELECT to_regclass('inbox_generations') IS NOT NULL \
+         AND to_regclass('inbox_messages_archive') IS NOT NULL AS flag",
+    )
+    .get_result(conn)?;
+    Ok(row.flag)
+}
+
+/// One generation of ids, as listed by [`generations`].
+///
+/// ```no_run
+/// use diesel::{Connection, PgConnection};
+/// let mut conn = PgConnection::establish("postgres://localhost/app")?;
+/// for generation in inbox_runtime::prune::partitioned::generations(&mut conn)? {
+///     println!("{generation}");
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Generation {
+    /// Its number; the current generation has the highest.
+    pub generation: i64,
+    /// When it became current (database clock).
+    pub started_at: SystemTime,
+    /// When it was archived (database clock); `None` for the current one.
+    pub ended_at: Option<SystemTime>,
+}
+
+impl Generation {
+    /// `true` for the generation new claims go to.
+    ///
+    /// ```no_run
+    /// # use diesel::{Connection, PgConnection};
+    /// # let mut conn = PgConnection::establish("postgres://localhost/app")?;
+    /// let all = inbox_runtime::prune::partitioned::generations(&mut conn)?;
+    /// assert_eq!(all.iter().filter(|g| g.is_current()).count(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn is_current(&self) -> bool {
+        self.ended_at.is_none()
+    }
+
+    /// The table holding its ids (`inbox_messages` for the current one).
+    ///
+    /// ```no_run
+    /// # use diesel::{Connection, PgConnection};
+    /// # let mut conn = PgConnection::establish("postgres://localhost/app")?;
+    /// let all = inbox_runtime::prune::partitioned::generations(&mut conn)?;
+    /// assert_eq!(all.last().unwrap().table_name(), "inbox_messages");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn table_name(&self) -> String {
+        if self.is_current() {
+            "inbox_messages".to_owned()
+        } else {
+            archived_table(self.generation)
+        }
+    }
+}
+
+impl fmt::Display for Generation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let since = |time: SystemTime| {
+            time.duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs()
+        };
+        match self.ended_at {
+            None => write!(
+                f,
+                "generation {} (current, since unix time {})",
+                self.generation,
+                since(self.started_at)
+            ),
+            Some(ended) => write!(
+                f,
+                "generation {} (unix time {} to {})",
+                self.generation,
+                since(self.started_at),
+                since(ended)
+            ),
+        }
+    }
+}
+
+fn archived_table(generation: i64) -> String {
+    format!("inbox_messages_g{generation}")
+}
+
+#[derive(QueryableByName)]
+struct GenerationRow {
+    #[diesel(sql_type = BigInt)]
+    generation: i64,
+    #[diesel(sql_type = BigInt)]
+    started_micros: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    ended_micros: Option<i64>,
+}
+
+fn from_micros(micros: i64) -> SystemTime {
+    match u64::try_from(micros) {
+        Ok(after) => UNIX_EPOCH + Duration::from_micros(after),
+        Err(_) => UNIX_EPOCH - Duration::from_micros(micros.unsigned_abs()),
+    }
+}
+
+/// Every generation, oldest first.
+///
+/// ```no_run
+/// use diesel::{Connection, PgConnection};
+/// let mut conn = PgConnection::establish("postgres://localhost/app")?;
+/// let current = inbox_runtime::prune::partitioned::generations(&mut conn)?.pop();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn generations(conn: &mut PgConnection) -> Result<Vec<Generation>, InboxError> {
+    let rows: Vec<GenerationRow> = diesel::sql_query(
+        "SELECT generation, \
+                (extract(epoch FROM started_at) * 1000000)::bigint AS started_micros, \
+                (extract(epoch FROM ended_at) * 1000000)::bigint AS ended_micros \
+         FROM inbox_generations ORDER BY generation",
+    )
+    .load(conn)?;
+    Ok(rows
+        .into_iter()
+        .map(|row| Generation {
+            generation: row.generation,
+            started_at: from_micros(row.started_micros),
+            ended_at: row.ended_micros.map(from_micros),
+        })
+        .collect())
+}
+
+#[derive(QueryableByName)]
+struct Rotated {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    generation: Option<i64>,
+}
+
+/// Starts a new generation now and returns its number; see
+/// [`rotate_if_older_than`].
+///
+/// ```no_run
+/// use diesel::{Connection, PgConnection};
+/// use inbox_runtime::prune::partitioned;
+/// let mut conn = PgConnection::establish("postgres://localhost/app")?;
+/// let next = partitioned::rotate(&mut conn, partitioned::DEFAULT_LOCK_TIMEOUT)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn rotate(conn: &mut PgConnection, lock_timeout: Duration) -> Result<i64, InboxError> {
+    rotate_if_older_than(conn, Duration::ZERO, lock_timeout)?.ok_or_else(|| {
+        // Unreachable: a zero minimum age always rotates.
+        InboxError::Database(diesel::result::Error::NotFound)
+    })
+}
+
+/// Starts a new generation if the current one began at least `min_age` ago
+/// (by the database clock), returning the new generation's number, or
+/// `None` when it is not due.
+///
+/// The rotation takes an exclusive lock on `inbox_messages` for a few
+/// milliseconds: it waits for claims in progress, and new claims wait behind
+/// it. If the lock is not granted within `lock_timeout`, nothing changes and
+/// the error (SQLSTATE `55P03`) is returned: retry later.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use diesel::{Connection, PgConnection};
+/// use inbox_runtime::prune::partitioned;
+/// let mut conn = PgConnection::establish("postgres://localhost/app")?;
+/// let day = Duration::from_secs(86_400);
+/// if let Some(generation) = partitioned::rotate_if_older_than(&mut conn, day, partitioned::DEFAULT_LOCK_TIMEOUT)? {
+///     println!("generation {generation} started");
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn rotate_if_older_than(
+    conn: &mut PgConnection,
+    min_age: Duration,
+    lock_timeout: Duration,
+) -> Result<Option<i64>, InboxError> {
+    let min_age = i64::try_from(min_age.as_micros()).unwrap_or(i64::MAX);
+    // `SET LOCAL` takes no bind parameters; the value is an integer.
+    let timeout_ms = lock_timeout.as_millis().clamp(1, i32::MAX as u128);
+    let rotated = conn.transaction(|conn| {
+        conn.batch_execute(&format!("SET LOCAL lock_timeout = {timeout_ms}"))?;
+        diesel::sql_query("SELECT inbox_rotate($1 * INTERVAL '1 microsecond') AS generation")
+            .bind::<BigInt, _>(min_age)
+            .get_result::<Rotated>(conn)
+    })?;
+    Ok(rotated.generation)
+}
+
+#[derive(QueryableByName)]
+struct Expired {
+    #[diesel(sql_type = BigInt)]
+    generation: i64,
+}
+
+#[derive(QueryableByName)]
+struct Attachment {
+    #[diesel(sql_type = Nullable<Bool>)]
+    detach_pending: Option<bool>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    estimated_rows: Option<i64>,
+}
+
+/// Drops every archived generation that ended more than the policy's
+/// longest window ago (by the database clock). Each is detached with
+/// `DETACH PARTITION … CONCURRENTLY`, which waits for transactions still
+/// reading it but blocks no claim, then dropped; an interrupted drop is
+/// finished by the next call. Several nodes may call it: one at a time does
+/// the work (a session advisory lock), the others return at once with an
+/// empty report that is not caught up. The report counts dropped generations in
+/// `partitions_dropped` and their rows (the planner's estimate) in
+/// `rows_deleted`.
+///
+/// A policy restricted to one handler ([`RetentionPolicy::only`]) is refused:
+/// generations hold every handler's ids. Per-handler windows are honoured by
+/// keeping generations for the longest one.
+///
+/// ```no_run
+/// use diesel::{Connection, PgConnection};
+/// use inbox_runtime::{RetentionPolicy, prune::partitioned};
+/// let mut conn = PgConnection::establish("postgres://localhost/app")?;
+/// let report = partitioned::drop_expired(&mut conn, &RetentionPolicy::parse("7d", "2d")?)?;
+/// println!("{report}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn drop_expired(
+    conn: &mut PgConnection,
+    policy: &RetentionPolicy,
+) -> Result<PruneReport, PruneError> {
+    check_policy(policy)?;
+    exclusively(conn, |conn| drop_expired_until(conn, policy, &|| false))
+}
+
+/// Runs `work` holding the inbox's maintenance lock (a session advisory lock
+/// per schema), so that pruners on several nodes do not detach the same
+/// generation at once. If another session holds it, does nothing and
+/// reports that it is not caught up.
+fn exclusively(
+    conn: &mut PgConnection,
+    work: impl FnOnce(&mut PgConnection) -> Result<PruneReport, PruneError>,
+) -> Result<PruneReport, PruneError> {
+    const KEY: &str = "hashtext(current_schema() || '.inbox_messages maintenance')";
+    let locked: Flag = diesel::sql_query(format!("SELECT pg_try_advisory_lock({KEY}) AS flag"))
+        .get_result(conn)
+        .map_err(InboxError::from)?;
+    if !locked.flag {
+        return Ok(PruneReport::default());
+    }
+    let result = work(conn);
+    let unlocked = diesel::sql_query(format!("SELECT pg_advisory_unlock({KEY}) AS flag"))
+        .get_result::<Flag>(conn)
+        .map_err(InboxError::from);
+    match (result, unlocked) {
+        (Ok(_), Err(error)) => Err(error.into()),
+        (result, _) => result,
+    }
+}
+
+fn check_policy(policy: &RetentionPolicy) -> Result<(), InboxError> {
+    match policy.only_handler() {
+        Some(handler) => Err(InboxError::InvalidRetention {
+            handler: Some(handler.as_str().to_owned()),
+            problem: RetentionProblem::HandlerScopeNeedsBatches,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn drop_expired_until(
+    conn: &mut PgConnection,
+    policy: &RetentionPolicy,
+    should_stop: &dyn Fn() -> bool,
+) -> Result<PruneReport, PruneError> {
+    let started = Instant::now();
+    let mut report = PruneReport::default();
+    let fail = |report: &PruneReport, error: InboxError| {
+        PruneError::new(
+            PruneReport {
+                elapsed: started.elapsed(),
+                ..report.clone()
+            },
+            error,
+        )
+    };
+    check_policy(policy).map_err(|error| fail(&report, error))?;
+    let window = i64::try_from(policy.longest_window().as_micros()).unwrap_or(i64::MAX);
+    let expired: Vec<Expired> = diesel::sql_query(
+        "SELECT generation FROM inbox_generations \
+         WHERE ended_at IS NOT NULL AND ended_at < now() - $1 * INTERVAL '1 microsecond' \
+         ORDER BY generation",
+    )
+    .bind::<BigInt, _>(window)
+    .load(conn)
+    .map_err(|error| fail(&report, error.into()))?;
+    report.caught_up = true;
+    for Expired { generation } in expired {
+        if should_stop() {
+            report.caught_up = false;
+            break;
+        }
+        let rows =
+            drop_generation(conn, generation).map_err(|error| fail(&report, error.into()))?;
+        report.partitions_dropped += 1;
+        report.batches += 1;
+        report.rows_deleted += rows;
+    }
+    if report.caught_up {
+        report.passes_caught_up = 1;
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Detaches (if still attached) and drops one archived generation, then
+/// forgets it; returns its estimated row count.
+fn drop_generation(conn: &mut PgConnection, generation: i64) -> diesel::QueryResult<u64> {
+    let table = archived_table(generation);
+    let attachment: Attachment = diesel::sql_query(
+        "SELECT (SELECT i.inhdetachpending FROM pg_inherits i \
+                 WHERE i.inhrelid = c.oid AND i.inhparent = to_regclass('inbox_messages_archive')) AS detach_pending, \
+                greatest(c.reltuples, 0)::bigint AS estimated_rows \
+         FROM (SELECT to_regclass($1) AS oid) AS t LEFT JOIN pg_class c ON c.oid = t.oid",
+    )
+    .bind::<Text, _>(&table)
+    .get_result(conn)?;
+    match attachment.detach_pending {
+        // Attached: detach without blocking claims (not allowed in a transaction).
+        Some(false) => conn.batch_execute(&format!(
+            "ALTER TABLE inbox_messages_archive DETACH PARTITION {table} CONCURRENTLY"
+        ))?,
+        // A concurrent detach was interrupted: finish it.
+        Some(true) => conn.batch_execute(&format!(
+            "ALTER TABLE inbox_messages_archive DETACH PARTITION {table} FINALIZE"
+        ))?,
+        None => {} // already detached, or already dropped
+    }
+    conn.transaction(|conn| {
+        conn.batch_execute(&format!("DROP TABLE IF EXISTS {table}"))?;
+        diesel::sql_query(
+            "DELETE FROM inbox_generations WHERE generation = $1 AND ended_at IS NOT NULL",
+        )
+        .bind::<BigInt, _>(generation)
+        .execute(conn)
+    })?;
+    Ok(attachment.estimated_rows.map_or(0, i64::unsigned_abs))
+}
+
+/// The generation layout's periodic work: drop expired generations, then
+/// rotate if the current generation is older than the period. Run it from
+/// cron or a `BackgroundPruner` at an
+/// interval well below the period.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use diesel::{Connection, PgConnection};
+/// use inbox_runtime::{RetentionPolicy, prune::partitioned::Maintenance};
+///
+/// let mut conn = PgConnection::establish("postgres://localhost/app")?;
+/// let maintenance = Maintenance::new(RetentionPolicy::parse("7d", "2d")?, Duration::from_secs(86_400))?
+///     .lock_timeout(Duration::from_millis(200));
+/// let report = maintenance.run(&mut conn)?;
+/// assert!(report.partitions_created <= 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Maintenance {
+    policy: RetentionPolicy,
+    period: Duration,
+    lock_timeout: Duration,
+}
+
+impl Maintenance {
+    /// Keeps ids for `policy`'s longest window, in generations of `period`
+    /// each: ids live between the window and the window plus one period.
+    /// Refused: a zero period, a policy restricted to one handler.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use inbox_runtime::{HandlerName, RetentionPolicy, prune::partitioned::Maintenance};
+    ///
+    /// let policy = RetentionPolicy::parse("7d", "2d")?;
+    /// assert!(Maintenance::new(policy.clone(), Duration::from_secs(3_600)).is_ok());
+    /// assert!(Maintenance::new(policy.clone(), Duration::ZERO).is_err());
+    /// assert!(Maintenance::new(policy.only(HandlerName::new("h")?), Duration::from_secs(3_600)).is_err());
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn new(policy: RetentionPolicy, period: Duration) -> Result<Self, InboxError> {
+        check_policy(&policy)?;
+        if period.is_zero() {
+            return Err(InboxError::InvalidRetention {
+                handler: None,
+                problem: RetentionProblem::ZeroPeriod,
+            });
+        }
+        Ok(Maintenance {
+            policy,
+            period,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+        })
+    }
+
+    /// How long a rotation waits for claims in progress (default
+    /// [`DEFAULT_LOCK_TIMEOUT`]); see [`rotate_if_older_than`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use inbox_runtime::{RetentionPolicy, prune::partitioned::Maintenance};
+    /// let maintenance = Maintenance::new(RetentionPolicy::parse("7d", "2d")?, Duration::from_secs(3_600))?
+    ///     .lock_timeout(Duration::from_secs(1));
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    /// The policy applied.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use inbox_runtime::{RetentionPolicy, prune::partitioned::Maintenance};
+    /// let maintenance = Maintenance::new(RetentionPolicy::parse("7d", "2d")?, Duration::from_secs(3_600))?;
+    /// assert_eq!(maintenance.policy().keep().as_secs(), 7 * 86_400);
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn policy(&self) -> &RetentionPolicy {
+        &self.policy
+    }
+
+    /// Drops expired generations, then rotates if due.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use diesel::{Connection, PgConnection};
+    /// # use inbox_runtime::{RetentionPolicy, prune::partitioned::Maintenance};
+    /// # let mut conn = PgConnection::establish("postgres://localhost/app")?;
+    /// let maintenance = Maintenance::new(RetentionPolicy::parse("7d", "2d")?, Duration::from_secs(86_400))?;
+    /// println!("{}", maintenance.run(&mut conn)?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn run(&self, conn: &mut PgConnection) -> Result<PruneReport, PruneError> {
+        self.run_until(conn, &|| false)
+    }
+
+    fn run_until(
+        &self,
+        conn: &mut PgConnection,
+        should_stop: &dyn Fn() -> bool,
+    ) -> Result<PruneReport, PruneError> {
+        exclusively(conn, |conn| self.run_locked(conn, should_stop))
+    }
+
+    fn run_locked(
+        &self,
+        conn: &mut PgConnection,
+        should_stop: &dyn Fn() -> bool,
+    ) -> Result<PruneReport, PruneError> {
+        let started = Instant::now();
+        let mut report = drop_expired_until(conn, &self.policy, should_stop)?;
+        if !should_stop() {
+            match rotate_if_older_than(conn, self.period, self.lock_timeout) {
+                Ok(Some(_)) => report.partitions_created += 1,
+                Ok(None) => {}
+                Err(error) => {
+                    report.elapsed = started.elapsed();
+                    return Err(PruneError::new(report, error));
+                }
+            }
+        }
+        report.elapsed = started.elapsed();
+        Ok(report)
+    }
+}
+
+#[cfg(feature = "r2d2")]
+impl super::PruneJob<PgConnection> for Maintenance {
+    fn run_job(
+        &mut self,
+        conn: &mut PgConnection,
+        should_stop: &dyn Fn() -> bool,
+    ) -> Result<PruneReport, PruneError> {
+        self.run_until(conn, should_stop)
+    }
+}

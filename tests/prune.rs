@@ -1,0 +1,43 @@
+//! Retention and pruning against real databases: PostgreSQL, MariaDB/MySQL
+//! and SQLite (see `inbox_suite::testdb`).
+//!
+//! - `window`: rows inside the window stay, rows outside go, on every backend,
+//!   by batches, per handler scope;
+//! - `open_transactions`: ids held by a transaction still open are never
+//!   removed, and the pruner does not wait for them;
+//! - `concurrent`: pruners running while handlers claim new ids (PostgreSQL,
+//!   MariaDB): no errors, no deadlocks, no in-window row lost;
+//! - `background`: the pruning thread stops on its handle and survives the
+//!   database going away (a TCP proxy cut, and killed backends);
+//! - `partitioned`: PostgreSQL's generation layout: duplicates across
+//!   generations, expired generations dropped, rotation under concurrency;
+//! - `policy`: bad policies are rejected with clear errors;
+//! - `asynchronous`: the same pruning on diesel-async connections.
+//!
+//! Rows are backdated by writing `received_at` directly: the tests never
+//! sleep for a retention window. No assertion depends on timing.
+//!
+//! Run: `cargo test -p inbox-suite --all-features --test prune`
+
+#![allow(missing_docs)]
+
+#[path = "prune/common.rs"]
+mod common;
+#[path = "prune/proxy.rs"]
+mod proxy;
+
+#[path = "prune/asynchronous.rs"]
+mod asynchronous;
+#[path = "prune/background.rs"]
+mod background;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[path = "prune/concurrent.rs"]
+mod concurrent;
+#[path = "prune/open_transactions.rs"]
+mod open_transactions;
+#[path = "prune/partitioned.rs"]
+mod partitioned;
+#[path = "prune/policy.rs"]
+mod policy;
+#[path = "prune/window.rs"]
+mod window;

@@ -1,0 +1,382 @@
+//! PostgreSQL's generation layout: the stock claim still deduplicates
+//! across generations, expired generations are dropped whole, and rotation
+//! is safe under concurrent deliveries at READ COMMITTED and REPEATABLE READ.
+
+#![cfg(feature = "postgres")]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::result::DatabaseErrorKind;
+use inbox_runtime::prune::partitioned::{self, Maintenance};
+use inbox_runtime::{InboxError, Outcome, Prune};
+use inbox_suite::testdb::{PgDatabase, TestDatabase as _};
+
+use crate::common::*;
+
+const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn partitioned_db() -> Option<(PgDatabase, PgConnection)> {
+    let db = PgDatabase::open()?;
+    let mut conn = db.connect();
+    partitioned::setup(&mut conn).expect("convert to the generation layout");
+    Some((db, conn))
+}
+
+fn processed(conn: &mut PgConnection, id: &str) -> bool {
+    match deliver(conn, "h", id, false).expect("delivery succeeds") {
+        Outcome::Processed(()) => true,
+        Outcome::Duplicate => false,
+    }
+}
+
+/// Pretends generation `generation` ended `ago` seconds ago.
+fn age_generation(conn: &mut PgConnection, generation: i64, ago: i64) {
+    conn.batch_execute(&format!(
+        "UPDATE inbox_generations SET started_at = now() - interval '{} seconds', \
+         ended_at = now() - interval '{ago} seconds' WHERE generation = {generation}",
+        ago + HOUR
+    ))
+    .unwrap();
+}
+
+#[test]
+fn duplicates_are_detected_across_generations() {
+    let Some((_db, mut conn)) = partitioned_db() else {
+        return;
+    };
+    partitioned::setup(&mut conn).expect("setup is idempotent");
+    assert!(partitioned::is_partitioned(&mut conn).unwrap());
+    let generations = partitioned::generations(&mut conn).unwrap();
+    assert_eq!(generations.len(), 1);
+    assert!(generations[0].is_current());
+
+    assert!(processed(&mut conn, "a"));
+    assert!(processed(&mut conn, "b"));
+    assert_eq!(partitioned::rotate(&mut conn, LOCK_TIMEOUT).unwrap(), 2);
+    assert!(!processed(&mut conn, "a"), "claimed in generation 1");
+    assert!(processed(&mut conn, "c"));
+    assert!(
+        !processed(&mut conn, "c"),
+        "claimed in the current generation"
+    );
+    assert_eq!(partitioned::rotate(&mut conn, LOCK_TIMEOUT).unwrap(), 3);
+    assert_eq!(partitioned::rotate(&mut conn, LOCK_TIMEOUT).unwrap(), 4);
+    for id in ["a", "b", "c"] {
+        assert!(!processed(&mut conn, id), "{id} is still remembered");
+    }
+
+    let generations = partitioned::generations(&mut conn).unwrap();
+    let numbers: Vec<i64> = generations.iter().map(|g| g.generation).collect();
+    assert_eq!(numbers, [1, 2, 3, 4]);
+    assert_eq!(generations[0].table_name(), "inbox_messages_g1");
+    assert_eq!(generations[3].table_name(), "inbox_messages");
+    assert!(generations
+        .windows(2)
+        .all(|w| w[0].ended_at == Some(w[1].started_at)));
+
+    // Back to the plain layout: archived ids come back with it.
+    partitioned::teardown(&mut conn).unwrap();
+    assert!(!partitioned::is_partitioned(&mut conn).unwrap());
+    for id in ["a", "b", "c"] {
+        assert!(!processed(&mut conn, id), "{id} survived the teardown");
+    }
+    assert_eq!(PgDatabase::count(&mut conn), 3);
+}
+
+#[test]
+fn expired_generations_are_dropped_whole() {
+    let Some((_db, mut conn)) = partitioned_db() else {
+        return;
+    };
+    seed::<PgDatabase>(&mut conn, "h", &ids("g1", 300), None);
+    partitioned::rotate(&mut conn, LOCK_TIMEOUT).unwrap();
+    seed::<PgDatabase>(&mut conn, "h", &ids("g2", 200), None);
+    partitioned::rotate(&mut conn, LOCK_TIMEOUT).unwrap();
+    seed::<PgDatabase>(&mut conn, "h", &ids("g3", 100), None);
+    conn.batch_execute("ANALYZE inbox_messages_g1").unwrap();
+
+    // Generation 1 ended 8 days ago, generation 2 six days ago.
+    age_generation(&mut conn, 1, 8 * DAY);
+    age_generation(&mut conn, 2, 6 * DAY);
+    let keep_a_week = policy(7 * DAY, DAY);
+    let report = partitioned::drop_expired(&mut conn, &keep_a_week).unwrap();
+    assert_eq!(report.partitions_dropped, 1, "{report}");
+    assert_eq!(
+        report.rows_deleted, 300,
+        "the planner's estimate after ANALYZE: {report}"
+    );
+    let exists: Vec<i64> = partitioned::generations(&mut conn)
+        .unwrap()
+        .iter()
+        .map(|g| g.generation)
+        .collect();
+    assert_eq!(exists, [2, 3]);
+    assert!(
+        processed(&mut conn, "g1-0"),
+        "a dropped generation's ids are forgotten"
+    );
+    assert!(
+        !processed(&mut conn, "g2-0"),
+        "generation 2 is inside the window"
+    );
+    assert!(!processed(&mut conn, "g3-0"));
+
+    // Per-handler windows keep generations for the longest one.
+    let longer_for_audit = keep_a_week
+        .clone()
+        .with_handler(handler("audit"), secs(30 * DAY))
+        .unwrap();
+    age_generation(&mut conn, 2, 20 * DAY);
+    let report = partitioned::drop_expired(&mut conn, &longer_for_audit).unwrap();
+    assert_eq!(report.partitions_dropped, 0, "{report}");
+    let report = partitioned::drop_expired(&mut conn, &keep_a_week).unwrap();
+    assert_eq!(report.partitions_dropped, 1, "{report}");
+
+    // A policy for one handler cannot drop generations of everybody.
+    let err = partitioned::drop_expired(&mut conn, &keep_a_week.only(handler("h"))).unwrap_err();
+    assert!(
+        matches!(err.error(), InboxError::InvalidRetention { .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_interrupted_detach_is_finished_by_the_next_drop() {
+    let Some((_db, mut conn)) = partitioned_db() else {
+        return;
+    };
+    seed::<PgDatabase>(&mut conn, "h", &ids("g1", 10), None);
+    partitioned::rotate(&mut conn, LOCK_TIMEOUT).unwrap();
+    age_generation(&mut conn, 1, 30 * DAY);
+    // Detached by hand, as if a prune died between detaching and dropping.
+    conn.batch_execute("ALTER TABLE inbox_messages_archive DETACH PARTITION inbox_messages_g1")
+        .unwrap();
+    let report = partitioned::drop_expired(&mut conn, &policy(7 * DAY, DAY)).unwrap();
+    assert_eq!(report.partitions_dropped, 1, "{report}");
+    assert!(processed(&mut conn, "g1-0"));
+}
+
+#[test]
+fn maintenance_rotates_when_due_and_drops_what_expired() {
+    let Some((_db, mut conn)) = partitioned_db() else {
+        return;
+    };
+    let maintenance = Maintenance::new(policy(7 * DAY, DAY), secs(DAY))
+        .unwrap()
+        .lock_timeout(LOCK_TIMEOUT);
+    let report = maintenance.run(&mut conn).unwrap();
+    assert_eq!(
+        (report.partitions_created, report.partitions_dropped),
+        (0, 0),
+        "not due yet"
+    );
+
+    // The current generation started two days ago: rotate.
+    conn.batch_execute("UPDATE inbox_generations SET started_at = now() - interval '2 days'")
+        .unwrap();
+    assert!(processed(&mut conn, "x"));
+    let report = maintenance.run(&mut conn).unwrap();
+    assert_eq!(report.partitions_created, 1, "{report}");
+    assert!(!processed(&mut conn, "x"));
+
+    // Generation 1 ended long ago: dropped, and no new rotation yet.
+    age_generation(&mut conn, 1, 9 * DAY);
+    let report = maintenance.run(&mut conn).unwrap();
+    assert_eq!(
+        (report.partitions_created, report.partitions_dropped),
+        (0, 1),
+        "{report}"
+    );
+    assert!(processed(&mut conn, "x"));
+
+    // Batched pruning still works on the current generation.
+    seed::<PgDatabase>(&mut conn, "h", &ids("old", 30), Some(30 * DAY));
+    let report = Prune::new(policy(7 * DAY, DAY)).run(&mut conn).unwrap();
+    assert_eq!(report.rows_deleted, 30, "{report}");
+}
+
+/// A REPEATABLE READ transaction whose snapshot predates a rotation must not
+/// claim an id archived by it: the guard refuses it with 40001, and the
+/// retry sees the duplicate.
+#[test]
+fn repeatable_read_snapshot_older_than_a_rotation_is_refused() {
+    let Some((db, mut conn)) = partitioned_db() else {
+        return;
+    };
+    let mut late = db.connect();
+    late.batch_execute(
+        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    )
+    .unwrap();
+    let result = late.transaction(|late| {
+        // The snapshot is taken here, before "k" exists.
+        diesel::sql_query("SELECT 1").execute(late)?;
+        assert!(processed(&mut conn, "k"));
+        partitioned::rotate(&mut conn, LOCK_TIMEOUT).unwrap();
+        // "k" is now archived, invisible to this snapshot.
+        let key = inbox_runtime::ClaimKey::new(handler("h"), "k").unwrap();
+        inbox_runtime::claim(late, &key)
+    });
+    assert!(
+        matches!(
+            result,
+            Err(diesel::result::Error::DatabaseError(
+                DatabaseErrorKind::SerializationFailure,
+                _
+            ))
+        ),
+        "{result:?}"
+    );
+    assert!(!processed(&mut late, "k"), "the retry sees the duplicate");
+}
+
+/// Workers deliver the same ids in different orders while generations
+/// rotate under them every few milliseconds: each id's effect happens once.
+fn deliveries_race_rotations(isolation: &str) {
+    let Some((db, mut conn)) = partitioned_db() else {
+        return;
+    };
+    create_ledger(&mut conn);
+    const WORKERS: usize = 4;
+    const IDS: usize = 300;
+    let all = ids("m", IDS);
+    let stop = AtomicBool::new(false);
+    let (rotations, retries) = thread::scope(|scope| {
+        let rotator = scope.spawn(|| {
+            let mut conn = db.connect();
+            let mut rotations = 0;
+            // Every claim probes each archived generation: keep their number
+            // realistic (a week of daily generations is 7).
+            while !stop.load(Ordering::SeqCst) && rotations < 40 {
+                partitioned::rotate(&mut conn, LOCK_TIMEOUT).expect("rotation succeeds");
+                rotations += 1;
+                thread::sleep(Duration::from_millis(20));
+            }
+            rotations
+        });
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|worker| {
+                let (db, all) = (&db, &all);
+                scope.spawn(move || {
+                    let mut conn = db.connect();
+                    conn.batch_execute(&format!(
+                        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL {isolation}"
+                    ))
+                    .unwrap();
+                    let mut retries = 0;
+                    for i in 0..IDS {
+                        // Pairs of workers in near lockstep (same ids at the
+                        // same time), in opposite directions across pairs.
+                        let position = if worker % 2 == 0 {
+                            i + worker
+                        } else {
+                            IDS - 1 - i + worker
+                        };
+                        let id = &all[position % IDS];
+                        loop {
+                            match deliver(&mut conn, "h", id, true) {
+                                Ok(_) => break,
+                                Err(InboxError::Database(
+                                    diesel::result::Error::DatabaseError(
+                                        DatabaseErrorKind::SerializationFailure,
+                                        _,
+                                    ),
+                                )) => retries += 1,
+                                Err(error) => panic!("{id}: {error}: {error:?}"),
+                            }
+                        }
+                    }
+                    retries
+                })
+            })
+            .collect();
+        let retries: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        stop.store(true, Ordering::SeqCst);
+        (rotator.join().unwrap(), retries)
+    });
+    let mut effects: BTreeMap<String, usize> = BTreeMap::new();
+    for id in PgDatabase::ledger(&mut conn) {
+        *effects.entry(id).or_default() += 1;
+    }
+    eprintln!("{isolation}: {rotations} rotations, {retries} serialization retries");
+    assert!(rotations > 1, "rotations happened during the deliveries");
+    assert_eq!(effects.len(), IDS, "every id processed");
+    let twice: Vec<_> = effects.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "processed more than once: {twice:?}");
+}
+
+#[test]
+fn deliveries_race_rotations_read_committed() {
+    deliveries_race_rotations("READ COMMITTED");
+}
+
+#[test]
+fn deliveries_race_rotations_repeatable_read() {
+    deliveries_race_rotations("REPEATABLE READ");
+}
+
+/// Pruners on several nodes: one at a time drops generations; the others
+/// return at once without touching anything.
+#[test]
+fn one_maintenance_at_a_time() {
+    let Some((db, mut conn)) = partitioned_db() else {
+        return;
+    };
+    partitioned::rotate(&mut conn, LOCK_TIMEOUT).unwrap();
+    age_generation(&mut conn, 1, 30 * DAY);
+    let mut other_node = db.connect();
+    other_node
+        .batch_execute(
+            "SELECT pg_advisory_lock(hashtext(current_schema() || '.inbox_messages maintenance'))",
+        )
+        .unwrap();
+    let report = partitioned::drop_expired(&mut conn, &policy(7 * DAY, DAY)).unwrap();
+    assert_eq!(
+        (report.partitions_dropped, report.caught_up),
+        (0, false),
+        "{report}"
+    );
+    other_node
+        .batch_execute("SELECT pg_advisory_unlock(hashtext(current_schema() || '.inbox_messages maintenance'))")
+        .unwrap();
+    let report = partitioned::drop_expired(&mut conn, &policy(7 * DAY, DAY)).unwrap();
+    assert_eq!(
+        (report.partitions_dropped, report.caught_up),
+        (1, true),
+        "{report}"
+    );
+}
+
+/// Applications often run the plain `setup` at every start: it must not
+/// disturb the generation layout.
+#[test]
+fn plain_setup_after_rotations_changes_nothing() {
+    let Some((_db, mut conn)) = partitioned_db() else {
+        return;
+    };
+    assert!(processed(&mut conn, "a"));
+    partitioned::rotate(&mut conn, LOCK_TIMEOUT).unwrap();
+    inbox_runtime::setup(&mut conn).unwrap();
+    partitioned::setup(&mut conn).unwrap();
+    #[derive(QueryableByName)]
+    struct Indexes {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let indexes: Indexes = diesel::sql_query(
+        "SELECT count(*) AS n FROM pg_index WHERE indrelid = 'inbox_messages'::regclass",
+    )
+    .get_result(&mut conn)
+    .unwrap();
+    assert_eq!(
+        indexes.n, 2,
+        "the primary key and the received_at index, no duplicate"
+    );
+    assert!(!processed(&mut conn, "a"));
+    assert_eq!(partitioned::generations(&mut conn).unwrap().len(), 2);
+}
