@@ -5,8 +5,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use inbox_runtime::InboxError;
-
 diesel::table! {
     /// What handler bodies write: one row per applied effect, with no unique
     /// constraint, so a second effect for a message shows up as a second row.
@@ -20,25 +18,9 @@ diesel::table! {
 pub const EFFECTS_DDL: &str =
     "CREATE TABLE async_effects (message_id VARCHAR(255) NOT NULL, worker INTEGER NOT NULL)";
 
-/// An application error type of the kind the attribute is meant for.
-#[derive(Debug)]
-pub enum AppError {
-    Db(diesel::result::Error),
-    Inbox(InboxError),
-    Rejected,
-}
-
-impl From<diesel::result::Error> for AppError {
-    fn from(error: diesel::result::Error) -> Self {
-        AppError::Db(error)
-    }
-}
-
-impl From<InboxError> for AppError {
-    fn from(error: InboxError) -> Self {
-        AppError::Inbox(error)
-    }
-}
+#[path = "../common/app_error.rs"]
+mod app_error;
+pub use app_error::AppError;
 
 /// A delivered message and how its handler body should behave.
 #[derive(Debug, Clone)]
@@ -160,7 +142,7 @@ macro_rules! async_suite {
             write_effect(conn, &msg.id, msg.worker).await?;
             tokio::task::yield_now().await;
             if msg.fail {
-                return Err(AppError::Rejected);
+                return Err(AppError::Rejected("the body failed"));
             }
             if msg.panic {
                 panic!("deliberate panic in the body");
@@ -265,7 +247,10 @@ macro_rules! async_suite {
         async fn an_error_rolls_back_the_claim_and_a_retry_processes() {
             let Some((_db, mut conn)) = fresh().await else { return };
             let failing = Msg::new("m-err").failing();
-            assert!(matches!(record(&mut conn, &failing).await, Err(AppError::Rejected)));
+            match record(&mut conn, &failing).await {
+                Err(AppError::Rejected(why)) => assert_eq!(why, "the body failed"),
+                other => panic!("expected the body's own error, got {other:?}"),
+            }
             assert_eq!(effects(&mut conn, "m-err").await, 0);
             assert_eq!(claims(&mut conn, "async.record", "m-err").await, 0);
             let retry = Msg::new("m-err");

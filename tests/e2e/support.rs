@@ -6,8 +6,6 @@ use std::cell::Cell;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
 
-use inbox_runtime::InboxError;
-
 diesel::table! {
     /// What handler bodies write. Deliberately without any unique constraint
     /// in the database (the declared key is only for Diesel): a second effect
@@ -20,35 +18,9 @@ diesel::table! {
     }
 }
 
-/// An application error type of the kind the attribute is meant for.
-#[derive(Debug)]
-pub enum AppError {
-    Db(diesel::result::Error),
-    Inbox(InboxError),
-    Rejected(&'static str),
-}
-
-impl From<diesel::result::Error> for AppError {
-    fn from(error: diesel::result::Error) -> Self {
-        AppError::Db(error)
-    }
-}
-
-impl From<InboxError> for AppError {
-    fn from(error: InboxError) -> Self {
-        AppError::Inbox(error)
-    }
-}
-
-impl AppError {
-    /// The inbox error inside, if that is what this is.
-    pub fn inbox(&self) -> Option<&InboxError> {
-        match self {
-            AppError::Inbox(error) => Some(error),
-            _ => None,
-        }
-    }
-}
+#[path = "../common/app_error.rs"]
+mod app_error;
+pub use app_error::AppError;
 
 /// How a handler body behaves on this delivery. A redelivery of the same id
 /// usually uses `Apply`, as after a transient failure.
