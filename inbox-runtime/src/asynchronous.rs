@@ -4,27 +4,6 @@
 //! [`AsyncPgConnection`](diesel_async::AsyncPgConnection) and
 //! [`AsyncMysqlConnection`](diesel_async::AsyncMysqlConnection), directly or
 //! from a deadpool or bb8 pool.
-//!
-//! # Cancellation
-//!
-//! `diesel-async` does not roll back when a transaction's future is dropped:
-//! the connection is left inside the open transaction. If a handler's future
-//! is dropped before it finishes (a `select!`, a timeout, an aborted task),
-//! the inbox marks the connection's transaction manager as broken:
-//!
-//! - nothing was committed, so the id stays unclaimed and a redelivery is
-//!   processed;
-//! - every further transaction on that connection fails with
-//!   `BrokenTransactionManager` instead of silently nesting inside the
-//!   abandoned transaction;
-//! - deadpool and bb8 refuse to reuse a broken connection: they close it, and
-//!   closing it makes the server roll the abandoned transaction back and
-//!   release its locks. bb8 does so when the connection is returned, deadpool
-//!   when it next recycles it.
-//!
-//! A connection you hold yourself must be dropped after a cancellation: until
-//! it is, the server keeps the abandoned transaction (and the row lock on the
-//! claimed id, which makes a concurrent delivery of the same id wait).
 
 use diesel::QueryResult;
 use diesel_async::{AsyncConnection, TransactionManager};
@@ -71,8 +50,8 @@ where
 /// async twin of [`run_idempotent`](crate::run_idempotent), with the same
 /// semantics (duplicates skip the body, `Err` and panics roll back, nested
 /// calls become savepoints, a claim that loses a lock conflict is retried).
-/// See the [module docs](self) for what happens when the returned future is
-/// dropped before it completes.
+/// See [Cancellation](#cancellation) for what happens when the returned
+/// future is dropped before it completes.
 ///
 /// `#[idempotent]` on an `async fn` expands to the same steps written out
 /// ([`begin_claimed`], then the body, then [`ClaimedTransaction::finish`]), so
@@ -92,6 +71,27 @@ where
 /// # Ok(())
 /// # }
 /// ```
+///
+/// # Cancellation
+///
+/// `diesel-async` does not roll back when a transaction's future is dropped:
+/// the connection is left inside the open transaction. If a handler's future
+/// is dropped before it finishes (a `select!`, a timeout, an aborted task),
+/// the inbox marks the connection's transaction manager as broken:
+///
+/// - nothing was committed, so the id stays unclaimed and a redelivery is
+///   processed;
+/// - every further transaction on that connection fails with
+///   `BrokenTransactionManager` instead of silently nesting inside the
+///   abandoned transaction;
+/// - deadpool and bb8 refuse to reuse a broken connection: they close it, and
+///   closing it makes the server roll the abandoned transaction back and
+///   release its locks. bb8 does so when the connection is returned, deadpool
+///   when it next recycles it.
+///
+/// A connection you hold yourself must be dropped after a cancellation: until
+/// it is, the server keeps the abandoned transaction (and the row lock on the
+/// claimed id, which makes a concurrent delivery of the same id wait).
 pub async fn run_idempotent_async<C, R, E, F>(conn: &mut C, key: ClaimKey, body: F) -> Result<R, E>
 where
     C: AsyncConnection,
@@ -168,7 +168,8 @@ where
 /// or rolls both back.
 ///
 /// Dropping it unfinished (the handler's future was cancelled) marks the
-/// connection's transaction manager as broken: see the [module docs](self).
+/// connection's transaction manager as broken: see
+/// [`run_idempotent_async`](crate::run_idempotent_async#cancellation).
 #[must_use = "the claim's transaction stays open until `finish` commits or rolls it back"]
 pub struct ClaimedTransaction<'c, C: AsyncConnection> {
     conn: &'c mut C,
