@@ -7,12 +7,22 @@
 //!   removed, and the pruner does not wait for them;
 //! - `concurrent`: pruners running while handlers claim new ids (PostgreSQL,
 //!   MariaDB): no errors, no deadlocks, no in-window row lost;
-//! - `background`: the pruning thread stops on its handle and survives the
-//!   database going away (a TCP proxy cut, and killed backends);
+//! - `background`: the pruning thread stops on its handle, survives the
+//!   database going away (a TCP proxy cut, and killed backends), and backs
+//!   off instead of spinning on persistent failures;
+//! - `task`: the same for the pruning task on tokio over diesel-async pools
+//!   (deadpool, bb8), which also waits for its run in flight when stopped;
+//! - `batch_bounds`: a batch reads the `received_at` index and locks no
+//!   more rows than its limit (EXPLAIN, and lock probes);
 //! - `partitioned`: PostgreSQL's generation layout: duplicates across
 //!   generations, expired generations dropped, rotation under concurrency;
 //! - `policy`: bad policies are rejected with clear errors;
 //! - `asynchronous`: the same pruning on diesel-async connections.
+//!
+//! `window` also covers the longest window (`MAX_RETENTION`) and fractions of
+//! a second; `partitioned` races claims against rotations deterministically
+//! (READ COMMITTED and REPEATABLE READ); `open_transactions` covers the
+//! async run and the generation layout too.
 //!
 //! Rows are backdated by writing `received_at` directly: the tests never
 //! sleep for a retention window. No assertion depends on timing.
@@ -30,6 +40,8 @@ mod proxy;
 mod asynchronous;
 #[path = "prune/background.rs"]
 mod background;
+#[path = "prune/batch_bounds.rs"]
+mod batch_bounds;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 #[path = "prune/concurrent.rs"]
 mod concurrent;
@@ -39,5 +51,7 @@ mod open_transactions;
 mod partitioned;
 #[path = "prune/policy.rs"]
 mod policy;
+#[path = "prune/task.rs"]
+mod task;
 #[path = "prune/window.rs"]
 mod window;

@@ -75,7 +75,14 @@
 //! ## Features
 //! `postgres`, `sqlite`, `mysql` (backends), `r2d2` (pooled connections),
 //! `uuid` ([`MessageId`] for `uuid::Uuid`), `migrations` (embedded Diesel
-//! migrations), `async` (diesel-async handlers), `deadpool`, `bb8` (its pools).
+//! migrations), `async` (diesel-async handlers), `deadpool`, `bb8` (its pools),
+//! `tokio` (the background pruner as a tokio task), `log` (pruner runs
+//! through the `log` facade).
+//!
+//! ## Retention
+//! [`RetentionPolicy`] and [`Prune`] forget ids older than a window in short
+//! batches; see [`prune`] for the background pruners and, on PostgreSQL, the
+//! generation layout that drops whole partitions.
 
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 

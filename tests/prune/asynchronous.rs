@@ -82,3 +82,48 @@ async fn mysql_run_async() {
         prunes_in_batches::<_, diesel_async::AsyncMysqlConnection>(&db, &url).await;
     }
 }
+
+/// Rows held by a transaction still open survive an async prune too (see
+/// `open_transactions`), which does not wait for them.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn held_rows_survive_run_async<D, A>(db: &D, duplicate_is_locked: bool, url: &str)
+where
+    D: PruneDb,
+    A: AsyncConnection<Backend: inbox_runtime::InboxBackend>,
+{
+    crate::open_transactions::held_rows_survive(db, duplicate_is_locked, |prune| {
+        block_on(async {
+            let mut conn = A::establish(url).await.expect("connect");
+            prune.run_async(&mut conn).await
+        })
+    });
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_held_rows_survive_run_async() {
+    use inbox_suite::testdb::{PgDatabase, TestDatabase as _};
+    if let Some(db) = PgDatabase::open() {
+        let url = db.url().to_owned();
+        held_rows_survive_run_async::<_, diesel_async::AsyncPgConnection>(&db, false, &url);
+    }
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_held_rows_survive_run_async() {
+    use inbox_suite::testdb::{MysqlDatabase, TestDatabase as _};
+    if let Some(db) = MysqlDatabase::open() {
+        let url = db.url().to_owned();
+        held_rows_survive_run_async::<_, diesel_async::AsyncMysqlConnection>(&db, true, &url);
+    }
+}
+
+/// Runs `future` to completion on a runtime of its own.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(future)
+}

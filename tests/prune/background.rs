@@ -15,24 +15,33 @@ use crate::proxy::Proxy;
 /// second, before failing rather than hanging.
 const LIVENESS: Duration = Duration::from_secs(60);
 
-/// What the tests need from a [`PruneRun`], sent over a channel.
+/// What the tests need from a [`PruneRun`], sent over a channel (also by
+/// the `task` tests).
 #[derive(Debug)]
-struct Seen {
-    run: u64,
-    outcome: Result<(u64, bool), String>,
+pub(crate) struct Seen {
+    pub(crate) run: u64,
+    /// Rows deleted and caught up, or the error.
+    pub(crate) outcome: Result<(u64, bool), String>,
+    pub(crate) next_run_in: Duration,
+}
+
+impl From<&PruneRun> for Seen {
+    fn from(run: &PruneRun) -> Self {
+        Seen {
+            run: run.run,
+            outcome: match &run.outcome {
+                Ok(report) => Ok((report.rows_deleted, report.caught_up)),
+                Err(error) => Err(error.to_string()),
+            },
+            next_run_in: run.next_run_in,
+        }
+    }
 }
 
 fn reporter() -> (impl FnMut(&PruneRun) + Send + 'static, Receiver<Seen>) {
     let (tx, rx) = mpsc::channel();
     let on_run = move |run: &PruneRun| {
-        let outcome = match &run.outcome {
-            Ok(report) => Ok((report.rows_deleted, report.caught_up)),
-            Err(error) => Err(error.to_string()),
-        };
-        let _ = tx.send(Seen {
-            run: run.run,
-            outcome,
-        });
+        let _ = tx.send(Seen::from(run));
     };
     (on_run, rx)
 }
@@ -183,7 +192,81 @@ fn survives_a_restart<D: PruneDb>(db: &D, default_port: u16) {
     handle.stop().expect("the pruner never panics");
 }
 
-crate::window::per_backend!(stops_on_its_handle, a_panicking_callback_does_not_stop_it);
+/// An interval "forever" (`Duration::MAX`): the thread waits for `run_now`
+/// instead of dying of an overflowing deadline after its first run.
+fn an_endless_interval_runs_on_request<D: PruneDb>(db: &D) {
+    let (on_run, runs) = reporter();
+    let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)))
+        .every(Duration::MAX)
+        .spawn(db.pool(1), on_run)
+        .unwrap();
+    assert_eq!(next(&runs).run, 1);
+    handle.run_now();
+    assert_eq!(next(&runs).run, 2, "the thread outlived its first wait");
+    assert!(!handle.is_finished());
+    handle.stop().expect("the pruner thread does not panic");
+}
+
+crate::window::per_backend!(
+    stops_on_its_handle,
+    a_panicking_callback_does_not_stop_it,
+    an_endless_interval_runs_on_request
+);
+
+/// A database that fails every run at once (here: no inbox table) with an
+/// interval of zero: the pruner backs off instead of spinning, and a
+/// success brings the interval back.
+#[cfg(feature = "sqlite")]
+#[test]
+fn sqlite_persistent_failures_back_off() {
+    use diesel::connection::SimpleConnection;
+    use inbox_suite::testdb::SqliteDatabase;
+
+    let db = SqliteDatabase::create();
+    let mut conn = db.connect();
+    conn.batch_execute("DROP TABLE inbox_messages").unwrap();
+    let (tx, runs) = mpsc::channel();
+    let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)))
+        .every(Duration::ZERO)
+        .spawn(db.pool(1), move |run: &PruneRun| {
+            let _ = tx.send((run.is_ok(), run.next_run_in, run.to_string()));
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let failed: Vec<_> = runs.try_iter().collect();
+    // 100 + 200 + 400 ms of backoff: 4 runs in the second (fewer on a slow
+    // machine); without the backoff, thousands.
+    assert!(
+        (2..=10).contains(&failed.len()),
+        "{} failed runs in a second",
+        failed.len()
+    );
+    let ms = Duration::from_millis;
+    let waits: Vec<Duration> = failed.iter().map(|(_, wait, _)| *wait).collect();
+    assert_eq!(waits[..2], [ms(100), ms(200)]);
+    assert!(failed.iter().all(|(ok, _, _)| !ok));
+    assert!(
+        failed[1]
+            .2
+            .starts_with("prune run 2 failed (retrying in 200ms): "),
+        "{}",
+        failed[1].2
+    );
+
+    // The table is back: the next run succeeds and the interval applies.
+    inbox_runtime::setup(&mut conn).unwrap();
+    handle.run_now();
+    let deadline = Instant::now() + LIVENESS;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (ok, wait, text) = runs.recv_timeout(left).expect("a successful run");
+        if ok {
+            assert_eq!(wait, Duration::ZERO, "{text}");
+            break;
+        }
+    }
+    handle.stop().unwrap();
+}
 
 #[cfg(feature = "sqlite")]
 #[test]

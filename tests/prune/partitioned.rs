@@ -380,3 +380,204 @@ fn plain_setup_after_rotations_changes_nothing() {
     assert!(!processed(&mut conn, "a"));
     assert_eq!(partitioned::generations(&mut conn).unwrap().len(), 2);
 }
+
+/// Periods and ages beyond `MAX_RETENTION` cannot overflow PostgreSQL's
+/// interval or timestamp arithmetic: a rotation "older than forever" is
+/// simply never due, and the longest window drops nothing recent.
+#[test]
+fn extreme_ages_do_not_overflow() {
+    let Some((_db, mut conn)) = partitioned_db() else {
+        return;
+    };
+    assert_eq!(
+        partitioned::rotate_if_older_than(&mut conn, Duration::MAX, LOCK_TIMEOUT).unwrap(),
+        None
+    );
+    assert_eq!(
+        partitioned::rotate_if_older_than(&mut conn, inbox_runtime::MAX_RETENTION, LOCK_TIMEOUT)
+            .unwrap(),
+        None
+    );
+    partitioned::rotate(&mut conn, LOCK_TIMEOUT).unwrap();
+    age_generation(&mut conn, 1, 30 * DAY);
+    let longest =
+        inbox_runtime::RetentionPolicy::new(inbox_runtime::MAX_RETENTION, secs(DAY)).unwrap();
+    let maintenance = Maintenance::new(longest, inbox_runtime::MAX_RETENTION)
+        .unwrap()
+        .lock_timeout(LOCK_TIMEOUT);
+    let report = maintenance.run(&mut conn).unwrap();
+    assert_eq!(
+        (report.partitions_dropped, report.partitions_created),
+        (0, 0),
+        "{report}"
+    );
+}
+
+#[derive(QueryableByName)]
+struct Pid {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pid: i32,
+}
+
+fn backend_pid(conn: &mut PgConnection) -> i32 {
+    diesel::sql_query("SELECT pg_backend_pid() AS pid")
+        .get_result::<Pid>(conn)
+        .unwrap()
+        .pid
+}
+
+/// Waits until backend `pid` waits for a lock.
+fn wait_until_blocked(conn: &mut PgConnection, pid: i32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let waiting: CountRow =
+            diesel::sql_query("SELECT count(*) AS n FROM pg_locks WHERE pid = $1 AND NOT granted")
+                .bind::<diesel::sql_types::Integer, _>(pid)
+                .get_result(conn)
+                .unwrap();
+        if waiting.n > 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "backend {pid} never blocked"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Which delivery of the id reaches the table first.
+#[derive(Clone, Copy, PartialEq)]
+enum Order {
+    /// The second delivery queues behind the rotation, which waits for the
+    /// first delivery's transaction.
+    RotationFirst,
+    /// The second delivery waits on the first one's row; the rotation
+    /// queues behind both.
+    SecondFirst,
+}
+
+/// Two deliveries of one id race a rotation, lined up deterministically:
+/// the first claims and holds its transaction open, the rotation and the
+/// second delivery queue (in `order`), then the first commits (or rolls
+/// back). The second must see a duplicate (or claim the id), or, at
+/// REPEATABLE READ with a snapshot older than the rotation, fail with a
+/// retryable serialization failure after which it sees the same.
+fn claim_races_rotation(isolation: &str, order: Order, first_commits: bool) {
+    let Some((db, mut conn)) = partitioned_db() else {
+        return;
+    };
+    let key = inbox_runtime::ClaimKey::new(handler("h"), "x").unwrap();
+    let mut first = db.connect();
+    let db = &db;
+    let (rotated, second) = thread::scope(|scope| {
+        let (pid_tx, pid_rx) = std::sync::mpsc::channel();
+        let mut rotator = None;
+        let mut second = None;
+        let start_rotator = |pid_tx: std::sync::mpsc::Sender<i32>| {
+            scope.spawn(move || {
+                let mut conn = db.connect();
+                pid_tx.send(backend_pid(&mut conn)).unwrap();
+                partitioned::rotate(&mut conn, Duration::from_secs(60))
+            })
+        };
+        let start_second = |pid_tx: std::sync::mpsc::Sender<i32>| {
+            let key = &key;
+            scope.spawn(move || {
+                let mut conn = db.connect();
+                conn.batch_execute(&format!(
+                    "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL {isolation}"
+                ))
+                .unwrap();
+                pid_tx.send(backend_pid(&mut conn)).unwrap();
+                conn.transaction(|conn| {
+                    // The snapshot (at REPEATABLE READ) is taken here.
+                    diesel::sql_query("SELECT 1").execute(conn)?;
+                    inbox_runtime::claim(conn, key)
+                })
+            })
+        };
+        let outcome = first.transaction(|first| {
+            assert_eq!(
+                inbox_runtime::claim(first, &key)?,
+                inbox_runtime::Claim::Claimed
+            );
+            if order == Order::RotationFirst {
+                rotator = Some(start_rotator(pid_tx.clone()));
+                wait_until_blocked(&mut conn, pid_rx.recv().unwrap());
+                second = Some(start_second(pid_tx.clone()));
+                wait_until_blocked(&mut conn, pid_rx.recv().unwrap());
+            } else {
+                second = Some(start_second(pid_tx.clone()));
+                wait_until_blocked(&mut conn, pid_rx.recv().unwrap());
+                rotator = Some(start_rotator(pid_tx.clone()));
+                wait_until_blocked(&mut conn, pid_rx.recv().unwrap());
+            }
+            if first_commits {
+                Ok(())
+            } else {
+                Err(diesel::result::Error::RollbackTransaction)
+            }
+        });
+        assert_eq!(outcome.is_ok(), first_commits);
+        (
+            rotator.unwrap().join().unwrap(),
+            second.unwrap().join().unwrap(),
+        )
+    });
+    assert_eq!(rotated.expect("the rotation succeeds"), 2);
+
+    let expected = if first_commits {
+        inbox_runtime::Claim::Duplicate
+    } else {
+        inbox_runtime::Claim::Claimed
+    };
+    let serialization_failure = matches!(
+        second,
+        Err(diesel::result::Error::DatabaseError(
+            DatabaseErrorKind::SerializationFailure,
+            _
+        ))
+    );
+    match (isolation, order) {
+        ("REPEATABLE READ", Order::RotationFirst) => {
+            assert!(serialization_failure, "{second:?}");
+            // The retry, with a fresh snapshot.
+            let retried = conn.transaction(|conn| inbox_runtime::claim(conn, &key));
+            assert_eq!(retried.unwrap(), expected);
+        }
+        // Waiting on the first delivery's row at REPEATABLE READ: a
+        // committed conflicting row is a serialization failure too.
+        ("REPEATABLE READ", Order::SecondFirst) if first_commits => {
+            assert!(serialization_failure, "{second:?}");
+        }
+        _ => assert_eq!(second.unwrap(), expected),
+    }
+    // Whoever claimed it, the id is remembered once, across generations.
+    assert!(!processed(&mut conn, "x"), "the id is a duplicate now");
+    let copies: CountRow = diesel::sql_query(
+        "SELECT (SELECT count(*) FROM inbox_messages WHERE message_id = 'x') \
+              + (SELECT count(*) FROM inbox_messages_archive WHERE message_id = 'x') AS n",
+    )
+    .get_result(&mut conn)
+    .unwrap();
+    assert_eq!(copies.n, 1);
+}
+
+#[test]
+fn claim_races_rotation_read_committed() {
+    for order in [Order::RotationFirst, Order::SecondFirst] {
+        for first_commits in [true, false] {
+            claim_races_rotation("READ COMMITTED", order, first_commits);
+        }
+    }
+}
+
+#[test]
+fn claim_races_rotation_repeatable_read() {
+    for order in [Order::RotationFirst, Order::SecondFirst] {
+        for first_commits in [true, false] {
+            claim_races_rotation("REPEATABLE READ", order, first_commits);
+        }
+    }
+}

@@ -129,6 +129,16 @@ fn bad_generation_settings_are_rejected() {
     ));
     assert_eq!(found, RetentionProblem::HandlerScopeNeedsBatches);
     assert!(text.contains("cannot prune one handler only"), "{text}");
+    // A period the database's interval arithmetic cannot hold.
+    let (found, _) = problem(Maintenance::new(
+        policy(7 * DAY, DAY),
+        inbox_runtime::MAX_RETENTION + secs(1),
+    ));
+    assert!(
+        matches!(found, RetentionProblem::TooLong { .. }),
+        "{found:?}"
+    );
+    assert!(Maintenance::new(policy(7 * DAY, DAY), inbox_runtime::MAX_RETENTION).is_ok());
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::ops::ControlFlow;
 
 use diesel::Connection;
 use inbox_runtime::prune::PruneScope;
-use inbox_runtime::{InboxError, Outcome, Prune};
+use inbox_runtime::{InboxError, Outcome, Prune, RetentionPolicy, MAX_RETENTION};
 
 use crate::common::*;
 
@@ -52,6 +52,7 @@ per_backend!(
     handler_windows_and_scopes,
     progress_and_limits,
     refuses_to_run_inside_a_transaction,
+    extreme_and_fractional_windows,
 );
 
 fn inside_stays_outside_goes<D: PruneDb>(db: &D) {
@@ -207,4 +208,40 @@ fn refuses_to_run_inside_a_transaction<D: PruneDb>(db: &D) {
         "{err}"
     );
     assert_eq!(D::count(&mut conn), 3, "nothing was deleted");
+}
+
+/// The longest window accepted (a hundred years) works on every backend's
+/// clock arithmetic without overflow, and a window with a fraction of a
+/// second is measured to the microsecond (bound as such), not rounded to
+/// days or seconds.
+fn extreme_and_fractional_windows<D: PruneDb>(db: &D) {
+    let mut conn = db.connect();
+    let max = MAX_RETENTION.as_secs() as i64;
+    seed::<D>(
+        &mut conn,
+        "h",
+        &ids("older-than-max", 3),
+        Some(max + 2 * DAY),
+    );
+    seed::<D>(&mut conn, "h", &ids("inside-max", 4), Some(max - 2 * DAY));
+    let longest = RetentionPolicy::new(MAX_RETENTION, secs(DAY)).unwrap();
+    let report = Prune::new(longest).run(&mut conn).unwrap();
+    assert_eq!(report.rows_deleted, 3, "{report}");
+    assert_eq!(D::count(&mut conn), 4);
+
+    // 7 days and 0.25 s: 7 days + 2 minutes ago is out, 7 days - 2 minutes
+    // ago is in.
+    seed::<D>(&mut conn, "h", &ids("out", 5), Some(7 * DAY + 120));
+    seed::<D>(&mut conn, "h", &ids("in", 6), Some(7 * DAY - 120));
+    let keep = secs(7 * DAY) + std::time::Duration::from_micros(250_000);
+    let fractional = RetentionPolicy::new(keep, secs(DAY)).unwrap();
+    let prune = Prune::new(fractional);
+    assert_eq!(prune.statements()[0].keep(), keep);
+    let report = prune.run(&mut conn).unwrap();
+    assert_eq!(
+        report.rows_deleted,
+        4 + 5,
+        "the century-old rows and `out`: {report}"
+    );
+    assert_eq!(D::stored_ids(&mut conn, "h"), set(&ids("in", 6)));
 }

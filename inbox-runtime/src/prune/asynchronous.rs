@@ -1,17 +1,17 @@
 //! Pruning on `diesel-async` connections (feature `async`): the same batch
 //! statement, transactions and report as the blocking [`Prune::run`].
 
+use std::future::Future;
 use std::ops::ControlFlow;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use diesel::result::DatabaseErrorKind;
 use diesel::QueryResult;
 use diesel_async::{AsyncConnection, TransactionManager};
 
-use super::{run_progress, BatchProgress, Prune, PruneError, PruneReport, Step, BATCH_RETRIES};
+use super::{
+    retry_delay, BatchProgress, BatchRun, Prune, PruneBatchStatement, PruneError, PruneReport,
+};
 use crate::backend::InboxBackend;
-use crate::error::InboxError;
-use crate::prune::PruneBatchStatement;
 
 impl Prune {
     /// [`run`](Prune::run) on an async connection: each batch in a
@@ -67,81 +67,79 @@ impl Prune {
     pub async fn run_async_with_progress<C, F>(
         &self,
         conn: &mut C,
-        mut progress: F,
+        progress: F,
     ) -> Result<PruneReport, PruneError>
     where
         C: AsyncConnection,
         C::Backend: InboxBackend,
         F: FnMut(&BatchProgress<'_>) -> ControlFlow<()>,
     {
-        let started = Instant::now();
-        let mut report = PruneReport::default();
-        let fail = |report: &PruneReport, error: InboxError| {
-            PruneError::new(
-                PruneReport {
-                    elapsed: started.elapsed(),
-                    ..report.clone()
-                },
-                error,
-            )
-        };
-        match C::TransactionManager::transaction_manager_status_mut(conn).transaction_depth() {
-            Ok(None) => {}
-            Ok(Some(_)) => {
-                return Err(fail(
-                    &report,
-                    diesel::result::Error::AlreadyInTransaction.into(),
-                ))
-            }
-            Err(error) => return Err(fail(&report, error.into())),
-        }
-        let statements = self.statements();
-        'passes: for statement in &statements {
-            loop {
-                if self.max_batches.is_some_and(|max| report.batches >= max) {
-                    break 'passes;
-                }
-                let batch_started = Instant::now();
-                let rows = run_batch(conn, statement)
-                    .await
-                    .map_err(|error| fail(&report, error.into()))?;
-                match run_progress(
-                    &mut report,
-                    statement,
-                    rows,
-                    batch_started,
-                    started,
-                    &mut progress,
-                ) {
-                    Step::Next => {}
-                    Step::PassDone => break,
-                    Step::Stop => break 'passes,
+        self.run_async_pausing(conn, progress, |_| {
+            std::future::ready(ControlFlow::Continue(()))
+        })
+        .await
+    }
+
+    /// The async driver of a [`BatchRun`]: `pause` is awaited between
+    /// batches, where it may end the run, and before retrying one (without
+    /// a runtime to sleep on, [`run_async`](Prune::run_async) does not
+    /// pause; the tokio task does).
+    pub(crate) async fn run_async_pausing<C, F, P, W>(
+        &self,
+        conn: &mut C,
+        mut progress: F,
+        mut pause: P,
+    ) -> Result<PruneReport, PruneError>
+    where
+        C: AsyncConnection,
+        C::Backend: InboxBackend,
+        F: FnMut(&BatchProgress<'_>) -> ControlFlow<()>,
+        P: FnMut(Duration) -> W,
+        W: Future<Output = ControlFlow<()>>,
+    {
+        let mut run = BatchRun::start(
+            self,
+            C::TransactionManager::transaction_manager_status_mut(conn),
+        )?;
+        while let Some(statement) = run.next_batch() {
+            let batch_started = Instant::now();
+            let rows = run_batch(conn, &statement, &mut pause)
+                .await
+                .map_err(|error| run.fail(error))?;
+            if let Some(wait) = run.record(rows, batch_started, &mut progress) {
+                if pause(wait).await.is_break() {
+                    run.stop();
                 }
             }
         }
-        report.caught_up = report.passes_caught_up == statements.len() as u64;
-        report.elapsed = started.elapsed();
-        Ok(report)
+        Ok(run.finish())
     }
 }
 
 /// One batch in a transaction of its own, retried after a serialization
 /// failure or deadlock.
-async fn run_batch<C>(conn: &mut C, statement: &PruneBatchStatement<'_>) -> QueryResult<u64>
+async fn run_batch<C, P, W>(
+    conn: &mut C,
+    statement: &PruneBatchStatement<'_>,
+    pause: &mut P,
+) -> QueryResult<u64>
 where
     C: AsyncConnection,
     C::Backend: InboxBackend,
+    P: FnMut(Duration) -> W,
+    W: Future<Output = ControlFlow<()>>,
 {
     let mut attempt = 0;
     loop {
-        match run_batch_once(conn, statement).await {
-            Err(diesel::result::Error::DatabaseError(
-                DatabaseErrorKind::SerializationFailure,
-                _,
-            )) if attempt < BATCH_RETRIES => {
+        let result = run_batch_once(conn, statement).await;
+        match retry_delay(&result, attempt) {
+            Some(delay) => {
                 attempt += 1;
+                // A stop request does not cut the retry short: the batch
+                // ends one way or the other.
+                let _ = pause(delay).await;
             }
-            other => return other,
+            None => return result,
         }
     }
 }

@@ -12,11 +12,12 @@
 //!   `DELETE` locks millions of rows for minutes and bloats the WAL/undo; a
 //!   batch of a few thousand rows commits in milliseconds.
 //! - **Never wait on a live handler.** On PostgreSQL and MySQL/MariaDB the
-//!   batch picks its rows with `FOR UPDATE SKIP LOCKED`: rows another
-//!   transaction holds are left for the next run, so several pruners (one per
-//!   node) and live handlers never block each other. A row claimed by a
-//!   transaction that is still open is invisible or locked, so it is never
-//!   removed.
+//!   batch picks its rows with `FOR UPDATE SKIP LOCKED`, walking the
+//!   `received_at` index oldest first and stopping at the batch size, so it
+//!   locks no more rows than it deletes: rows another transaction holds are
+//!   left for the next run, so several pruners (one per node) and live
+//!   handlers never block each other. A row claimed by a transaction that is
+//!   still open is invisible or locked, so it is never removed.
 //! - **`READ COMMITTED`.** Each batch runs at that isolation level whatever
 //!   the session's default, which on InnoDB also means no gap locks that
 //!   could block inserts of new claims.
@@ -43,8 +44,11 @@
 //! Ways to run it:
 //! - [`Prune::run`] on a connection, e.g. from cron via the `prune` example
 //!   (`cargo run --example prune -- --older-than 7d`);
-//! - `BackgroundPruner` (feature `r2d2`): a thread pruning on an interval
-//!   over a pool, stopped by its handle;
+//! - `BackgroundPruner`: pruning on an interval over a pool, every run
+//!   reported to a callback, failures retried (with a backoff when the
+//!   interval is short), stopped by its handle: `spawn` (feature `r2d2`) on
+//!   a thread of its own, `spawn_task` (feature `tokio`) as a tokio task over
+//!   a diesel-async deadpool or bb8 pool;
 //! - `Prune::run_async` (feature `async`) on a diesel-async connection, for
 //!   a task of your own;
 //! - on PostgreSQL at scale, the `partitioned` layout, which drops whole
@@ -75,7 +79,7 @@ use std::fmt;
 use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
-use diesel::connection::{Connection, TransactionManager};
+use diesel::connection::{Connection, TransactionManager, TransactionManagerStatus};
 use diesel::result::DatabaseErrorKind;
 use diesel::RunQueryDsl;
 
@@ -86,15 +90,21 @@ use crate::retention::{format_duration, RetentionPolicy, RetentionProblem};
 
 #[cfg(feature = "async")]
 mod asynchronous;
-#[cfg(feature = "r2d2")]
+#[cfg(any(feature = "r2d2", feature = "tokio"))]
 mod background;
 #[cfg(feature = "postgres")]
 pub mod partitioned;
 pub(crate) mod statement;
+#[cfg(feature = "tokio")]
+mod task;
 
+#[cfg(any(feature = "r2d2", feature = "tokio"))]
+pub use background::{BackgroundPruner, PruneRun, PruneRunError, MAX_RETRY_BACKOFF};
 #[cfg(feature = "r2d2")]
-pub use background::{BackgroundPruner, PruneJob, PruneRun, PruneRunError, PrunerHandle};
+pub use background::{PruneJob, PrunerHandle};
 pub use statement::{PruneBatchStatement, PruneScope};
+#[cfg(feature = "tokio")]
+pub use task::{AsyncPrunePool, PrunerTask};
 
 /// The default number of rows a batch deletes.
 ///
@@ -338,114 +348,212 @@ impl Prune {
     pub fn run_with_progress<C, F>(
         &self,
         conn: &mut C,
-        mut progress: F,
+        progress: F,
     ) -> Result<PruneReport, PruneError>
     where
         C: Connection,
         C::Backend: InboxBackend,
         F: FnMut(&BatchProgress<'_>) -> ControlFlow<()>,
     {
-        let started = Instant::now();
-        let mut report = PruneReport::default();
-        let fail = |report: &PruneReport, error: InboxError| {
-            PruneError::new(
-                PruneReport {
-                    elapsed: started.elapsed(),
-                    ..report.clone()
-                },
-                error,
-            )
-        };
-        match C::TransactionManager::transaction_manager_status_mut(conn).transaction_depth() {
-            Ok(None) => {}
-            Ok(Some(_)) => {
-                return Err(fail(
-                    &report,
-                    diesel::result::Error::AlreadyInTransaction.into(),
-                ))
-            }
-            Err(error) => return Err(fail(&report, error.into())),
-        }
-        let statements = self.statements();
-        'passes: for statement in &statements {
-            loop {
-                if self.max_batches.is_some_and(|max| report.batches >= max) {
-                    break 'passes;
-                }
-                let batch_started = Instant::now();
-                let rows =
-                    run_batch(conn, statement).map_err(|error| fail(&report, error.into()))?;
-                match run_progress(
-                    &mut report,
-                    statement,
-                    rows,
-                    batch_started,
-                    started,
-                    &mut progress,
-                ) {
-                    Step::Next if !self.pause.is_zero() => std::thread::sleep(self.pause),
-                    Step::Next => {}
-                    Step::PassDone => break,
-                    Step::Stop => break 'passes,
+        self.run_pausing(conn, progress, |pause| {
+            std::thread::sleep(pause);
+            ControlFlow::Continue(())
+        })
+    }
+
+    /// The blocking driver of a [`BatchRun`]: `pause` sleeps between batches
+    /// and may end the run instead (the background thread's pause wakes up
+    /// for a stop request).
+    pub(crate) fn run_pausing<C, F>(
+        &self,
+        conn: &mut C,
+        mut progress: F,
+        mut pause: impl FnMut(Duration) -> ControlFlow<()>,
+    ) -> Result<PruneReport, PruneError>
+    where
+        C: Connection,
+        C::Backend: InboxBackend,
+        F: FnMut(&BatchProgress<'_>) -> ControlFlow<()>,
+    {
+        let mut run = BatchRun::start(
+            self,
+            C::TransactionManager::transaction_manager_status_mut(conn),
+        )?;
+        while let Some(statement) = run.next_batch() {
+            let batch_started = Instant::now();
+            let rows = run_batch(conn, &statement).map_err(|error| run.fail(error))?;
+            if let Some(wait) = run.record(rows, batch_started, &mut progress) {
+                if pause(wait).is_break() {
+                    run.stop();
                 }
             }
         }
-        report.caught_up = report.passes_caught_up == statements.len() as u64;
-        report.elapsed = started.elapsed();
-        Ok(report)
+        Ok(run.finish())
     }
 }
 
-/// What a run does after a committed batch.
-pub(crate) enum Step {
-    /// Another batch in the same pass.
-    Next,
-    /// The pass is caught up: on to the next one.
-    PassDone,
-    /// The progress callback asked to stop.
-    Stop,
-}
-
-/// Records a committed batch in the report, tells the progress callback,
-/// and says what comes next.
-pub(crate) fn run_progress<F>(
-    report: &mut PruneReport,
-    statement: &PruneBatchStatement<'_>,
-    rows: u64,
-    batch_started: Instant,
+/// A run's report so far and its clock, so that a failure can report what
+/// committed before it.
+pub(crate) struct Tally {
     started: Instant,
-    progress: &mut F,
-) -> Step
-where
-    F: FnMut(&BatchProgress<'_>) -> ControlFlow<()>,
-{
-    report.batches += 1;
-    report.rows_deleted += rows;
-    let flow = progress(&BatchProgress {
-        scope: statement.scope(),
-        keep: statement.keep(),
-        batch: report.batches,
-        rows,
-        total_rows: report.rows_deleted,
-        batch_elapsed: batch_started.elapsed(),
-        elapsed: started.elapsed(),
-    });
-    // A short batch: nothing expired is left in this scope.
-    let pass_done = rows < statement.limit();
-    if pass_done {
-        report.passes_caught_up += 1;
+    pub(crate) report: PruneReport,
+}
+
+impl Tally {
+    pub(crate) fn start() -> Self {
+        Tally {
+            started: Instant::now(),
+            report: PruneReport::default(),
+        }
     }
-    if flow.is_break() {
-        Step::Stop
-    } else if pass_done {
-        Step::PassDone
-    } else {
-        Step::Next
+
+    /// The run failed: `error`, with what committed until now.
+    pub(crate) fn fail(&self, error: impl Into<InboxError>) -> PruneError {
+        PruneError::new(
+            PruneReport {
+                elapsed: self.started.elapsed(),
+                ..self.report.clone()
+            },
+            error.into(),
+        )
+    }
+
+    /// The run is over: its report.
+    pub(crate) fn finish(self) -> PruneReport {
+        PruneReport {
+            elapsed: self.started.elapsed(),
+            ..self.report
+        }
+    }
+}
+
+/// The bookkeeping of a batched run, written once for the blocking and the
+/// async drivers, which only execute the batches it hands out (and sleep
+/// when it says so): passes in order, the batch cap, progress callbacks,
+/// the report.
+pub(crate) struct BatchRun<'p> {
+    statements: Vec<PruneBatchStatement<'p>>,
+    max_batches: Option<u64>,
+    pause: Duration,
+    /// The pass in progress, an index into `statements`.
+    pass: usize,
+    /// The progress callback (or the pause) asked to stop.
+    stopped: bool,
+    tally: Tally,
+}
+
+impl<'p> BatchRun<'p> {
+    /// Starts a run of `prune` on a connection whose transaction status is
+    /// `status`; refused inside a transaction, since each batch must commit
+    /// on its own.
+    pub(crate) fn start(
+        prune: &'p Prune,
+        status: &mut TransactionManagerStatus,
+    ) -> Result<Self, PruneError> {
+        let tally = Tally::start();
+        match status.transaction_depth() {
+            Ok(None) => {}
+            Ok(Some(_)) => return Err(tally.fail(diesel::result::Error::AlreadyInTransaction)),
+            Err(error) => return Err(tally.fail(error)),
+        }
+        Ok(BatchRun {
+            statements: prune.statements(),
+            max_batches: prune.max_batches,
+            pause: prune.pause,
+            pass: 0,
+            stopped: false,
+            tally,
+        })
+    }
+
+    /// The next batch to execute (in a transaction of its own), or `None`
+    /// when the run is over.
+    pub(crate) fn next_batch(&self) -> Option<PruneBatchStatement<'p>> {
+        let capped = self
+            .max_batches
+            .is_some_and(|max| self.tally.report.batches >= max);
+        if self.stopped || capped {
+            return None;
+        }
+        self.statements.get(self.pass).copied()
+    }
+
+    /// Records the batch [`next_batch`](Self::next_batch) handed out, which
+    /// committed after deleting `rows`, and tells the progress callback.
+    /// Returns the pause to take before the next batch, if any.
+    pub(crate) fn record<F>(
+        &mut self,
+        rows: u64,
+        batch_started: Instant,
+        progress: &mut F,
+    ) -> Option<Duration>
+    where
+        F: FnMut(&BatchProgress<'_>) -> ControlFlow<()>,
+    {
+        let statement = self.statements[self.pass];
+        let report = &mut self.tally.report;
+        report.batches += 1;
+        report.rows_deleted += rows;
+        let flow = progress(&BatchProgress {
+            scope: statement.scope(),
+            keep: statement.keep(),
+            batch: report.batches,
+            rows,
+            total_rows: report.rows_deleted,
+            batch_elapsed: batch_started.elapsed(),
+            elapsed: self.tally.started.elapsed(),
+        });
+        // A short batch: nothing expired is left in this scope.
+        let pass_done = rows < statement.limit();
+        if pass_done {
+            report.passes_caught_up += 1;
+            self.pass += 1;
+        }
+        if flow.is_break() {
+            self.stopped = true;
+            None
+        } else if pass_done || self.pause.is_zero() {
+            None
+        } else {
+            Some(self.pause)
+        }
+    }
+
+    /// Ends the run before the next batch (a stop request during a pause).
+    pub(crate) fn stop(&mut self) {
+        self.stopped = true;
+    }
+
+    /// A batch failed: the run stops with `error`.
+    pub(crate) fn fail(&self, error: impl Into<InboxError>) -> PruneError {
+        self.tally.fail(error)
+    }
+
+    /// The run's report.
+    pub(crate) fn finish(self) -> PruneReport {
+        let passes = self.statements.len() as u64;
+        let mut report = self.tally.finish();
+        report.caught_up = report.passes_caught_up == passes;
+        report
+    }
+}
+
+/// How long to wait before retrying a batch that ended in `result`, or
+/// `None` to keep the result: only a serialization failure or deadlock
+/// (which rolled the batch back whole) is retried, [`BATCH_RETRIES`] times.
+pub(crate) fn retry_delay(result: &diesel::QueryResult<u64>, attempt: u32) -> Option<Duration> {
+    match result {
+        Err(diesel::result::Error::DatabaseError(DatabaseErrorKind::SerializationFailure, _))
+            if attempt < BATCH_RETRIES =>
+        {
+            Some(Duration::from_millis(10 * u64::from(attempt + 1)))
+        }
+        _ => None,
     }
 }
 
 /// One batch in a transaction of its own, retried a few times after a
-/// serialization failure or deadlock (which roll the batch back whole).
+/// serialization failure or deadlock.
 fn run_batch<C>(conn: &mut C, statement: &PruneBatchStatement<'_>) -> diesel::QueryResult<u64>
 where
     C: Connection,
@@ -453,15 +561,13 @@ where
 {
     let mut attempt = 0;
     loop {
-        match run_batch_once(conn, statement) {
-            Err(diesel::result::Error::DatabaseError(
-                DatabaseErrorKind::SerializationFailure,
-                _,
-            )) if attempt < BATCH_RETRIES => {
+        let result = run_batch_once(conn, statement);
+        match retry_delay(&result, attempt) {
+            Some(delay) => {
                 attempt += 1;
-                std::thread::sleep(Duration::from_millis(10 * u64::from(attempt)));
+                std::thread::sleep(delay);
             }
-            other => return other,
+            None => return result,
         }
     }
 }

@@ -99,17 +99,17 @@
 //! ```
 
 use std::fmt;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use diesel::connection::SimpleConnection;
 use diesel::pg::PgConnection;
 use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 use diesel::{Connection, QueryableByName, RunQueryDsl};
 
-use super::{PruneError, PruneReport};
+use super::{PruneError, PruneReport, Tally};
 use crate::backend::InboxBackend;
 use crate::error::InboxError;
-use crate::retention::{RetentionPolicy, RetentionProblem};
+use crate::retention::{RetentionPolicy, RetentionProblem, MAX_RETENTION};
 
 /// SQL converting the plain PostgreSQL inbox to the generation layout; safe
 /// to run again. Needs the plain schema first (see [`setup`]).
@@ -368,7 +368,9 @@ pub fn rotate(conn: &mut PgConnection, lock_timeout: Duration) -> Result<i64, In
 
 /// Starts a new generation if the current one began at least `min_age` ago
 /// (by the database clock), returning the new generation's number, or
-/// `None` when it is not due.
+/// `None` when it is not due. A `min_age` beyond
+/// [`MAX_RETENTION`] counts as that (never due, in
+/// practice).
 ///
 /// The rotation takes an exclusive lock on `inbox_messages` for a few
 /// milliseconds: it waits for claims in progress, and new claims wait behind
@@ -391,7 +393,7 @@ pub fn rotate_if_older_than(
     min_age: Duration,
     lock_timeout: Duration,
 ) -> Result<Option<i64>, InboxError> {
-    let min_age = i64::try_from(min_age.as_micros()).unwrap_or(i64::MAX);
+    let min_age = micros(min_age);
     // `SET LOCAL` takes no bind parameters; the value is an integer.
     let timeout_ms = lock_timeout.as_millis().clamp(1, i32::MAX as u128);
     let rotated = conn.transaction(|conn| {
@@ -444,7 +446,11 @@ pub fn drop_expired(
     policy: &RetentionPolicy,
 ) -> Result<PruneReport, PruneError> {
     check_policy(policy)?;
-    exclusively(conn, |conn| drop_expired_until(conn, policy, &|| false))
+    exclusively(conn, |conn| {
+        let mut tally = Tally::start();
+        drop_expired_until(conn, policy, &|| false, &mut tally)?;
+        Ok(tally.finish())
+    })
 }
 
 /// Runs `work` holding the inbox's maintenance lock (a session advisory lock
@@ -482,24 +488,16 @@ fn check_policy(policy: &RetentionPolicy) -> Result<(), InboxError> {
     }
 }
 
+/// Drops the expired generations into `tally`'s report, until done or
+/// `should_stop`.
 fn drop_expired_until(
     conn: &mut PgConnection,
     policy: &RetentionPolicy,
     should_stop: &dyn Fn() -> bool,
-) -> Result<PruneReport, PruneError> {
-    let started = Instant::now();
-    let mut report = PruneReport::default();
-    let fail = |report: &PruneReport, error: InboxError| {
-        PruneError::new(
-            PruneReport {
-                elapsed: started.elapsed(),
-                ..report.clone()
-            },
-            error,
-        )
-    };
-    check_policy(policy).map_err(|error| fail(&report, error))?;
-    let window = i64::try_from(policy.longest_window().as_micros()).unwrap_or(i64::MAX);
+    tally: &mut Tally,
+) -> Result<(), PruneError> {
+    check_policy(policy).map_err(|error| tally.fail(error))?;
+    let window = micros(policy.longest_window());
     let expired: Vec<Expired> = diesel::sql_query(
         "SELECT generation FROM inbox_generations \
          WHERE ended_at IS NOT NULL AND ended_at < now() - $1 * INTERVAL '1 microsecond' \
@@ -507,24 +505,30 @@ fn drop_expired_until(
     )
     .bind::<BigInt, _>(window)
     .load(conn)
-    .map_err(|error| fail(&report, error.into()))?;
-    report.caught_up = true;
+    .map_err(|error| tally.fail(error))?;
+    tally.report.caught_up = true;
     for Expired { generation } in expired {
         if should_stop() {
-            report.caught_up = false;
+            tally.report.caught_up = false;
             break;
         }
-        let rows =
-            drop_generation(conn, generation).map_err(|error| fail(&report, error.into()))?;
+        let rows = drop_generation(conn, generation).map_err(|error| tally.fail(error))?;
+        let report = &mut tally.report;
         report.partitions_dropped += 1;
         report.batches += 1;
         report.rows_deleted += rows;
     }
-    if report.caught_up {
-        report.passes_caught_up = 1;
+    if tally.report.caught_up {
+        tally.report.passes_caught_up = 1;
     }
-    report.elapsed = started.elapsed();
-    Ok(report)
+    Ok(())
+}
+
+/// A duration as whole microseconds for an SQL interval, capped at
+/// [`MAX_RETENTION`] (a hundred years) so that PostgreSQL's interval and
+/// timestamp arithmetic cannot overflow.
+fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.min(MAX_RETENTION).as_micros()).unwrap_or(i64::MAX)
 }
 
 /// Detaches (if still attached) and drops one archived generation, then
@@ -588,7 +592,9 @@ pub struct Maintenance {
 impl Maintenance {
     /// Keeps ids for `policy`'s longest window, in generations of `period`
     /// each: ids live between the window and the window plus one period.
-    /// Refused: a zero period, a policy restricted to one handler.
+    /// Refused: a zero period, one longer than
+    /// [`MAX_RETENTION`], a policy restricted to one
+    /// handler.
     ///
     /// ```
     /// use std::time::Duration;
@@ -597,6 +603,7 @@ impl Maintenance {
     /// let policy = RetentionPolicy::parse("7d", "2d")?;
     /// assert!(Maintenance::new(policy.clone(), Duration::from_secs(3_600)).is_ok());
     /// assert!(Maintenance::new(policy.clone(), Duration::ZERO).is_err());
+    /// assert!(Maintenance::new(policy.clone(), Duration::MAX).is_err());
     /// assert!(Maintenance::new(policy.only(HandlerName::new("h")?), Duration::from_secs(3_600)).is_err());
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
@@ -606,6 +613,12 @@ impl Maintenance {
             return Err(InboxError::InvalidRetention {
                 handler: None,
                 problem: RetentionProblem::ZeroPeriod,
+            });
+        }
+        if period > MAX_RETENTION {
+            return Err(InboxError::InvalidRetention {
+                handler: None,
+                problem: RetentionProblem::TooLong { max: MAX_RETENTION },
             });
         }
         Ok(Maintenance {
@@ -671,20 +684,16 @@ impl Maintenance {
         conn: &mut PgConnection,
         should_stop: &dyn Fn() -> bool,
     ) -> Result<PruneReport, PruneError> {
-        let started = Instant::now();
-        let mut report = drop_expired_until(conn, &self.policy, should_stop)?;
+        let mut tally = Tally::start();
+        drop_expired_until(conn, &self.policy, should_stop, &mut tally)?;
         if !should_stop() {
             match rotate_if_older_than(conn, self.period, self.lock_timeout) {
-                Ok(Some(_)) => report.partitions_created += 1,
+                Ok(Some(_)) => tally.report.partitions_created += 1,
                 Ok(None) => {}
-                Err(error) => {
-                    report.elapsed = started.elapsed();
-                    return Err(PruneError::new(report, error));
-                }
+                Err(error) => return Err(tally.fail(error)),
             }
         }
-        report.elapsed = started.elapsed();
-        Ok(report)
+        Ok(tally.finish())
     }
 }
 

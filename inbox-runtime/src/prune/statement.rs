@@ -67,7 +67,7 @@ impl fmt::Display for PruneScope<'_> {
 /// | backend | batch |
 /// |---|---|
 /// | PostgreSQL | `DELETE … WHERE ctid = ANY(ARRAY(SELECT ctid … ORDER BY received_at LIMIT $n FOR UPDATE SKIP LOCKED))` |
-/// | MySQL / MariaDB | `DELETE … FROM (SELECT … ORDER BY received_at LIMIT ? FOR UPDATE SKIP LOCKED) AS expired STRAIGHT_JOIN inbox_messages …` |
+/// | MySQL / MariaDB | `DELETE … FROM (SELECT … FORCE INDEX (inbox_messages_received_at_idx) … ORDER BY received_at LIMIT ? FOR UPDATE SKIP LOCKED) AS expired STRAIGHT_JOIN inbox_messages …` |
 /// | SQLite | `DELETE … WHERE (handler, message_id) IN (SELECT … ORDER BY received_at LIMIT ?)` |
 ///
 /// Run each one in a transaction of its own at `READ COMMITTED` (what
@@ -202,50 +202,89 @@ where
     Ok(())
 }
 
+/// A backend's batch: `{head}{select} WHERE received_at < {cutoff} [scope]
+/// ORDER BY received_at LIMIT {limit}{lock}{tail}`, which deletes the oldest
+/// expired rows of the scope. The cutoff is the database clock minus the
+/// window, bound in microseconds between `cutoff.0` and `cutoff.1`.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+struct Delete {
+    head: &'static str,
+    select: &'static str,
+    cutoff: (&'static str, &'static str),
+    lock: &'static str,
+    tail: &'static str,
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+impl Delete {
+    fn walk<'b, DB>(
+        &self,
+        batch: &'b PruneBatchStatement<'_>,
+        mut out: AstPass<'_, 'b, DB>,
+    ) -> QueryResult<()>
+    where
+        DB: Backend + diesel::sql_types::HasSqlType<Text> + diesel::sql_types::HasSqlType<BigInt>,
+        str: diesel::serialize::ToSql<Text, DB>,
+        i64: diesel::serialize::ToSql<BigInt, DB>,
+    {
+        out.push_sql(self.head);
+        out.push_sql(self.select);
+        out.push_sql(" WHERE received_at < ");
+        out.push_sql(self.cutoff.0);
+        out.push_bind_param::<BigInt, i64>(&batch.keep_micros)?;
+        out.push_sql(self.cutoff.1);
+        push_scope(&batch.scope, &mut out)?;
+        out.push_sql(" ORDER BY received_at LIMIT ");
+        out.push_bind_param::<BigInt, i64>(&batch.limit)?;
+        out.push_sql(self.lock);
+        out.push_sql(self.tail);
+        Ok(())
+    }
+}
+
 /// PostgreSQL: pick and lock the oldest expired rows, skipping rows another
 /// transaction holds (a live handler, a second pruner), then delete them by
 /// their physical address: a TID scan, no second index lookup.
 #[cfg(feature = "postgres")]
 pub(crate) fn walk_postgres<'b>(
     batch: &'b PruneBatchStatement<'_>,
-    mut out: AstPass<'_, 'b, diesel::pg::Pg>,
+    out: AstPass<'_, 'b, diesel::pg::Pg>,
 ) -> QueryResult<()> {
-    out.push_sql(
-        "DELETE FROM inbox_messages WHERE ctid = ANY(ARRAY(SELECT ctid FROM inbox_messages \
-         WHERE received_at < now() - ",
-    );
-    out.push_bind_param::<BigInt, i64>(&batch.keep_micros)?;
-    out.push_sql(" * INTERVAL '1 microsecond'");
-    push_scope(&batch.scope, &mut out)?;
-    out.push_sql(" ORDER BY received_at LIMIT ");
-    out.push_bind_param::<BigInt, i64>(&batch.limit)?;
-    out.push_sql(" FOR UPDATE SKIP LOCKED))");
-    Ok(())
+    Delete {
+        head: "DELETE FROM inbox_messages WHERE ctid = ANY(ARRAY(",
+        select: "SELECT ctid FROM inbox_messages",
+        cutoff: ("now() - ", " * INTERVAL '1 microsecond'"),
+        lock: " FOR UPDATE SKIP LOCKED",
+        tail: "))",
+    }
+    .walk(batch, out)
 }
 
 /// MySQL / MariaDB: the expired keys are picked in a derived table (which
 /// MySQL materializes because of its `LIMIT`) with `SKIP LOCKED`, then joined
 /// to the table by primary key. `STRAIGHT_JOIN` keeps that order: the other
 /// order scans the whole table and waits on every row a live handler holds.
+///
+/// The pick walks the `received_at` index, oldest first, and stops after
+/// `limit` rows. Left to itself, the optimizer reads a one-handler scope
+/// through the primary key (`handler = ?`) and sorts: that reads every row
+/// of the handler and locks every expired one, in every batch. So the index
+/// is forced.
 #[cfg(feature = "mysql")]
 pub(crate) fn walk_mysql<'b>(
     batch: &'b PruneBatchStatement<'_>,
-    mut out: AstPass<'_, 'b, diesel::mysql::Mysql>,
+    out: AstPass<'_, 'b, diesel::mysql::Mysql>,
 ) -> QueryResult<()> {
-    out.push_sql(
-        "DELETE inbox_messages FROM (SELECT handler, message_id FROM inbox_messages \
-         WHERE received_at < UTC_TIMESTAMP(6) - INTERVAL ",
-    );
-    out.push_bind_param::<BigInt, i64>(&batch.keep_micros)?;
-    out.push_sql(" MICROSECOND");
-    push_scope(&batch.scope, &mut out)?;
-    out.push_sql(" ORDER BY received_at LIMIT ");
-    out.push_bind_param::<BigInt, i64>(&batch.limit)?;
-    out.push_sql(
-        " FOR UPDATE SKIP LOCKED) AS expired STRAIGHT_JOIN inbox_messages \
-         ON inbox_messages.handler = expired.handler AND inbox_messages.message_id = expired.message_id",
-    );
-    Ok(())
+    Delete {
+        head: "DELETE inbox_messages FROM (",
+        select: "SELECT handler, message_id FROM inbox_messages \
+                 FORCE INDEX (inbox_messages_received_at_idx)",
+        cutoff: ("UTC_TIMESTAMP(6) - INTERVAL ", " MICROSECOND"),
+        lock: " FOR UPDATE SKIP LOCKED",
+        tail: ") AS expired STRAIGHT_JOIN inbox_messages \
+               ON inbox_messages.handler = expired.handler AND inbox_messages.message_id = expired.message_id",
+    }
+    .walk(batch, out)
 }
 
 /// SQLite: one writer at a time, so no row locks to skip; the table has no
@@ -254,19 +293,19 @@ pub(crate) fn walk_mysql<'b>(
 #[cfg(feature = "sqlite")]
 pub(crate) fn walk_sqlite<'b>(
     batch: &'b PruneBatchStatement<'_>,
-    mut out: AstPass<'_, 'b, diesel::sqlite::Sqlite>,
+    out: AstPass<'_, 'b, diesel::sqlite::Sqlite>,
 ) -> QueryResult<()> {
-    out.push_sql(
-        "DELETE FROM inbox_messages WHERE (handler, message_id) IN (SELECT handler, message_id \
-         FROM inbox_messages WHERE received_at < strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.6f seconds', ",
-    );
-    out.push_bind_param::<BigInt, i64>(&batch.keep_micros)?;
-    out.push_sql(" / 1000000.0))");
-    push_scope(&batch.scope, &mut out)?;
-    out.push_sql(" ORDER BY received_at LIMIT ");
-    out.push_bind_param::<BigInt, i64>(&batch.limit)?;
-    out.push_sql(")");
-    Ok(())
+    Delete {
+        head: "DELETE FROM inbox_messages WHERE (handler, message_id) IN (",
+        select: "SELECT handler, message_id FROM inbox_messages",
+        cutoff: (
+            "strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.6f seconds', ",
+            " / 1000000.0))",
+        ),
+        lock: "",
+        tail: ")",
+    }
+    .walk(batch, out)
 }
 
 /// Isolation for a batch's transaction, per backend (see `InboxBackend`).
@@ -321,7 +360,7 @@ mod tests {
         let statement =
             PruneBatchStatement::new(PruneScope::Handler(&a), Duration::from_millis(1), 5);
         let sql = diesel::debug_query::<diesel::mysql::Mysql, _>(&statement).to_string();
-        assert!(sql.starts_with("DELETE inbox_messages FROM (SELECT handler, message_id FROM inbox_messages WHERE received_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND handler = ? ORDER BY received_at LIMIT ? FOR UPDATE SKIP LOCKED) AS expired STRAIGHT_JOIN"), "{sql}");
+        assert!(sql.starts_with("DELETE inbox_messages FROM (SELECT handler, message_id FROM inbox_messages FORCE INDEX (inbox_messages_received_at_idx) WHERE received_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND handler = ? ORDER BY received_at LIMIT ? FOR UPDATE SKIP LOCKED) AS expired STRAIGHT_JOIN"), "{sql}");
         assert!(sql.ends_with("-- binds: [1000, \"a\", 5]"), "{sql}");
     }
 
