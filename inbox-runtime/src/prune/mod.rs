@@ -26,16 +26,16 @@
 //!
 //! The batch size and the pause between batches trade pruning speed for the
 //! latency of live handlers. `benches/prune.rs` (1,000,000 expired ids, 400
-//! deliveries/s of live traffic, spans with and without pruning alternated;
-//! PostgreSQL 15 on a 2-CPU VM that was also compiling other code, so the
-//! ratios moved a lot between two runs):
+//! deliveries/s of live traffic, spans with and without pruning alternated in
+//! the same run; PostgreSQL 15 on a 2-CPU VM; three runs, two of them while
+//! the machine was also compiling, so the p99 ratios move between runs):
 //!
 //! | method | rows/s | handlers' p99, pruning / not pruning |
 //! |---|---|---|
-//! | batches of 5,000, no pause (the default) | 200,000–250,000 | 1.4–1.6× |
-//! | batches of 5,000, 20 ms pause | 118,000–135,000 | 1.6× |
-//! | batches of 1,000, 5 ms pause | 60,000–72,000 | 1.1–2.0× |
-//! | `partitioned`: drop a generation of 200,000 ids | 5–8 million (25–38 ms per generation) | 1.2–5× during those milliseconds |
+//! | batches of 5,000, no pause (the default) | 200,000–384,000 | 1.4–2.9× |
+//! | batches of 5,000, 20 ms pause | 118,000–149,000 | 1.6–3.4× |
+//! | batches of 1,000, 5 ms pause | 60,000–82,000 | 1.1–2.0× (1.5× on the idle machine) |
+//! | `partitioned`: drop a generation of 200,000 ids | 5–8 million (25–38 ms per generation) | 0.6–5× over the few deliveries during those milliseconds |
 //!
 //! A pruner only has to keep up with the insert rate (1,000 msg/s is 1,000
 //! rows/s), so a latency-sensitive service can prune in small batches with a
