@@ -66,6 +66,7 @@ fn main() {
         (5_000, Duration::ZERO),
         (5_000, Duration::from_millis(20)),
         (1_000, Duration::from_millis(5)),
+        (500, Duration::from_millis(10)),
     ] {
         let prune = Prune::new(policy.clone())
             .batch_size(batch)
