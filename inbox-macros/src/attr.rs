@@ -1,4 +1,5 @@
-//! Parses the attribute's arguments: `id`, `handler`, `conn` and `crate`.
+//! Parses the attribute's arguments: `id`, `handler`, `conn`, `crate` and
+//! `outside_transaction`.
 //!
 //! Every argument is `name = value`, separated by commas. The parser never
 //! stops at the first mistake: a bad argument is recorded and skipped up to
@@ -28,6 +29,10 @@ pub(crate) struct Args {
     pub(crate) conn: Option<Ident>,
     /// `crate = "path"`: where `inbox_runtime` is, for a renamed dependency.
     pub(crate) krate: Option<Path>,
+    /// `outside_transaction = audit_pool` or `= [audit_pool, replica]`: the
+    /// connections or pools the body may use besides its connection, on
+    /// purpose (see `validate::outside`).
+    pub(crate) outside_transaction: Vec<Ident>,
 }
 
 impl Args {
@@ -105,11 +110,15 @@ fn parse_one(
         input.call(Ident::parse_any)?
     };
     let key = name.to_string();
-    if !matches!(key.as_str(), "id" | "handler" | "conn" | "crate") {
+    if !matches!(
+        key.as_str(),
+        "id" | "handler" | "conn" | "crate" | "outside_transaction"
+    ) {
         return Err(syn::Error::new(
             name.span(),
             format!(
-                "unknown argument `{key}`; `#[idempotent]` takes `id`, `handler`, `conn` and `crate`"
+                "unknown argument `{key}`; `#[idempotent]` takes `id`, `handler`, `conn`, \
+                 `crate` and `outside_transaction`"
             ),
         ));
     }
@@ -133,6 +142,7 @@ fn parse_one(
         "id" => args.id = errors.keep(id_expr(value)),
         "handler" => args.handler = errors.keep(handler_name(value)),
         "conn" => args.conn = errors.keep(conn_name(value)),
+        "outside_transaction" => args.outside_transaction = outside_names(value, errors),
         _ => args.krate = errors.keep(crate_path(value)),
     }
     Ok(())
@@ -220,6 +230,38 @@ fn conn_name(value: Expr) -> syn::Result<Ident> {
         value,
         "`conn` takes the name of the connection parameter, e.g. `conn = db`",
     ))
+}
+
+/// `outside_transaction = name` or `outside_transaction = [name, ...]`:
+/// plain names, each once. Mistakes are recorded; the valid names returned.
+fn outside_names(value: Expr, errors: &mut Errors) -> Vec<Ident> {
+    let elems: Vec<Expr> = match value {
+        Expr::Array(array) if array.attrs.is_empty() => array.elems.into_iter().collect(),
+        single => vec![single],
+    };
+    let mut names: Vec<Ident> = Vec::new();
+    for elem in elems {
+        let name = match &elem {
+            Expr::Path(path) if path.attrs.is_empty() && path.qself.is_none() => {
+                path.path.get_ident().cloned()
+            }
+            _ => None,
+        };
+        match name {
+            Some(name) if names.contains(&name) => errors.push(syn::Error::new(
+                name.span(),
+                format!("`{name}` is listed twice in `outside_transaction`"),
+            )),
+            Some(name) => names.push(name),
+            None => errors.push(syn::Error::new_spanned(
+                elem,
+                "`outside_transaction` takes the names of the parameters or pools that are meant \
+                 to write outside the handler's transaction, e.g. `outside_transaction = \
+                 audit_pool` or `outside_transaction = [audit_pool, replica]`",
+            )),
+        }
+    }
+    names
 }
 
 /// `crate = "path"` (or an unquoted path): where the runtime crate is.

@@ -37,9 +37,9 @@ use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
-use syn::{AttrStyle, Expr, ItemFn, LitStr, Path, Type};
+use syn::{AttrStyle, Expr, FnArg, ItemFn, LitStr, Pat, Path, Type};
 
-use crate::model::{ConnPassing, Connection, Flavor, Handler};
+use crate::model::{ConnPassing, Connection, Flavor, Handler, Shadow, View};
 
 /// The function with its body wrapped in the idempotent transaction.
 pub(crate) fn handler(handler: Handler) -> TokenStream {
@@ -92,6 +92,61 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
         #(#outer_attrs)*
         #vis #sig #new_body
     }
+}
+
+/// The function emitted after an error, next to the errors: the user's
+/// function, its signature as written, with two kinds of statement put at
+/// the start of the body:
+///
+/// - `let _ = &param;` for every parameter bound to a plain name, so the
+///   parameters that only the id expression reads (which the fallback does
+///   not evaluate) do not add "unused variable" warnings;
+/// - the parameters meant as the connection rebound to what the body would
+///   see in the real expansion (a `&mut` connection, see [`Shadow`]).
+///
+/// Without them, a body written for the expansion (`.execute(conn)` with an
+/// owned `conn`, or a `conn: &PgConnection` the error asks to make `&mut`)
+/// fails to type-check, and the real error drowns in a cascade of type
+/// errors. The function keeps its signature, so callers see no "cannot find
+/// function" either, and the body stays visible to the compiler and to IDEs.
+/// None of it runs: the crate does not compile.
+pub(crate) fn fallback(mut function: ItemFn, shadows: &[Shadow]) -> TokenStream {
+    let mut rebinding = TokenStream::new();
+    for arg in &function.sig.inputs {
+        if let FnArg::Typed(param) = arg {
+            if let Pat::Ident(binding) = &*param.pat {
+                let name = &binding.ident;
+                if binding.subpat.is_none() && !shadows.iter().any(|s| s.ident == *name) {
+                    rebinding.extend(quote!(let _ = &#name;));
+                }
+            }
+        }
+    }
+    for shadow in shadows {
+        let conn = &shadow.ident;
+        rebinding.extend(match &shadow.view {
+            View::Lent(passing) => {
+                let lent = lend(&Connection {
+                    ident: conn.clone(),
+                    passing: *passing,
+                });
+                let Lent {
+                    setup, arg, param, ..
+                } = lent;
+                quote!(#setup let #param = #arg;)
+            }
+            View::Unreachable(ty) => quote! {
+                let #conn: &mut #ty = {
+                    let _ = #conn;
+                    ::core::option::Option::<&mut #ty>::None
+                        .expect("not run: `#[idempotent]` reported an error")
+                };
+            },
+        });
+    }
+    let stmts: syn::Block = syn::parse_quote!({ #rebinding });
+    function.block.stmts.splice(0..0, stmts.stmts);
+    function.into_token_stream()
 }
 
 /// A `{ ... }` group whose braces carry `span` (the user's body braces).

@@ -18,7 +18,7 @@
 //! that first claims `(handler, id)` in the inbox table and skips the body if
 //! the message was already processed. See `inbox_runtime` for the semantics.
 //!
-//! Two rules a reader of a handler should know:
+//! Three rules a reader of a handler should know:
 //!
 //! - **Methods name their scope.** The default scope is `module_path!()` and
 //!   the function's name, which `impl A { fn handle }` and `impl B { fn handle
@@ -31,6 +31,17 @@
 //!   With a by-value connection (`conn: PooledConnection<..>`), `conn` inside
 //!   the body is `&mut` to it, as for a `&mut` parameter: write
 //!   `.execute(conn)`, not `.execute(&mut conn)`.
+//! - **One connection.** Only the connection parameter is the transaction's
+//!   connection; what the body writes through any other connection commits
+//!   on its own and is repeated on a redelivery. So a parameter whose type is
+//!   a second connection or a pool (`&mut PgConnection`, `AsyncPgConnection`,
+//!   `PooledConnection<..>`, `Object<..>`, `&Pool<..>`, `&DbPool`, also in an
+//!   `Arc` or a `Mutex`), or a `pool.get()` in the body, is a compile error,
+//!   unless `outside_transaction = name` says it is intended. The attribute
+//!   judges by names: a pool behind an alias or a struct with another name
+//!   (`type Pools = Pool<..>`, `state: &AppState`), code inside macro calls,
+//!   helper functions that open their own connection, and a handler called on
+//!   connection `b` inside a transaction on connection `a` are not caught.
 //!
 //! The crate is split by job: `attr` parses the arguments, `validate`
 //! checks the function and the id expression into a `model::Handler`, and
@@ -54,10 +65,14 @@ use crate::errors::Errors;
 /// Makes a Diesel message handler idempotent (the Inbox pattern).
 ///
 /// Arguments: `id = <expr>` (required; also `id = "<expr>"`), `handler =
-/// "<name>"` (required on methods), `conn = <parameter>` and `crate =
-/// "<path>"`. Inside the body the connection parameter is `&mut` to the
-/// transaction's connection, also when the function takes it by value. See
-/// the documentation of `inbox_runtime`, which re-exports this attribute.
+/// "<name>"` (required on methods), `conn = <parameter>`, `crate =
+/// "<path>"` and `outside_transaction = <name>` (or `[<name>, ..]`: the
+/// parameters, or pools the body takes connections from, that are meant to
+/// write outside the handler's transaction; any other second connection or
+/// pool is a compile error). Inside the body the connection parameter is
+/// `&mut` to the transaction's connection, also when the function takes it
+/// by value. See the documentation of `inbox_runtime`, which re-exports this
+/// attribute.
 #[proc_macro_attribute]
 pub fn idempotent(
     args: proc_macro::TokenStream,
@@ -68,9 +83,11 @@ pub fn idempotent(
 
 /// The attribute on `proc_macro2` tokens, so unit tests can call it.
 ///
-/// On any error the function is emitted unchanged next to the errors, so one
-/// mistake in the attribute does not also cause "cannot find function" errors
-/// wherever the handler is called.
+/// On any error the function is emitted next to the errors, so one mistake in
+/// the attribute does not also cause "cannot find function" errors wherever
+/// the handler is called; its body starts by rebinding the connection as the
+/// real expansion would lend it, so the body adds no type errors or warnings
+/// of its own (`expand::fallback`).
 fn idempotent_impl(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
     let args = attr::Args::parse(args, &mut errors);
@@ -84,7 +101,10 @@ fn idempotent_impl(args: TokenStream, item: TokenStream) -> TokenStream {
     };
     match validate::handler(function, args, errors) {
         Ok(handler) => expand::handler(handler),
-        Err(error) => with_original(error.to_compile_error(), item),
+        Err(rejected) => with_original(
+            rejected.error.to_compile_error(),
+            expand::fallback(rejected.function, &rejected.shadows),
+        ),
     }
 }
 

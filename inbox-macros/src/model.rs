@@ -9,9 +9,8 @@ use syn::{Expr, ItemFn, LitStr, Path, Type};
 pub(crate) enum Flavor {
     /// A plain `fn`: the body runs in a closure passed to `run_sync`.
     Sync,
-    /// An `async fn`: the body would run in an `async` closure passed to
-    /// `run_async` and awaited. Refused by validation until the runtime has
-    /// async support; the expansion already knows its shape.
+    /// An `async fn`: the runtime's steps (`begin_async`, the body,
+    /// `finish_async`) are written out in the handler's body.
     Async,
 }
 
@@ -39,6 +38,27 @@ pub(crate) struct Connection {
     pub(crate) ident: Ident,
     /// How it is lent to the runtime.
     pub(crate) passing: ConnPassing,
+}
+
+/// How the body sees a parameter meant as the connection, in the function
+/// the attribute emits after an error (see `expand::fallback`).
+#[derive(Clone, Debug)]
+pub(crate) enum View {
+    /// Lent as in the real expansion: `conn` is a `&mut` to the owned value.
+    Lent(ConnPassing),
+    /// A shared reference the transaction cannot use: `conn` is rebound to a
+    /// `&mut` of this type that never exists at run time, so the body
+    /// type-checks as it would once the parameter is fixed.
+    Unreachable(Box<Type>),
+}
+
+/// A parameter rebound at the start of the fallback body.
+#[derive(Clone, Debug)]
+pub(crate) struct Shadow {
+    /// The parameter's name.
+    pub(crate) ident: Ident,
+    /// What the body sees under that name.
+    pub(crate) view: View,
 }
 
 /// Everything the expansion needs, checked.

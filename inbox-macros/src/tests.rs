@@ -191,7 +191,7 @@ fn reports_argument_mistakes_together() {
         found,
         [
             "duplicate argument `id`: each argument may be given only once",
-            "unknown argument `colour`; `#[idempotent]` takes `id`, `handler`, `conn` and `crate`",
+            "unknown argument `colour`; `#[idempotent]` takes `id`, `handler`, `conn`, `crate` and `outside_transaction`",
             "`handler` takes a string literal, e.g. `handler = \"billing.apply_payment\"`",
             "`conn` takes the name of the connection parameter, e.g. `conn = db`",
             "`crate` takes the path of the `inbox_runtime` crate, e.g. `crate = \"::my_inbox\"`",
@@ -328,13 +328,16 @@ fn checks_the_connection_parameter() {
 }
 
 #[test]
-fn emits_the_function_unchanged_with_all_errors() {
+fn emits_the_function_with_all_errors() {
     let out = expand("id = Uuid::new_v4(), bogus = 1", "fn f(msg: &M) { }");
     assert_eq!(
         errors("id = Uuid::new_v4(), bogus = 1", "fn f(msg: &M) { }").len(),
         4
     );
-    assert!(out.ends_with("fn f (msg : & M) { }"), "{out}");
+    assert!(
+        out.ends_with("fn f (msg : & M) { let _ = & msg ; }"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -353,4 +356,369 @@ fn expands_the_async_shape_without_a_closure() {
         assert!(out.contains(step), "missing {step:?} in {out}");
     }
     assert!(!out.contains('|'), "no closure: {out}");
+}
+
+/// Asserts that `item` expands without errors under `args`.
+fn assert_no_errors(args: &str, item: &str) {
+    let found = errors(args, item);
+    assert!(found.is_empty(), "{item}: {found:#?}");
+}
+
+#[test]
+fn says_what_is_wrong_with_each_connection_candidate() {
+    let shared = "the connection parameter `conn` is a shared reference (`&PgConnection`); it must be `&mut` (or owned), since the transaction needs exclusive use of the connection: write `conn: &mut PgConnection`";
+    assert_one_error(
+        "id = msg.id",
+        "fn f(conn: &PgConnection, msg: &M) -> Result<(), E> { Ok(()) }",
+        &[shared],
+    );
+    // A `&mut` message is not taken for the connection when a shared
+    // connection is what was meant.
+    assert_one_error(
+        "id = msg.id",
+        "fn f(conn: &PgConnection, msg: &mut M) -> Result<(), E> { Ok(()) }",
+        &[shared],
+    );
+    assert_one_error(
+        "id = msg.id",
+        "async fn f(conn: &'a AsyncPgConnection, msg: &M) -> Result<(), E> { Ok(()) }",
+        &[
+            "`conn` is a shared reference (`&'a AsyncPgConnection`)",
+            "write `conn: &'a mut AsyncPgConnection`",
+        ],
+    );
+    assert_one_error(
+        "id = msg.id",
+        "fn f(conn: &Conn, msg: &M) -> Result<(), E> { Ok(()) }",
+        &["`conn` is a shared reference (`&Conn`)"],
+    );
+    // One error per candidate.
+    let two = errors(
+        "id = msg.id",
+        "fn f(a: &PgConnection, b: &deadpool::Object<M>, msg: &M) -> Result<(), E> { Ok(()) }",
+    );
+    assert_eq!(two.len(), 2, "{two:#?}");
+    assert!(
+        two[0].contains("`a` is a shared reference (`&PgConnection`)"),
+        "{two:#?}"
+    );
+    assert!(
+        two[1].contains("`b` is a shared reference (`&deadpool::Object<M>`)"),
+        "{two:#?}"
+    );
+    // An owned value whose type hides the connection: name it.
+    assert_one_error(
+        "id = msg.id",
+        "fn f(conn: Conn, msg: &M) -> Result<(), E> { Ok(()) }",
+        &[
+            "`conn: Conn` may be one behind a type alias",
+            "name it with `#[idempotent(conn = conn, ..)]`",
+        ],
+    );
+    assert_one_error(
+        "id = msg.id",
+        "fn f(mut c: Pooled, msg: &M) -> Result<(), E> { Ok(()) }",
+        &[
+            "`mut c: Pooled` may be one behind a type alias",
+            "`#[idempotent(conn = c, ..)]`",
+        ],
+    );
+    // A pool where the connection should be.
+    for item in [
+        "fn f(pool: &DbPool, msg: &M) -> Result<(), E> { Ok(()) }",
+        "fn f(pool: &mut r2d2::Pool<ConnectionManager<PgConnection>>, msg: &M) -> Result<(), E> { Ok(()) }",
+    ] {
+        assert_one_error("id = msg.id", item, &["`pool` is a connection pool (`", "not a connection", "handler(&mut pool.get()?, &msg)"]);
+    }
+    assert_one_error(
+        "id = msg.id, conn = pool",
+        "fn f(pool: Pool<M>, msg: &M) -> Result<(), E> { Ok(()) }",
+        &["`pool` is a connection pool (`Pool<M>`), not a connection"],
+    );
+    // Next to a connection candidate, a pool is a second connection.
+    let found = errors(
+        "id = msg.id",
+        "fn f(conn: &PgConnection, pool: &DbPool, msg: &M) -> Result<(), E> { Ok(()) }",
+    );
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(
+        found[0].contains("`conn` is a shared reference"),
+        "{found:#?}"
+    );
+    assert!(
+        found[1].starts_with("`pool` is a connection pool (`&DbPool`): what the body writes"),
+        "{found:#?}"
+    );
+    // Nothing that looks like a connection: the error at the parameter list.
+    assert_one_error(
+        "id = msg.id",
+        "fn f(msg: &M, n: u32) -> Result<(), E> { Ok(()) }",
+        &["this handler has no connection parameter"],
+    );
+}
+
+#[test]
+fn detects_connections_by_their_type() {
+    // deadpool's `Object<..>` by value.
+    for item in [
+        "async fn f(conn: Object<Manager>, msg: &M) -> Result<(), E> { Ok(()) }",
+        "async fn f(conn: deadpool::managed::Object<AsyncDieselConnectionManager<AsyncPgConnection>>, msg: &M) -> Result<(), E> { Ok(()) }",
+    ] {
+        let out = expand("id = msg.id", item);
+        assert!(out.contains("let mut __inbox_conn = conn ;"), "{out}");
+        assert!(!out.contains("compile_error"), "{out}");
+    }
+    // A `&mut` connection wins over an earlier `&mut` of another type.
+    let out = expand(
+        "id = msg.id",
+        "fn f(buf: &mut Vec<u8>, db: &mut PgConnection, msg: &M) -> Result<(), E> { Ok(()) }",
+    );
+    assert!(out.contains("(& mut * db , __inbox_key , | db |"), "{out}");
+    // So does a type parameter bounded by a connection trait.
+    let out = expand(
+        "id = msg.id",
+        "fn f<B, C>(buf: &mut B, conn: &mut C, msg: &M) -> Result<(), E> where C: Connection { Ok(()) }",
+    );
+    assert!(
+        out.contains("(& mut * conn , __inbox_key , | conn |"),
+        "{out}"
+    );
+}
+
+#[test]
+fn rebinds_the_connection_after_an_error_so_the_body_adds_none() {
+    // A shared reference: `conn` becomes a `&mut` that never exists.
+    let out = expand(
+        "id = msg.id",
+        "fn f(conn: &PgConnection, msg: &M) -> Result<(), E> { #![allow(unused)] run(conn) }",
+    );
+    assert!(out.ends_with(
+        "fn f (conn : & PgConnection , msg : & M) -> Result < () , E > { # ! [allow (unused)] \
+         let _ = & msg ; \
+         let conn : & mut PgConnection = { let _ = conn ; :: core :: option :: Option :: < & mut PgConnection > :: None . expect (\"not run: `#[idempotent]` reported an error\") } ; \
+         run (conn) }"
+    ), "{out}");
+    // An owned connection, whatever the error: lent as the expansion would.
+    let out = expand(
+        "id = Uuid::new_v4()",
+        "fn f(conn: PooledConnection<M>, msg: &M) -> Result<(), E> { run(conn) }",
+    );
+    assert!(
+        out.ends_with(
+            "{ let _ = & msg ; let mut __inbox_conn = conn ; let conn = & mut __inbox_conn ; run (conn) }"
+        ),
+        "{out}"
+    );
+    let out = expand(
+        "id = msg.id",
+        "fn f(mut conn: Conn, msg: &M) -> Result<(), E> { run(conn) }",
+    );
+    assert!(
+        out.ends_with("{ let _ = & msg ; let conn = & mut conn ; run (conn) }"),
+        "{out}"
+    );
+    // A `&mut` connection needs no rebinding.
+    let out = expand(
+        "id = Uuid::new_v4()",
+        "fn f(conn: &mut PgConnection, (a, b): (u8, u8)) -> Result<(), E> { run(conn) }",
+    );
+    assert!(
+        out.ends_with(
+            "fn f (conn : & mut PgConnection , (a , b) : (u8 , u8)) -> Result < () , E > { let _ = & conn ; run (conn) }"
+        ),
+        "{out}"
+    );
+    // Nor does a body rewritten by `#[async_trait]`, which moves its
+    // parameters into a boxed future.
+    let out = expand(
+        "id = msg.id, handler = \"h\"",
+        "fn f<'a, 'async_trait>(&'a self, conn: PooledConnection<M>, msg: &'a M) -> Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'async_trait>> { Box::pin(async move { Ok(()) }) }",
+    );
+    assert!(!out.contains("__inbox_conn"), "{out}");
+}
+
+#[test]
+fn refuses_second_connections_and_pools() {
+    let consequence = "is not part of this handler's transaction, so it is not rolled back when the handler fails and is written again when the message is redelivered; write through `conn` only, or, if reaching outside the transaction is intended (a read replica, an audit record that must survive a rollback), say so with `#[idempotent(outside_transaction = other, ..)]`";
+    for (param, what) in [
+        (
+            "other: &mut PgConnection",
+            "a second database connection (`&mut PgConnection`)",
+        ),
+        (
+            "other: &mut SqliteConnection",
+            "a second database connection",
+        ),
+        (
+            "other: &mut MysqlConnection",
+            "a second database connection",
+        ),
+        (
+            "other: &PgConnection",
+            "a second database connection (`&PgConnection`)",
+        ),
+        (
+            "other: AsyncPgConnection",
+            "a second database connection (`AsyncPgConnection`)",
+        ),
+        (
+            "mut other: PooledConnection<ConnectionManager<PgConnection>>",
+            "a second database connection",
+        ),
+        (
+            "other: deadpool::Object<AsyncPgConnection>",
+            "a second database connection",
+        ),
+        (
+            "other: Arc<Mutex<PgConnection>>",
+            "a second database connection",
+        ),
+        (
+            "other: &mut impl Connection",
+            "a second database connection",
+        ),
+        ("other: &mut D", "a second database connection (`&mut D`)"),
+        (
+            "other: Pool<ConnectionManager<PgConnection>>",
+            "a connection pool (`Pool<ConnectionManager<PgConnection>>`)",
+        ),
+        (
+            "other: &r2d2::Pool<M>",
+            "a connection pool (`&r2d2::Pool<M>`)",
+        ),
+        (
+            "other: &deadpool::Pool<AsyncPgConnection>",
+            "a connection pool",
+        ),
+        (
+            "other: bb8::Pool<AsyncDieselConnectionManager<AsyncPgConnection>>",
+            "a connection pool",
+        ),
+        ("other: &Arc<DbPool>", "a connection pool (`&Arc<DbPool>`)"),
+        ("other: PgPool", "a connection pool"),
+    ] {
+        let item = format!(
+            "fn f<D: Connection>(conn: &mut PgConnection, {param}, msg: &M) -> Result<(), E> {{ Ok(()) }}"
+        );
+        assert_one_error(
+            "id = msg.id",
+            &item,
+            &[&format!("`other` is {what}"), consequence],
+        );
+        // The opt-out.
+        assert_no_errors("id = msg.id, outside_transaction = other", &item);
+        assert_no_errors("id = msg.id, outside_transaction = [other]", &item);
+    }
+    assert_one_error(
+        "id = msg.id",
+        "fn f(conn: &mut PgConnection, pool: &DbPool, msg: &M) -> Result<(), E> { Ok(()) }",
+        &["`pool` is a connection pool (`&DbPool`): what the body writes through a connection taken from it is not part of this handler's transaction"],
+    );
+    assert_one_error(
+        "id = msg.id",
+        "fn f(conn: &mut PgConnection, audit: &mut PgConnection, msg: &M) -> Result<(), E> { Ok(()) }",
+        &["`audit` is a second database connection (`&mut PgConnection`): what the body writes through it is not part of this handler's transaction"],
+    );
+    // Names that are not about databases are left alone.
+    for param in [
+        "other: &ThreadPool",
+        "other: &mut Vec<u8>",
+        "other: &mut B",
+        "other: WorkerPool",
+        "other: &Settings",
+    ] {
+        assert_no_errors(
+            "id = msg.id",
+            &format!(
+                "fn f<B>(conn: &mut PgConnection, {param}, msg: &M) -> Result<(), E> {{ Ok(()) }}"
+            ),
+        );
+    }
+}
+
+#[test]
+fn refuses_pool_checkouts_in_the_body() {
+    for (call, name) in [
+        ("pool.get()", "pool"),
+        ("self.pool.get()", "pool"),
+        ("self.db_pool.try_get()", "db_pool"),
+        ("POOL.get()", "POOL"),
+        ("state.pg_pool().get_owned()", "pg_pool"),
+        ("(&pool).get_timeout(d)", "pool"),
+    ] {
+        let item = format!(
+            "fn f(&self, conn: &mut PgConnection, msg: &M) -> Result<(), E> {{ let c = {call}; Ok(()) }}"
+        );
+        assert_one_error(
+            "id = msg.id, handler = \"h\"",
+            &item,
+            &[
+                &format!("`{call}` takes another connection from a pool: what the body writes through it is not part of this handler's transaction"),
+                &format!("say so with `#[idempotent(outside_transaction = {name}, ..)]`"),
+            ],
+        );
+        assert_no_errors(
+            &format!("id = msg.id, handler = \"h\", outside_transaction = {name}"),
+            &item,
+        );
+    }
+    // Inside closures and async blocks too.
+    assert_one_error(
+        "id = msg.id",
+        "async fn f(conn: &mut AsyncPgConnection, msg: &M) -> Result<(), E> { let c = async { pool.get().await }; Ok(()) }",
+        &["`pool.get()` takes another connection from a pool"],
+    );
+    // Not a pool, or not the handler's code.
+    assert_no_errors(
+        "id = msg.id",
+        "fn f(conn: &mut PgConnection, msg: &M) -> Result<(), E> { cache.get(); thread_pool.get(); msg.headers.get(\"x\"); fn helper() { pool.get(); } Ok(()) }",
+    );
+    // A pool parameter is reported once, at the parameter.
+    let found = errors(
+        "id = msg.id",
+        "fn f(conn: &mut PgConnection, pool: &DbPool, msg: &M) -> Result<(), E> { let c = pool.get(); Ok(()) }",
+    );
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        found[0].starts_with("`pool` is a connection pool (`&DbPool`)"),
+        "{found:#?}"
+    );
+    // A pool parameter whose type hides it is caught at the checkout.
+    assert_one_error(
+        "id = msg.id",
+        "fn f(conn: &mut PgConnection, pool: &Pools, msg: &M) -> Result<(), E> { let c = pool.get(); Ok(()) }",
+        &["`pool.get()` takes another connection from a pool"],
+    );
+}
+
+#[test]
+fn checks_the_outside_transaction_list() {
+    let item = "fn f(conn: &mut PgConnection, audit: &mut PgConnection, msg: &M) -> Result<(), E> { Ok(()) }";
+    assert_no_errors("id = msg.id, outside_transaction = [audit]", item);
+    assert_one_error(
+        "id = msg.id, outside_transaction = [audit, conn]",
+        item,
+        &["`conn` is the handler's connection, on which its transaction runs"],
+    );
+    assert_one_error(
+        "id = msg.id, outside_transaction = [audit, replica]",
+        item,
+        &["`replica` in `outside_transaction` is neither a parameter of this handler nor a pool the body takes a connection from"],
+    );
+    assert_one_error(
+        "id = msg.id, outside_transaction = [audit, audit]",
+        item,
+        &["`audit` is listed twice in `outside_transaction`"],
+    );
+    assert_one_error(
+        "id = msg.id, outside_transaction = \"audit\"",
+        "fn f(conn: &mut PgConnection, msg: &M) -> Result<(), E> { Ok(()) }",
+        &["`outside_transaction` takes the names of the parameters or pools"],
+    );
+    // Listing a parameter whose type the attribute does not recognize is
+    // allowed: it documents a pool behind an alias.
+    assert_no_errors(
+        "id = msg.id, outside_transaction = pools",
+        "fn f(conn: &mut PgConnection, pools: &Pools, msg: &M) -> Result<(), E> { Ok(()) }",
+    );
 }

@@ -5,28 +5,72 @@
 
 mod connection;
 mod id_root;
+mod kind;
+mod outside;
 mod signature;
 
 use syn::{parse_quote, ItemFn};
 
 use crate::attr::Args;
 use crate::errors::Errors;
-use crate::model::Handler;
+use crate::model::{Handler, Shadow};
+
+/// A handler that failed validation: every error, and what the fallback
+/// expansion needs to emit the function without a cascade of type errors.
+pub(crate) struct Rejected {
+    /// Every error, combined.
+    pub(crate) error: syn::Error,
+    /// The function as the user wrote it.
+    pub(crate) function: ItemFn,
+    /// The parameters the body uses as its `&mut` connection, to rebind at
+    /// the start of the body.
+    pub(crate) shadows: Vec<Shadow>,
+}
 
 /// Validates `function` against `args`, adding to the errors `errors` already
 /// holds (from argument parsing). Returns the handler if nothing was wrong,
 /// otherwise every error combined.
-pub(crate) fn handler(function: ItemFn, args: Args, mut errors: Errors) -> syn::Result<Handler> {
+pub(crate) fn handler(
+    function: ItemFn,
+    args: Args,
+    mut errors: Errors,
+) -> Result<Handler, Box<Rejected>> {
     let flavor = signature::flavor(&function, &mut errors);
     let output = signature::output(&function.sig, &mut errors);
     signature::method_scope(&function.sig, args.handler_given, &mut errors);
-    let connection = connection::find(&function.sig, args.conn.as_ref(), &mut errors);
+    let classifier = kind::Classifier::of(&function.sig);
+    let found = connection::find(&function.sig, args.conn.as_ref(), &classifier, &mut errors);
+    let conn_ident = found.connection.as_ref().map(|c| &c.ident);
+    outside::check(
+        &function.sig,
+        &function.block,
+        &classifier,
+        &outside::Context {
+            connection: conn_ident,
+            claimed: &found.claimed,
+            allowed: &args.outside_transaction,
+        },
+        &mut errors,
+    );
     if let Some(id) = &args.id {
-        let scope = id_root::Scope::of(&function.sig, connection.as_ref().map(|c| &c.ident));
+        let scope = id_root::Scope::of(&function.sig, conn_ident);
         id_root::check(id, &scope, &mut errors);
     }
-    errors.finish()?;
-    match (output, connection, args.id) {
+    if let Err(error) = errors.finish() {
+        // A body rewritten by `#[async_trait]` moves its parameters into a
+        // boxed future; rebinding them would only add borrow errors.
+        let shadows = if signature::is_async_trait_body(&function.block) {
+            Vec::new()
+        } else {
+            found.shadows
+        };
+        return Err(Box::new(Rejected {
+            error,
+            function,
+            shadows,
+        }));
+    }
+    match (output, found.connection, args.id) {
         (Some(output), Some(connection), Some(id)) => Ok(Handler {
             function,
             flavor,
@@ -37,9 +81,13 @@ pub(crate) fn handler(function: ItemFn, args: Args, mut errors: Errors) -> syn::
             output,
         }),
         // Every `None` above was recorded as an error, so this is not reached.
-        _ => Err(syn::Error::new(
-            proc_macro2::Span::call_site(),
-            "internal error in `#[idempotent]`: a check failed without an error",
-        )),
+        _ => Err(Box::new(Rejected {
+            error: syn::Error::new(
+                proc_macro2::Span::call_site(),
+                "internal error in `#[idempotent]`: a check failed without an error",
+            ),
+            function,
+            shadows: Vec::new(),
+        })),
     }
 }

@@ -39,7 +39,7 @@ pub(crate) fn flavor(function: &ItemFn, errors: &mut Errors) -> Flavor {
 
 /// Whether `block` is what `#[async_trait]` makes of an `async fn`: a body
 /// ending in `Box::pin(async move { .. })`.
-fn is_async_trait_body(block: &Block) -> bool {
+pub(crate) fn is_async_trait_body(block: &Block) -> bool {
     let Some(Stmt::Expr(Expr::Call(call), None)) = block.stmts.last() else {
         return false;
     };
