@@ -136,12 +136,28 @@ forward_test_database!(
 );
 
 #[cfg(feature = "postgres")]
-pub use self::postgres::PgDatabase;
+pub use self::postgres::{PgDatabase, PgEncodedDatabase};
 
 #[cfg(feature = "postgres")]
 mod postgres {
     use diesel::prelude::*;
     use diesel::r2d2::{ConnectionManager, Pool};
+
+    /// The server at `INBOX_TEST_POSTGRES_URL` (its URL and a connection), or
+    /// `None` after a `skipped:` line when it cannot be reached.
+    fn admin_connection() -> Option<(String, PgConnection)> {
+        let admin_url = super::env_or(
+            "INBOX_TEST_POSTGRES_URL",
+            "postgres://postgres@127.0.0.1:5432/test",
+        );
+        match PgConnection::establish(&admin_url) {
+            Ok(conn) => Some((admin_url, conn)),
+            Err(error) => {
+                super::report_unavailable("PostgreSQL", &admin_url, &error);
+                None
+            }
+        }
+    }
 
     /// A PostgreSQL schema of its own, with the inbox table, dropped on drop.
     /// Every connection made from [`PgDatabase::url`] uses it as its
@@ -156,17 +172,7 @@ mod postgres {
         /// A fresh schema on the server at `INBOX_TEST_POSTGRES_URL`, or
         /// `None` (after a `skipped:` line) when it cannot be reached.
         pub fn create() -> Option<Self> {
-            let admin_url = super::env_or(
-                "INBOX_TEST_POSTGRES_URL",
-                "postgres://postgres@127.0.0.1:5432/test",
-            );
-            let mut admin = match PgConnection::establish(&admin_url) {
-                Ok(conn) => conn,
-                Err(error) => {
-                    super::report_unavailable("PostgreSQL", &admin_url, &error);
-                    return None;
-                }
-            };
+            let (admin_url, mut admin) = admin_connection()?;
             let schema = super::unique_name("inbox_test");
             diesel::sql_query(format!("CREATE SCHEMA {schema}"))
                 .execute(&mut admin)
@@ -203,6 +209,62 @@ mod postgres {
                 .max_size(size)
                 .build(ConnectionManager::new(self.url.clone()))
                 .expect("build a pool")
+        }
+    }
+
+    /// A PostgreSQL database of its own, created with a server encoding
+    /// other than UTF-8 (`ENCODING 'LATIN1'`, say), with the inbox table;
+    /// dropped on drop. For what such a server refuses to store.
+    pub struct PgEncodedDatabase {
+        admin_url: String,
+        name: String,
+        url: String,
+    }
+
+    impl PgEncodedDatabase {
+        /// A fresh database with server encoding `encoding` on the server at
+        /// `INBOX_TEST_POSTGRES_URL`, or `None` (after a `skipped:` line).
+        pub fn create(encoding: &str) -> Option<Self> {
+            let (admin_url, mut admin) = admin_connection()?;
+            let name = super::unique_name("inbox_enc");
+            diesel::sql_query(format!(
+                "CREATE DATABASE {name} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+            ))
+            .execute(&mut admin)
+            .expect("create the test database");
+            let (base, query) = admin_url
+                .split_once('?')
+                .map_or((admin_url.as_str(), ""), |(b, q)| (b, q));
+            let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+            let url = if query.is_empty() {
+                format!("{server}/{name}")
+            } else {
+                format!("{server}/{name}?{query}")
+            };
+            let database = PgEncodedDatabase {
+                admin_url,
+                name,
+                url,
+            };
+            inbox_runtime::setup(&mut database.connect()).expect("create the inbox table");
+            Some(database)
+        }
+
+        /// A new connection to this database.
+        pub fn connect(&self) -> PgConnection {
+            PgConnection::establish(&self.url).expect("connect to the test database")
+        }
+    }
+
+    impl Drop for PgEncodedDatabase {
+        fn drop(&mut self) {
+            if let Ok(mut admin) = PgConnection::establish(&self.admin_url) {
+                let _ = diesel::sql_query(format!(
+                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                    self.name
+                ))
+                .execute(&mut admin);
+            }
         }
     }
 

@@ -29,6 +29,12 @@ mod delivery;
 #[path = "e2e/nesting.rs"]
 mod nesting;
 #[macro_use]
+#[path = "e2e/failure.rs"]
+mod failure;
+#[macro_use]
+#[path = "e2e/server_faults.rs"]
+mod server_faults;
+#[macro_use]
 #[path = "e2e/ids.rs"]
 mod ids;
 #[macro_use]
@@ -65,3 +71,15 @@ backend_suite!(
 #[cfg(feature = "postgres")]
 #[path = "e2e/fault.rs"]
 mod fault;
+
+#[cfg(feature = "postgres")]
+mod postgres_faults {
+    use crate::postgres::*;
+    server_fault_tests!();
+}
+
+#[cfg(feature = "mysql")]
+mod mysql_faults {
+    use crate::mysql::*;
+    server_fault_tests!();
+}

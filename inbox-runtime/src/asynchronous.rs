@@ -5,19 +5,93 @@
 //! [`AsyncMysqlConnection`](diesel_async::AsyncMysqlConnection), directly or
 //! from a deadpool or bb8 pool.
 
+use diesel::connection::TransactionManagerStatus;
 use diesel::QueryResult;
 use diesel_async::{AsyncConnection, TransactionManager};
 use futures_util::FutureExt;
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::backend::InboxBackend;
 use crate::claim::{
-    claim_from_affected_rows, ensure_in_transaction, retry_claim, Claim, ClaimStatement,
+    claim_from_affected_rows, ensure_in_transaction, refused_or_database, Claim, ClaimStatement,
 };
-use crate::error::HandlerError;
+use crate::error::{into_handler_error, HandlerError, InboxError};
 use crate::key::ClaimKey;
 use crate::outcome::OnDuplicate;
+use crate::recovery::{recovery, retry_claim, Recovery};
+use crate::scope::Scope;
+
+/// How long the server keeps the transaction of an async handler whose
+/// future was dropped, unless changed with
+/// [`set_abandoned_transaction_timeout`]: one minute.
+///
+/// ```
+/// assert_eq!(inbox_runtime::DEFAULT_ABANDONED_TRANSACTION_TIMEOUT.as_secs(), 60);
+/// ```
+pub const DEFAULT_ABANDONED_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The bound in milliseconds; `u64::MAX`: the default; 0: none.
+static ABANDONED_TRANSACTION_TIMEOUT_MS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Bounds how long a dropped async handler future can keep its claim locked
+/// (process-wide; [`DEFAULT_ABANDONED_TRANSACTION_TIMEOUT`] until set).
+///
+/// diesel-async cannot roll back from a destructor, so a handler whose future
+/// is dropped leaves its transaction open on the connection, holding the row
+/// lock on the claimed id: a redelivery of that id waits for it. A pool that
+/// keeps the connection idle (deadpool recycles, and closes, a broken
+/// connection only when it hands it out again) would make that wait last
+/// indefinitely. So the outermost transaction of every async handler tells
+/// the server to end it, and close the connection, once it has been idle for
+/// longer than this bound: PostgreSQL through `SET LOCAL
+/// idle_in_transaction_session_timeout` (sent with `BEGIN`, no extra round
+/// trip), MySQL and MariaDB by lowering the session's `wait_timeout` for the
+/// transaction and restoring it at `COMMIT`/`ROLLBACK` (whole seconds,
+/// rounded up). A redelivery then waits at most about this long.
+///
+/// Pick it longer than the longest pause a handler body makes between two
+/// statements (an HTTP call awaited inside the transaction counts): a body
+/// idle for longer loses its connection, its work rolls back, and the
+/// delivery fails with [`Recovery::Reconnect`](crate::Recovery::Reconnect).
+/// `None` leaves the server's own settings alone. A handler nested in a
+/// transaction of the caller's does not change it: that transaction is the
+/// caller's.
+///
+/// ```
+/// use std::time::Duration;
+/// inbox_runtime::set_abandoned_transaction_timeout(Some(Duration::from_secs(30)));
+/// assert_eq!(inbox_runtime::abandoned_transaction_timeout(), Some(Duration::from_secs(30)));
+/// inbox_runtime::set_abandoned_transaction_timeout(None);
+/// assert_eq!(inbox_runtime::abandoned_transaction_timeout(), None);
+/// # inbox_runtime::set_abandoned_transaction_timeout(Some(inbox_runtime::DEFAULT_ABANDONED_TRANSACTION_TIMEOUT));
+/// ```
+pub fn set_abandoned_transaction_timeout(limit: Option<Duration>) {
+    let millis = match limit {
+        // At least a millisecond: zero would mean "no bound" to PostgreSQL.
+        Some(limit) => u64::try_from(limit.as_millis())
+            .unwrap_or(u64::MAX - 1)
+            .clamp(1, u64::MAX - 1),
+        None => 0,
+    };
+    ABANDONED_TRANSACTION_TIMEOUT_MS.store(millis, Ordering::Relaxed);
+}
+
+/// The bound set by [`set_abandoned_transaction_timeout`] (or the default).
+///
+/// ```
+/// # use std::time::Duration;
+/// assert!(inbox_runtime::abandoned_transaction_timeout().is_some_and(|limit| limit > Duration::ZERO));
+/// ```
+pub fn abandoned_transaction_timeout() -> Option<Duration> {
+    match ABANDONED_TRANSACTION_TIMEOUT_MS.load(Ordering::Relaxed) {
+        0 => None,
+        u64::MAX => Some(DEFAULT_ABANDONED_TRANSACTION_TIMEOUT),
+        millis => Some(Duration::from_millis(millis)),
+    }
+}
 
 /// Claims `key` inside the transaction open on an async connection; the async
 /// twin of [`claim`](crate::claim), with the same statement and rules.
@@ -41,15 +115,27 @@ where
     C: AsyncConnection,
     C::Backend: InboxBackend,
 {
-    ensure_in_transaction(C::TransactionManager::transaction_manager_status_mut(conn))?;
+    claim_statement_async(conn, key)
+        .await
+        .map_err(|error| refused_or_database(key, error).into())
+}
+
+async fn claim_statement_async<C>(conn: &mut C, key: &ClaimKey) -> QueryResult<Claim>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    ensure_in_transaction(status(conn))?;
     let affected = diesel_async::RunQueryDsl::execute(ClaimStatement::new(key), conn).await?;
     Ok(claim_from_affected_rows(affected))
 }
 
 /// Runs the async `body` inside one transaction that first claims `key`; the
 /// async twin of [`run_idempotent`](crate::run_idempotent), with the same
-/// semantics (duplicates skip the body, `Err` and panics roll back, nested
-/// calls become savepoints, a claim that loses a lock conflict is retried).
+/// semantics (duplicates skip the body, `Err` and panics at any depth roll
+/// back, an ignored failed statement on PostgreSQL is an error, nested calls
+/// become savepoints, a failed rollback marks the connection broken, a claim
+/// that loses a lock conflict is retried).
 /// See [Cancellation](#cancellation) for what happens when the returned
 /// future is dropped before it completes.
 ///
@@ -89,9 +175,15 @@ where
 ///   release its locks. bb8 does so when the connection is returned, deadpool
 ///   when it next recycles it.
 ///
-/// A connection you hold yourself must be dropped after a cancellation: until
-/// it is, the server keeps the abandoned transaction (and the row lock on the
-/// claimed id, which makes a concurrent delivery of the same id wait).
+/// Until the connection is closed, the server keeps the abandoned transaction
+/// and the row lock on the claimed id, which makes a redelivery of the same id
+/// wait. So the handler's outermost transaction carries a server-side bound
+/// ([`set_abandoned_transaction_timeout`], one minute by default): once the
+/// transaction has sat idle that long the server ends it and closes the
+/// connection, on PostgreSQL and MySQL/MariaDB. A redelivery waits at most
+/// about that long, even when a pool keeps the abandoned connection idle (a
+/// deadpool pool hands out its other connections first). A connection you
+/// hold yourself should still be dropped after a cancellation.
 pub async fn run_idempotent_async<C, R, E, F>(conn: &mut C, key: ClaimKey, body: F) -> Result<R, E>
 where
     C: AsyncConnection,
@@ -100,7 +192,8 @@ where
     E: HandlerError,
     F: AsyncFnOnce(&mut C) -> Result<R, E>,
 {
-    let Some(mut claimed) = begin_claimed(conn, &key).await? else {
+    let claimed = claim_in_new_level(conn, &key).await;
+    let Some(mut claimed) = claimed.map_err(into_handler_error::<E>)? else {
         return Ok(R::on_duplicate());
     };
     let result = AssertUnwindSafe(body(claimed.conn())).catch_unwind().await;
@@ -140,24 +233,41 @@ where
     C: AsyncConnection,
     C::Backend: InboxBackend,
 {
-    let outermost = C::TransactionManager::transaction_manager_status_mut(conn)
-        .transaction_depth()?
-        .is_none();
-    let mut transaction = ClaimedTransaction { conn, open: false };
+    claim_in_new_level(conn, key).await.map_err(Into::into)
+}
+
+/// [`begin_claimed`], with the inbox's own errors kept typed (for handlers
+/// whose error type takes them).
+pub(crate) async fn claim_in_new_level<'c, C>(
+    conn: &'c mut C,
+    key: &ClaimKey,
+) -> Result<Option<ClaimedTransaction<'c, C>>, InboxError>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    let scope = Scope::bounded::<C::Backend>(status(conn), abandoned_transaction_timeout())?;
+    let mut transaction = ClaimedTransaction {
+        conn,
+        scope,
+        open: false,
+    };
     let mut attempt = 1;
     loop {
         transaction.begin().await?;
-        match claim_async(transaction.conn, key).await {
+        match claim_statement_async(transaction.conn, key).await {
             Ok(Claim::Claimed) => return Ok(Some(transaction)),
             Ok(Claim::Duplicate) => {
                 transaction.commit().await?;
                 return Ok(None);
             }
-            Err(error) if outermost && retry_claim(&error, attempt) => {
+            Err(error) => {
                 transaction.roll_back().await?;
+                if !(transaction.scope.is_outermost() && retry_claim(&error, attempt)) {
+                    return Err(refused_or_database(key, error));
+                }
                 attempt += 1;
             }
-            Err(error) => return Err(transaction.roll_back_reporting(error).await),
         }
     }
 }
@@ -173,6 +283,10 @@ where
 #[must_use = "the claim's transaction stays open until `finish` commits or rolls it back"]
 pub struct ClaimedTransaction<'c, C: AsyncConnection> {
     conn: &'c mut C,
+    scope: Scope,
+    /// Set from the moment the level's `BEGIN` (or savepoint) is sent until
+    /// its commit or rollback has completed, so that a cancellation at any
+    /// point in between marks the connection broken.
     open: bool,
 }
 
@@ -190,9 +304,11 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
     }
 
     /// Ends the transaction by the body's result: commits the claim and the
-    /// effects on `Ok`, rolls both back on `Err` (reporting the body's error,
-    /// unless the rollback itself failed for another reason than an already
-    /// broken connection: the rule of Diesel's own `transaction`).
+    /// effects on `Ok`, rolls both back on `Err` and returns the body's
+    /// error. A commit or rollback that fails is reported instead (see
+    /// [`InboxError`]: an ignored failed statement, a transaction the
+    /// database had already rolled back), carried in a Diesel error that
+    /// [`InboxError::find_in`] recovers.
     ///
     /// ```no_run
     /// # #[cfg(feature = "postgres")]
@@ -200,69 +316,100 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
     /// claimed.finish(Ok::<(), diesel::result::Error>(())).await
     /// # }
     /// ```
-    pub async fn finish<R, E>(mut self, result: Result<R, E>) -> Result<R, E>
+    pub async fn finish<R, E>(self, result: Result<R, E>) -> Result<R, E>
     where
         E: From<diesel::result::Error>,
     {
-        match result {
-            Ok(value) => {
-                self.commit().await?;
-                Ok(value)
-            }
-            Err(error) => match self.roll_back().await {
-                Ok(()) | Err(diesel::result::Error::BrokenTransactionManager) => Err(error),
-                Err(rollback_error) => Err(E::from(rollback_error)),
-            },
+        match self.end(result).await {
+            Ok(result) => result,
+            Err(error) => Err(E::from(error.into())),
         }
     }
 
     /// [`finish`](Self::finish) for a body run under `catch_unwind`: a panic
-    /// rolls back, then resumes.
+    /// rolls back, then resumes (even when the rollback fails, which marks
+    /// the connection broken).
     pub(crate) async fn finish_or_resume<R, E>(
         mut self,
         result: Result<Result<R, E>, Box<dyn Any + Send>>,
     ) -> Result<R, E>
     where
-        E: From<diesel::result::Error>,
+        E: HandlerError,
     {
         match result {
-            Ok(result) => self.finish(result).await,
+            Ok(result) => self
+                .end(result)
+                .await
+                .unwrap_or_else(|error| Err(into_handler_error(error))),
             Err(panic) => {
-                // The panic matters more than a failed rollback; a failed
-                // rollback leaves the connection marked broken anyway.
                 let _ = self.roll_back().await;
                 panic::resume_unwind(panic)
             }
         }
     }
 
-    /// Sends `BEGIN` (or a savepoint). Marked open first, so a cancellation
-    /// while it is in flight also marks the connection broken.
-    async fn begin(&mut self) -> QueryResult<()> {
-        self.open = true;
-        let result = C::TransactionManager::begin_transaction(self.conn).await;
-        self.open = result.is_ok();
-        result
-    }
-
-    async fn commit(&mut self) -> QueryResult<()> {
-        let result = C::TransactionManager::commit_transaction(self.conn).await;
-        self.open = false;
-        result
-    }
-
-    async fn roll_back(&mut self) -> QueryResult<()> {
-        let result = C::TransactionManager::rollback_transaction(self.conn).await;
-        self.open = false;
-        result
-    }
-
-    /// Rolls back after `error` and says which error to report.
-    async fn roll_back_reporting(&mut self, error: diesel::result::Error) -> diesel::result::Error {
-        match self.roll_back().await {
-            Ok(()) | Err(diesel::result::Error::BrokenTransactionManager) => error,
-            Err(rollback_error) => rollback_error,
+    /// Commits on `Ok`, rolls back on `Err`; the outer `Err` is a commit or
+    /// rollback that failed.
+    async fn end<R, E>(mut self, result: Result<R, E>) -> Result<Result<R, E>, InboxError> {
+        match result {
+            Ok(value) => self.commit().await.map(|()| Ok(value)),
+            Err(error) => self.roll_back().await.map(|()| Err(error)),
         }
+    }
+
+    /// Sends `BEGIN` (or the savepoint). Marked open first, so a
+    /// cancellation while it is in flight also marks the connection broken.
+    async fn begin(&mut self) -> Result<(), InboxError> {
+        self.open = true;
+        let begun = self.conn.batch_execute(&self.scope.begin_sql()).await;
+        if let Err(error) = begun {
+            self.open = false;
+            return Err(error.into());
+        }
+        self.scope.entered(status(self.conn))?;
+        Ok(())
+    }
+
+    /// Commits the level; on failure, rolls it back and says why it did not
+    /// commit (the blocking runner's rules).
+    async fn commit(&mut self) -> Result<(), InboxError> {
+        if !self.scope.is_open(status(self.conn))? {
+            return Err(self.ended_by_body());
+        }
+        let committed = self.conn.batch_execute(&self.scope.commit_sql()).await;
+        let Err(commit_error) = committed else {
+            self.open = false;
+            return self.scope.left(status(self.conn)).map_err(Into::into);
+        };
+        let mut aborted = false;
+        if recovery(&commit_error) != Recovery::Reconnect {
+            if let Some(probe) = self.scope.aborted_probe_sql() {
+                aborted = self.conn.batch_execute(probe).await.is_err();
+            }
+        }
+        self.roll_back().await?;
+        Err(self.scope.failed_commit(aborted, commit_error))
+    }
+
+    /// Rolls back the level and whatever the body left open above it; a
+    /// rollback that fails marks the connection broken.
+    async fn roll_back(&mut self) -> Result<(), InboxError> {
+        if !self.scope.is_open(status(self.conn))? {
+            return Err(self.ended_by_body());
+        }
+        let rolled_back = self.conn.batch_execute(&self.scope.rollback_sql()).await;
+        self.open = false;
+        match rolled_back {
+            Ok(()) => self.scope.left(status(self.conn)).map_err(Into::into),
+            Err(error) => Err(self.scope.lose(status(self.conn), error)),
+        }
+    }
+
+    /// The body ended the handler's level itself.
+    fn ended_by_body(&mut self) -> InboxError {
+        self.open = false;
+        self.scope
+            .lose(status(self.conn), diesel::result::Error::NotInTransaction)
     }
 }
 
@@ -272,4 +419,8 @@ impl<C: AsyncConnection> Drop for ClaimedTransaction<'_, C> {
             C::TransactionManager::transaction_manager_status_mut(self.conn).set_in_error();
         }
     }
+}
+
+fn status<C: AsyncConnection>(conn: &mut C) -> &mut TransactionManagerStatus {
+    C::TransactionManager::transaction_manager_status_mut(conn)
 }

@@ -40,10 +40,57 @@ use crate::key::ClaimKey;
     note = "the inbox supports PostgreSQL, SQLite and MySQL/MariaDB: enable the `postgres`, `sqlite` or `mysql` feature of `inbox-runtime`, and make a generic connection's `Backend` one of them"
 )]
 pub trait InboxBackend: Backend + sealed::Sealed {
-    /// SQL that creates the inbox table and its index; safe to run again.
+    /// SQL that creates the inbox table and its indexes as the latest
+    /// migration leaves them; safe to run again. On PostgreSQL and MySQL it
+    /// also adds to an inbox created by an earlier version what it lacks (an
+    /// index; on PostgreSQL the `received_at` default). An SQLite table
+    /// created before 2026-12-03 needs a rebuild, which
+    /// [`setup`](crate::setup) does and this SQL does not.
     const CREATE_SCHEMA_SQL: &'static str;
     /// SQL that drops the inbox table.
     const DROP_SCHEMA_SQL: &'static str;
+
+    /// Brings an inbox that [`CREATE_SCHEMA_SQL`](Self::CREATE_SCHEMA_SQL)
+    /// found in place up to date, where SQL that is safe to run again cannot
+    /// (SQLite: the rebuild of its 2026-12-03 migration, only for a table
+    /// that still has the old checks). Run by [`setup`](crate::setup) after
+    /// that SQL.
+    #[doc(hidden)]
+    fn upgrade_schema<C>(conn: &mut C) -> QueryResult<()>
+    where
+        C: diesel::Connection<Backend = Self>,
+    {
+        let _ = conn;
+        Ok(())
+    }
+
+    /// Commits a handler's outermost transaction. On PostgreSQL it first runs
+    /// a statement that fails when the transaction is aborted (a failed
+    /// statement whose error the body ignored), because PostgreSQL answers
+    /// `COMMIT` in an aborted transaction with a silent `ROLLBACK`; both go
+    /// in one round trip.
+    #[doc(hidden)]
+    const OUTERMOST_COMMIT_SQL: &'static str;
+
+    /// After [`OUTERMOST_COMMIT_SQL`](Self::OUTERMOST_COMMIT_SQL) failed:
+    /// a statement that fails again if the transaction is still open and
+    /// aborted, and succeeds if the `COMMIT` itself failed (which ends the
+    /// transaction). `None` where the commit has no check.
+    #[doc(hidden)]
+    const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str>;
+
+    /// Begins an async handler's outermost transaction so that the server
+    /// ends it (closing the connection) once it sits idle for longer than
+    /// `limit`: what bounds how long a dropped handler future keeps its
+    /// claim locked. `None`: the backend has no such setting.
+    #[doc(hidden)]
+    fn bounded_idle_begin_sql(limit: std::time::Duration) -> Option<String>;
+
+    /// Appended to the `COMMIT` and `ROLLBACK` of a transaction begun with
+    /// [`bounded_idle_begin_sql`](Self::bounded_idle_begin_sql): restores
+    /// what it changed for the session (`""`: nothing to restore).
+    #[doc(hidden)]
+    const BOUNDED_IDLE_END_SQL: &'static str;
 
     /// Writes the claim statement for `key` (used by [`crate::ClaimStatement`]).
     #[doc(hidden)]
@@ -55,6 +102,25 @@ pub trait InboxBackend: Backend + sealed::Sealed {
         batch: &'b crate::prune::PruneBatchStatement<'_>,
         out: AstPass<'_, 'b, Self>,
     ) -> QueryResult<()>;
+
+    /// The first handler name after `after` in the inbox (`""`: the first of
+    /// all), `None` past the last: one index probe. A pruning pass over every
+    /// handler but some walks the handlers with it.
+    #[doc(hidden)]
+    fn next_prune_handler<C>(conn: &mut C, after: &str) -> QueryResult<Option<String>>
+    where
+        C: diesel::connection::LoadConnection<Backend = Self>;
+
+    /// [`next_prune_handler`](Self::next_prune_handler) on a diesel-async
+    /// connection.
+    #[cfg(feature = "async")]
+    #[doc(hidden)]
+    fn next_prune_handler_async<'c, C>(
+        conn: &'c mut C,
+        after: &'c str,
+    ) -> impl std::future::Future<Output = QueryResult<Option<String>>> + Send + 'c
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>;
 
     /// SQL run right before a pruning batch's transaction begins (`""`: none).
     #[doc(hidden)]
@@ -122,8 +188,19 @@ mod postgres {
     impl sealed::Sealed for Pg {}
 
     impl InboxBackend for Pg {
-        const CREATE_SCHEMA_SQL: &'static str = schema_sql!("postgres", "up.sql");
+        const CREATE_SCHEMA_SQL: &'static str = crate::schema::POSTGRES_SCHEMA_SQL;
         const DROP_SCHEMA_SQL: &'static str = schema_sql!("postgres", "down.sql");
+        const OUTERMOST_COMMIT_SQL: &'static str = "SELECT 1; COMMIT";
+        const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = Some("SELECT 1");
+        const BOUNDED_IDLE_END_SQL: &'static str = "";
+
+        /// `SET LOCAL` ends with the transaction: nothing to restore.
+        fn bounded_idle_begin_sql(limit: std::time::Duration) -> Option<String> {
+            let millis = limit.as_millis().clamp(1, i32::MAX as u128);
+            Some(format!(
+                "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {millis}"
+            ))
+        }
         const PRUNE_BEFORE_BEGIN_SQL: &'static str = "";
         const PRUNE_AFTER_BEGIN_SQL: &'static str = crate::prune::statement::POSTGRES_AFTER_BEGIN;
 
@@ -137,6 +214,24 @@ mod postgres {
         ) -> QueryResult<()> {
             crate::prune::statement::walk_postgres(batch, out)
         }
+
+        fn next_prune_handler<C>(conn: &mut C, after: &str) -> QueryResult<Option<String>>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            crate::prune::statement::next_handler(conn, after)
+        }
+
+        #[cfg(feature = "async")]
+        fn next_prune_handler_async<'c, C>(
+            conn: &'c mut C,
+            after: &'c str,
+        ) -> impl std::future::Future<Output = QueryResult<Option<String>>> + Send + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            crate::prune::statement::next_handler_async(conn, after)
+        }
     }
 }
 
@@ -148,8 +243,15 @@ mod sqlite {
     impl sealed::Sealed for Sqlite {}
 
     impl InboxBackend for Sqlite {
-        const CREATE_SCHEMA_SQL: &'static str = schema_sql!("sqlite", "up.sql");
+        const CREATE_SCHEMA_SQL: &'static str = crate::schema::SQLITE_SCHEMA_SQL;
         const DROP_SCHEMA_SQL: &'static str = schema_sql!("sqlite", "down.sql");
+        const OUTERMOST_COMMIT_SQL: &'static str = "COMMIT";
+        const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;
+        const BOUNDED_IDLE_END_SQL: &'static str = "";
+
+        fn bounded_idle_begin_sql(_limit: std::time::Duration) -> Option<String> {
+            None
+        }
         const PRUNE_BEFORE_BEGIN_SQL: &'static str = "";
         const PRUNE_AFTER_BEGIN_SQL: &'static str = "";
 
@@ -163,6 +265,31 @@ mod sqlite {
         ) -> QueryResult<()> {
             crate::prune::statement::walk_sqlite(batch, out)
         }
+
+        fn next_prune_handler<C>(conn: &mut C, after: &str) -> QueryResult<Option<String>>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            crate::prune::statement::next_handler(conn, after)
+        }
+
+        #[cfg(feature = "async")]
+        fn next_prune_handler_async<'c, C>(
+            conn: &'c mut C,
+            after: &'c str,
+        ) -> impl std::future::Future<Output = QueryResult<Option<String>>> + Send + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            crate::prune::statement::next_handler_async(conn, after)
+        }
+
+        fn upgrade_schema<C>(conn: &mut C) -> QueryResult<()>
+        where
+            C: diesel::Connection<Backend = Self>,
+        {
+            crate::schema::upgrade_sqlite(conn)
+        }
     }
 }
 
@@ -174,8 +301,23 @@ mod mysql {
     impl sealed::Sealed for Mysql {}
 
     impl InboxBackend for Mysql {
-        const CREATE_SCHEMA_SQL: &'static str = schema_sql!("mysql", "up.sql");
+        const CREATE_SCHEMA_SQL: &'static str = crate::schema::MYSQL_SCHEMA_SQL;
         const DROP_SCHEMA_SQL: &'static str = schema_sql!("mysql", "down.sql");
+        const OUTERMOST_COMMIT_SQL: &'static str = "COMMIT";
+        const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;
+        const BOUNDED_IDLE_END_SQL: &'static str =
+            "; SET SESSION wait_timeout = @inbox_saved_wait_timeout";
+
+        /// `wait_timeout` (MySQL and MariaDB alike) closes a connection idle
+        /// for that long, in a transaction or not, so it is lowered for the
+        /// handler's transaction only and restored when it ends.
+        fn bounded_idle_begin_sql(limit: std::time::Duration) -> Option<String> {
+            let seconds = limit.as_secs_f64().ceil().clamp(1.0, 31_536_000.0) as u64;
+            Some(format!(
+                "SET @inbox_saved_wait_timeout = @@SESSION.wait_timeout, \
+                 SESSION wait_timeout = {seconds}; BEGIN"
+            ))
+        }
         const PRUNE_BEFORE_BEGIN_SQL: &'static str = crate::prune::statement::MYSQL_BEFORE_BEGIN;
         const PRUNE_AFTER_BEGIN_SQL: &'static str = "";
 
@@ -191,6 +333,24 @@ mod mysql {
             out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
             crate::prune::statement::walk_mysql(batch, out)
+        }
+
+        fn next_prune_handler<C>(conn: &mut C, after: &str) -> QueryResult<Option<String>>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            crate::prune::statement::next_handler(conn, after)
+        }
+
+        #[cfg(feature = "async")]
+        fn next_prune_handler_async<'c, C>(
+            conn: &'c mut C,
+            after: &'c str,
+        ) -> impl std::future::Future<Output = QueryResult<Option<String>>> + Send + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            crate::prune::statement::next_handler_async(conn, after)
         }
     }
 }

@@ -2,11 +2,12 @@
 
 use diesel::connection::{Connection, TransactionManager, TransactionManagerStatus};
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
-use diesel::result::DatabaseErrorKind;
 use diesel::{QueryResult, RunQueryDsl};
 
 use crate::backend::InboxBackend;
+use crate::error::InboxError;
 use crate::key::ClaimKey;
+use crate::recovery::is_refused_key_text;
 
 /// Whether a claim made this delivery the first one for its key.
 ///
@@ -61,9 +62,28 @@ where
     C: Connection,
     C::Backend: InboxBackend,
 {
+    claim_statement(conn, key).map_err(|error| refused_or_database(key, error).into())
+}
+
+/// Runs the claim statement inside the transaction open on `conn`.
+pub(crate) fn claim_statement<C>(conn: &mut C, key: &ClaimKey) -> QueryResult<Claim>
+where
+    C: Connection,
+    C::Backend: InboxBackend,
+{
     ensure_in_transaction(C::TransactionManager::transaction_manager_status_mut(conn))?;
     let affected = ClaimStatement::new(key).execute(conn)?;
     Ok(claim_from_affected_rows(affected))
+}
+
+/// What a failed claim statement means: the database refused the key's text
+/// (an invalid message, never retried), or a database failure.
+pub(crate) fn refused_or_database(key: &ClaimKey, error: diesel::result::Error) -> InboxError {
+    if is_refused_key_text(&error) {
+        key.refused_by_database()
+    } else {
+        InboxError::Database(error)
+    }
 }
 
 /// Refuses to claim outside a transaction (shared by the blocking and async
@@ -82,22 +102,6 @@ pub(crate) fn ensure_in_transaction(status: &mut TransactionManagerStatus) -> Qu
 /// assert_eq!(inbox_runtime::CLAIM_ATTEMPTS, 5);
 /// ```
 pub const CLAIM_ATTEMPTS: u32 = 5;
-
-/// Whether a failed claim, on its `attempt`-th try, is worth another try: it
-/// lost a deadlock or serialization conflict (nothing has run yet), and
-/// attempts are left.
-///
-/// MySQL/MariaDB report a deadlock when a transaction holding a claim rolls
-/// back while two or more deliveries of the same id wait for it: each waiter
-/// holds a shared lock on the key and needs an exclusive one. InnoDB picks a
-/// victim and rolls it back; its new attempt sees the survivor's outcome.
-pub(crate) fn retry_claim(error: &diesel::result::Error, attempt: u32) -> bool {
-    attempt < CLAIM_ATTEMPTS
-        && matches!(
-            error,
-            diesel::result::Error::DatabaseError(DatabaseErrorKind::SerializationFailure, _)
-        )
-}
 
 /// Reads the claim statement's affected-row count: one row inserted means the
 /// key is new; zero means it was already there.

@@ -27,6 +27,10 @@ pub enum KeyProblem {
         /// Where the first NUL is, in bytes.
         byte_offset: usize,
     },
+    /// The database refused to store the text: a character its encoding
+    /// cannot represent (PostgreSQL 22P05 on a server that is not UTF-8),
+    /// or the inbox table's own checks.
+    RefusedByDatabase,
 }
 
 impl fmt::Display for KeyProblem {
@@ -40,6 +44,10 @@ impl fmt::Display for KeyProblem {
             KeyProblem::ContainsNul { byte_offset } => {
                 write!(f, "it contains a NUL character at byte {byte_offset}")
             }
+            KeyProblem::RefusedByDatabase => f.write_str(
+                "the database refused to store it (a character its encoding cannot \
+                 represent, or the inbox table's checks)",
+            ),
         }
     }
 }
@@ -83,8 +91,36 @@ pub enum InboxError {
         /// What is wrong with it.
         problem: KeyProblem,
     },
-    /// The database failed; the operation may succeed if retried.
+    /// The database failed; [`InboxError::recovery`] says whether to retry
+    /// on the same connection or on a new one.
     Database(diesel::result::Error),
+    /// A statement inside the handler's transaction failed and the body
+    /// ignored its error (`let _ = …`), then returned `Ok`. On PostgreSQL a
+    /// failed statement aborts the transaction, so nothing the body did
+    /// could be committed: the transaction (or, nested, the handler's
+    /// savepoint) was rolled back, the claim with it, and the message can be
+    /// delivered again. Propagate statement errors with `?` instead.
+    IgnoredStatementFailure {
+        /// The error the database gave at commit (or savepoint release).
+        source: diesel::result::Error,
+    },
+    /// The handler's transaction could not be ended cleanly: rolling it back
+    /// (or its savepoint) failed, or the database had already rolled back
+    /// the transaction around it (MySQL/MariaDB end the whole transaction on
+    /// a deadlock, also when the handler runs nested in the caller's
+    /// transaction). Nothing of that transaction is committed. The
+    /// connection's transaction manager is marked broken, so every further
+    /// transaction on it fails with `BrokenTransactionManager` instead of
+    /// running outside any transaction: replace the connection (pools
+    /// discard it on return), then deliver the message again.
+    TransactionLost {
+        /// Whether the handler ran inside a transaction its caller opened:
+        /// then the caller's whole transaction is lost, not only the
+        /// handler's work.
+        nested: bool,
+        /// The error of the statement that showed it.
+        source: diesel::result::Error,
+    },
     /// Applying the inbox's migrations failed.
     Migration(Box<dyn StdError + Send + Sync>),
     /// A retention policy or pruning setting was refused: pruning with it
@@ -102,19 +138,41 @@ pub enum InboxError {
 
 impl InboxError {
     /// `true` for failures that say nothing about the message itself, so a
-    /// redelivery may succeed; `false` for input the inbox will never accept.
+    /// redelivery may succeed (perhaps on a new connection: see
+    /// [`recovery`](Self::recovery)); `false` for input the inbox will never
+    /// accept.
     ///
     /// ```
     /// use inbox_runtime::InboxError;
     /// assert!(InboxError::Database(diesel::result::Error::NotFound).is_retryable());
     /// ```
     pub fn is_retryable(&self) -> bool {
-        !matches!(
-            self,
+        self.recovery().is_retryable()
+    }
+
+    /// What to do next: retry on the same connection, reconnect then retry,
+    /// or never retry (see [`Recovery`](crate::Recovery)).
+    ///
+    /// ```
+    /// use inbox_runtime::{ClaimKey, HandlerName, InboxError, Recovery};
+    /// let invalid = ClaimKey::new(HandlerName::new("h")?, "").unwrap_err();
+    /// assert_eq!(invalid.recovery(), Recovery::Never);
+    /// let lost = InboxError::Database(diesel::result::Error::BrokenTransactionManager);
+    /// assert_eq!(lost.recovery(), Recovery::Reconnect);
+    /// # Ok::<(), InboxError>(())
+    /// ```
+    pub fn recovery(&self) -> crate::Recovery {
+        use crate::Recovery;
+        match self {
             InboxError::InvalidMessageId { .. }
-                | InboxError::InvalidHandlerName { .. }
-                | InboxError::InvalidRetention { .. }
-        )
+            | InboxError::InvalidHandlerName { .. }
+            | InboxError::InvalidRetention { .. } => Recovery::Never,
+            InboxError::Database(error) => crate::recovery(error),
+            InboxError::IgnoredStatementFailure { .. } | InboxError::Migration(_) => {
+                Recovery::Retry
+            }
+            InboxError::TransactionLost { .. } => Recovery::Reconnect,
+        }
     }
 
     /// `true` when the message (its id) is malformed: dead-letter it.
@@ -164,6 +222,20 @@ impl fmt::Display for InboxError {
                 write!(f, "invalid inbox handler name \"{handler}\": {problem}")
             }
             InboxError::Database(_) => f.write_str("the inbox's database operation failed"),
+            InboxError::IgnoredStatementFailure { .. } => f.write_str(
+                "a statement failed inside the handler and its error was ignored; \
+                 the transaction was rolled back and nothing was committed",
+            ),
+            InboxError::TransactionLost { nested: true, .. } => f.write_str(
+                "the database rolled back the transaction the handler ran in, the caller's \
+                 outer transaction included; nothing of it is committed, and the connection \
+                 refuses further transactions: replace it, then redeliver",
+            ),
+            InboxError::TransactionLost { nested: false, .. } => f.write_str(
+                "the handler's transaction could not be rolled back; nothing of it is \
+                 committed, and the connection refuses further transactions: replace it, \
+                 then redeliver",
+            ),
             InboxError::Migration(_) => f.write_str("applying the inbox's migrations failed"),
             InboxError::InvalidRetention {
                 handler: None,
@@ -185,7 +257,9 @@ impl fmt::Display for InboxError {
 impl StdError for InboxError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            InboxError::Database(error) => Some(error),
+            InboxError::Database(error)
+            | InboxError::IgnoredStatementFailure { source: error }
+            | InboxError::TransactionLost { source: error, .. } => Some(error),
             InboxError::Migration(error) => Some(&**error),
             _ => None,
         }
@@ -243,3 +317,13 @@ impl From<InboxError> for diesel::result::Error {
 pub trait HandlerError: From<diesel::result::Error> + From<InboxError> {}
 
 impl<E: From<diesel::result::Error> + From<InboxError>> HandlerError for E {}
+
+/// Converts the runtime's error into a handler's: a database failure as the
+/// Diesel error it is (so `E`'s Diesel variant sees every database error),
+/// anything else as the inbox error.
+pub(crate) fn into_handler_error<E: HandlerError>(error: InboxError) -> E {
+    match error {
+        InboxError::Database(error) => E::from(error),
+        other => E::from(other),
+    }
+}

@@ -129,6 +129,25 @@ impl ClaimKey {
         }
     }
 
+    /// The error for a key whose text the database refused to store: the
+    /// message id's, unless the id is plain ASCII and the handler name is
+    /// not (then the name is the text the server could not take).
+    pub(crate) fn refused_by_database(&self) -> InboxError {
+        let handler = self.handler.as_str();
+        if self.message_id.is_ascii() && !handler.is_ascii() {
+            InboxError::InvalidHandlerName {
+                handler: preview(handler),
+                problem: KeyProblem::RefusedByDatabase,
+            }
+        } else {
+            InboxError::InvalidMessageId {
+                handler: handler.to_owned(),
+                message_id: preview(&self.message_id),
+                problem: KeyProblem::RefusedByDatabase,
+            }
+        }
+    }
+
     /// The handler (deduplication scope) the id is claimed under.
     ///
     /// ```

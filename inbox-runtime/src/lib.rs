@@ -52,14 +52,32 @@
 //!   Required on methods (a `self` receiver or `Self` in the signature),
 //!   whose path would be shared with same-named methods of other types.
 //! - `conn = name`: the connection parameter, by default the first `&mut`
-//!   parameter.
+//!   Diesel connection (else the first connection taken by value, else the
+//!   first `&mut` parameter).
+//! - `outside_transaction = name` (or `[a, b]`): a second connection or a
+//!   pool the body may write through on purpose. Without it, a parameter
+//!   whose type is a second Diesel connection or a pool, and `pool.get()` in
+//!   the body, are compile errors: what is written through them is not part
+//!   of the handler's transaction.
 //! - `crate = "path::to::inbox_runtime"`: for a renamed dependency.
 //!
 //! The handler returns `Result<R, E>` where `R` is `()` or [`Outcome<T>`]
 //! (see [`OnDuplicate`]) and `E` is a [`HandlerError`].
 //!
+//! ## Errors
+//! [`InboxError::recovery`] and [`recovery`] (for a plain
+//! `diesel::result::Error`) tell a consumer whether to redeliver on the same
+//! connection ([`Recovery::Retry`]), replace the connection first
+//! ([`Recovery::Reconnect`]), or dead-letter the message
+//! ([`Recovery::Never`]). A panic at any depth of the body, a failed
+//! statement whose error the body ignored (PostgreSQL), and a transaction the
+//! database rolled back behind the handler's back never end in `Ok`: see
+//! [`run_idempotent`].
+//!
 //! ## What it does not do
-//! It protects effects written through the transaction's connection. A call
+//! It protects effects written through the transaction's connection: not
+//! what is written through a second connection or a pool, nor the work of a
+//! handler called on connection `b` inside a transaction on `a`. A call
 //! to another system from the body (HTTP, e-mail, a second database) is not
 //! rolled back and may be repeated after a failure: pass the message id to it
 //! as an idempotency key. The inbox does not make the broker exactly-once
@@ -75,7 +93,9 @@
 //! ## Features
 //! `postgres`, `sqlite`, `mysql` (backends), `r2d2` (pooled connections),
 //! `uuid` ([`MessageId`] for `uuid::Uuid`), `migrations` (embedded Diesel
-//! migrations), `async` (diesel-async handlers), `deadpool`, `bb8` (its pools),
+//! migrations), `async` (diesel-async handlers), `async-postgres`,
+//! `async-mysql` (`async` with the backend and diesel-async's driver for it),
+//! `deadpool`, `bb8` (its pools),
 //! `tokio` (the background pruner as a tokio task), `log` (pruner runs
 //! through the `log` facade).
 //!
@@ -84,7 +104,7 @@
 //! batches; see [`prune`] for the background pruners and, on PostgreSQL, the
 //! generation layout that drops whole partitions.
 
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 extern crate self as inbox_runtime;
 
@@ -97,7 +117,9 @@ mod key;
 mod message_id;
 mod outcome;
 pub mod prune;
+mod recovery;
 mod retention;
+mod scope;
 mod transaction;
 
 #[cfg(feature = "migrations")]
@@ -126,7 +148,10 @@ pub mod __private;
 pub use inbox_macros::idempotent;
 
 #[cfg(feature = "async")]
-pub use asynchronous::{begin_claimed, claim_async, run_idempotent_async, ClaimedTransaction};
+pub use asynchronous::{
+    abandoned_transaction_timeout, begin_claimed, claim_async, run_idempotent_async,
+    set_abandoned_transaction_timeout, ClaimedTransaction, DEFAULT_ABANDONED_TRANSACTION_TIMEOUT,
+};
 pub use backend::InboxBackend;
 pub use claim::{claim, Claim, ClaimStatement, CLAIM_ATTEMPTS};
 pub use error::{HandlerError, InboxError, KeyProblem};
@@ -134,6 +159,7 @@ pub use key::{ClaimKey, HandlerName, MAX_HANDLER_BYTES, MAX_MESSAGE_ID_BYTES};
 pub use message_id::MessageId;
 pub use outcome::{OnDuplicate, Outcome};
 pub use prune::{Prune, PruneError, PruneReport};
+pub use recovery::{is_lock_conflict, recovery, Recovery};
 pub use retention::{
     format_duration, parse_duration, RetentionPolicy, RetentionProblem, MAX_RETENTION,
 };

@@ -1,15 +1,16 @@
 //! Running a handler body exactly once per message id.
 
-use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
 
-use diesel::connection::{Connection, TransactionManager};
+use diesel::connection::{Connection, TransactionManager, TransactionManagerStatus};
 
 use crate::backend::InboxBackend;
-use crate::claim::{claim, retry_claim, Claim};
-use crate::error::HandlerError;
+use crate::claim::{claim_statement, refused_or_database, Claim};
+use crate::error::{into_handler_error, HandlerError, InboxError};
 use crate::key::ClaimKey;
 use crate::outcome::OnDuplicate;
+use crate::recovery::{recovery, retry_claim, Recovery};
+use crate::scope::Scope;
 
 /// Runs `body` inside one transaction that first claims `key`, unless the key
 /// was already claimed. This is what `#[idempotent]` expands to.
@@ -20,17 +21,33 @@ use crate::outcome::OnDuplicate;
 ///   `Ok(R::on_duplicate())` (`()` or [`Outcome::Duplicate`](crate::Outcome)).
 /// - `body` returns `Err` or panics: everything rolls back, the claim
 ///   included, so a redelivery processes the message again. A panic is
-///   resumed after the rollback.
+///   resumed after the rollback, also when the rollback itself fails. A
+///   panic inside a Diesel transaction the body opened (whose savepoint
+///   Diesel leaves open on unwinding) rolls back everything the handler did
+///   all the same, and the connection is back at the depth the handler found
+///   it.
+/// - `body` returns `Ok` but PostgreSQL aborted the transaction (a statement
+///   failed and the body ignored its error): nothing could commit, and the
+///   result is [`InboxError::IgnoredStatementFailure`] (retryable), never
+///   `Ok`. The check travels with the `COMMIT`, in the same round trip.
 /// - Called inside a transaction already open on `conn`, the work becomes a
-///   savepoint: the claim is final only when the outer transaction commits,
-///   and vanishes with it if it rolls back.
+///   savepoint (`inbox_savepoint_<depth>`): the claim is final only when the
+///   outer transaction commits, and vanishes with it if it rolls back.
+/// - A rollback that fails (the connection died, or MySQL/MariaDB rolled
+///   back the whole transaction on a deadlock, the caller's outer one
+///   included) is [`InboxError::TransactionLost`], and the connection's
+///   transaction manager is marked broken: every later transaction on it
+///   fails with `BrokenTransactionManager` instead of running outside any
+///   transaction. Replace the connection (r2d2 discards a broken one).
 /// - A claim that loses a lock conflict (a MySQL/MariaDB deadlock between
 ///   deliveries that waited on the same id, or a serialization failure under
-///   `SERIALIZABLE`) is retried in a new transaction, up to
+///   `SERIALIZABLE`; see [`is_lock_conflict`](crate::is_lock_conflict)) is
+///   retried in a new transaction, up to
 ///   [`CLAIM_ATTEMPTS`](crate::CLAIM_ATTEMPTS) times in all, since the body
 ///   has not run yet. Only when `conn` has no transaction open: inside an
-///   outer transaction the database has already rolled back the caller's
-///   work, so the error is returned.
+///   outer transaction the conflict is returned to the caller.
+/// - What to do with an error: [`InboxError::recovery`] and
+///   [`recovery`](crate::recovery) say retry, reconnect, or never.
 ///
 /// Only effects written through the connection handed to `body` are covered.
 /// Calls to other systems (HTTP, e-mail, another database) are not rolled
@@ -63,54 +80,116 @@ where
     E: HandlerError,
     F: FnOnce(&mut C) -> Result<R, E>,
 {
-    let outermost = C::TransactionManager::transaction_manager_status_mut(conn)
-        .transaction_depth()?
-        .is_none();
-    let mut body = Some(body);
+    let scope = Scope::new::<C::Backend>(status(conn))?;
+    let claim = claim_with_retries(conn, &scope, &key).map_err(into_handler_error::<E>)?;
+    if claim == Claim::Duplicate {
+        return Ok(R::on_duplicate());
+    }
+    match panic::catch_unwind(AssertUnwindSafe(|| body(conn))) {
+        Ok(Ok(value)) => {
+            commit(conn, &scope).map_err(into_handler_error::<E>)?;
+            Ok(value)
+        }
+        Ok(Err(error)) => {
+            roll_back(conn, &scope).map_err(into_handler_error::<E>)?;
+            Err(error)
+        }
+        Err(panic) => {
+            // The panic matters more than a failed rollback, which marks
+            // the connection broken anyway.
+            let _ = roll_back(conn, &scope);
+            panic::resume_unwind(panic)
+        }
+    }
+}
+
+/// Begins the handler's level and claims `key` in it, retrying a claim that
+/// lost a lock conflict (outermost level only). Returns with the level open
+/// when the key was claimed, and closed (committed) on a duplicate.
+fn claim_with_retries<C>(conn: &mut C, scope: &Scope, key: &ClaimKey) -> Result<Claim, InboxError>
+where
+    C: Connection,
+    C::Backend: InboxBackend,
+{
     let mut attempt = 1;
     loop {
-        let result = conn.transaction(|conn| match claim(conn, &key).map_err(Failure::Claim)? {
-            Claim::Duplicate => Ok(R::on_duplicate()),
-            Claim::Claimed => {
-                let body = body
-                    .take()
-                    .expect("the body runs at most once: only after a claim succeeds");
-                match panic::catch_unwind(AssertUnwindSafe(|| body(conn))) {
-                    Ok(result) => result.map_err(Failure::Body),
-                    Err(panic) => Err(Failure::Panic(panic)),
+        begin(conn, scope)?;
+        match claim_or_refuse(conn, key) {
+            Ok(Claim::Claimed) => return Ok(Claim::Claimed),
+            Ok(Claim::Duplicate) => {
+                commit(conn, scope)?;
+                return Ok(Claim::Duplicate);
+            }
+            Err(error) => {
+                roll_back(conn, scope)?;
+                match error {
+                    InboxError::Database(cause)
+                        if scope.is_outermost() && retry_claim(&cause, attempt) =>
+                    {
+                        attempt += 1;
+                    }
+                    error => return Err(error),
                 }
             }
-        });
-        match result {
-            Err(Failure::Claim(error)) if outermost && retry_claim(&error, attempt) => attempt += 1,
-            result => return result.map_err(Failure::into_error),
         }
     }
 }
 
-/// Why the transaction rolled back. Diesel only rolls back on `Err`, so a
-/// panic in the body is carried out as an error and resumed afterwards.
-enum Failure<E> {
-    /// The claim statement failed: the body has not run.
-    Claim(diesel::result::Error),
-    /// Beginning, committing or rolling back failed.
-    Database(diesel::result::Error),
-    Body(E),
-    Panic(Box<dyn Any + Send>),
+fn claim_or_refuse<C>(conn: &mut C, key: &ClaimKey) -> Result<Claim, InboxError>
+where
+    C: Connection,
+    C::Backend: InboxBackend,
+{
+    claim_statement(conn, key).map_err(|error| refused_or_database(key, error))
 }
 
-impl<E> From<diesel::result::Error> for Failure<E> {
-    fn from(error: diesel::result::Error) -> Self {
-        Failure::Database(error)
+fn begin<C>(conn: &mut C, scope: &Scope) -> Result<(), InboxError>
+where
+    C: Connection,
+{
+    conn.batch_execute(&scope.begin_sql())?;
+    scope.entered(status(conn))?;
+    Ok(())
+}
+
+/// Commits the handler's level; on failure, rolls it back and says why it
+/// did not commit.
+fn commit<C: Connection>(conn: &mut C, scope: &Scope) -> Result<(), InboxError> {
+    if !scope.is_open(status(conn))? {
+        return Err(ended_by_body(conn, scope));
+    }
+    let Err(commit_error) = conn.batch_execute(&scope.commit_sql()) else {
+        return scope.left(status(conn)).map_err(Into::into);
+    };
+    let aborted = recovery(&commit_error) != Recovery::Reconnect
+        && scope
+            .aborted_probe_sql()
+            .is_some_and(|probe| conn.batch_execute(probe).is_err());
+    roll_back(conn, scope)?;
+    Err(scope.failed_commit(aborted, commit_error))
+}
+
+/// Rolls back the handler's level and whatever the body left open above
+/// it. A rollback that fails marks the connection broken.
+fn roll_back<C>(conn: &mut C, scope: &Scope) -> Result<(), InboxError>
+where
+    C: Connection,
+{
+    if !scope.is_open(status(conn))? {
+        return Err(ended_by_body(conn, scope));
+    }
+    match conn.batch_execute(&scope.rollback_sql()) {
+        Ok(()) => scope.left(status(conn)).map_err(Into::into),
+        Err(error) => Err(scope.lose(status(conn), error)),
     }
 }
 
-impl<E: HandlerError> Failure<E> {
-    fn into_error(self) -> E {
-        match self {
-            Failure::Claim(error) | Failure::Database(error) => E::from(error),
-            Failure::Body(error) => error,
-            Failure::Panic(panic) => panic::resume_unwind(panic),
-        }
-    }
+/// The body itself ended the handler's transaction: what it committed or
+/// rolled back cannot be told apart any more.
+fn ended_by_body<C: Connection>(conn: &mut C, scope: &Scope) -> InboxError {
+    scope.lose(status(conn), diesel::result::Error::NotInTransaction)
+}
+
+fn status<C: Connection>(conn: &mut C) -> &mut TransactionManagerStatus {
+    C::TransactionManager::transaction_manager_status_mut(conn)
 }

@@ -224,9 +224,16 @@ macro_rules! api_tests {
             assert_eq!(without_inbox.runs.get(), 0);
             assert_connection_usable(&mut conn);
 
+            type Backend = <Conn as Connection>::Backend;
+            let embedded = diesel::migration::MigrationSource::<Backend>::migrations(
+                &<Backend as inbox_runtime::migrations::EmbeddedInboxMigrations>::MIGRATIONS,
+            )
+            .expect("the embedded migrations")
+            .len();
             assert_eq!(
                 inbox_runtime::migrations::run_pending(&mut conn).unwrap(),
-                1
+                embedded,
+                "every embedded migration runs on an empty database"
             );
             assert_eq!(
                 inbox_runtime::migrations::run_pending(&mut conn).unwrap(),

@@ -17,6 +17,14 @@ pub mod postgres {
     pub const RACE_IDS: usize = 500;
     /// Claim waiters never deadlock here.
     pub const ROLLBACK_STORMS_MAY_OUTLAST_CLAIM_RETRIES: bool = false;
+    /// A failed statement aborts the whole transaction until it rolls back.
+    pub const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = true;
+    /// This connection's id on the server, as a `BIGINT` expression.
+    pub const CONNECTION_ID_SQL: &str = "pg_backend_pid()::bigint";
+    /// Ends the server connection `id` (and waits up to 5 s until it is gone).
+    pub fn kill_sql(id: i64) -> String {
+        format!("SELECT pg_terminate_backend({id}, 5000)")
+    }
 }
 
 #[cfg(feature = "mysql")]
@@ -41,6 +49,14 @@ pub mod mysql {
     /// successive holders keep rolling back, the retries can run out, and
     /// the delivery fails with a retryable `SerializationFailure`.
     pub const ROLLBACK_STORMS_MAY_OUTLAST_CLAIM_RETRIES: bool = true;
+    /// A failed statement is undone on its own; the transaction goes on.
+    pub const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = false;
+    /// This connection's id on the server, as a `BIGINT` expression.
+    pub const CONNECTION_ID_SQL: &str = "CAST(CONNECTION_ID() AS SIGNED)";
+    /// Ends the server connection `id`.
+    pub fn kill_sql(id: i64) -> String {
+        format!("KILL {id}")
+    }
 }
 
 #[cfg(feature = "sqlite")]
@@ -61,4 +77,6 @@ pub mod sqlite {
     pub const RACE_IDS: usize = 500;
     /// Claim waiters never deadlock here.
     pub const ROLLBACK_STORMS_MAY_OUTLAST_CLAIM_RETRIES: bool = false;
+    /// A failed statement is undone on its own; the transaction goes on.
+    pub const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = false;
 }

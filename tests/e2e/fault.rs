@@ -2,7 +2,7 @@
 
 use diesel::dsl::sql;
 use diesel::prelude::*;
-use diesel::sql_types::{Bool, Integer};
+use diesel::sql_types::Bool;
 use inbox_runtime::{idempotent, Outcome};
 
 use crate::postgres::{all_effects, fresh, inbox_count, inbox_rows, record_effect, AppError};
@@ -11,12 +11,12 @@ use crate::postgres::{all_effects, fresh, inbox_count, inbox_rows, record_effect
 /// backend terminated between its two effects.
 struct Doomed {
     id: String,
-    kill_pid: Option<i32>,
+    kill_pid: Option<i64>,
 }
 
 /// `conn = conn`: the first `&mut` parameter is the connection that kills,
 /// not the one the body writes through.
-#[idempotent(id = msg.id, handler = "e2e.fault", conn = conn)]
+#[idempotent(id = msg.id, handler = "e2e.fault", conn = conn, outside_transaction = killer)]
 fn killed_mid_body(
     killer: &mut PgConnection,
     conn: &mut PgConnection,
@@ -38,19 +38,13 @@ fn killed_mid_body(
     Ok(Outcome::Processed(()))
 }
 
-fn backend_pid(conn: &mut PgConnection) -> i32 {
-    diesel::select(sql::<Integer>("pg_backend_pid()"))
-        .get_result(conn)
-        .expect("read the backend pid")
-}
-
 #[test]
 fn backend_killed_mid_body_leaves_nothing_and_redelivery_processes() {
     let Some((db, mut conn)) = fresh() else {
         return;
     };
     let mut killer = db.connect();
-    let pid = backend_pid(&mut conn);
+    let pid = crate::postgres_faults::connection_id(&mut conn);
     let doomed = Doomed {
         id: "fault-1".to_owned(),
         kill_pid: Some(pid),
@@ -109,5 +103,43 @@ fn backend_killed_mid_body_leaves_nothing_and_redelivery_processes() {
         notes,
         ["step 1", "step 2"],
         "the redelivery's effects, once"
+    );
+}
+
+/// A server whose encoding cannot represent an id refuses it (22P05): that is
+/// a malformed message for this server, never a retryable failure, and
+/// nothing is written.
+#[test]
+fn an_id_the_server_encoding_cannot_store_is_an_invalid_message() {
+    let Some(db) = inbox_suite::testdb::PgEncodedDatabase::create("LATIN1") else {
+        return;
+    };
+    let mut conn = db.connect();
+    diesel::sql_query(crate::dialect::postgres::EFFECTS_DDL)
+        .execute(&mut conn)
+        .expect("create the effects table");
+    let msg = crate::postgres::Msg::new("price-in-€");
+    let error = crate::postgres::apply(&mut conn, &msg).expect_err("LATIN1 has no euro sign");
+    let inbox = error.inbox().expect("an inbox error, not a database one");
+    assert!(
+        matches!(
+            inbox,
+            inbox_runtime::InboxError::InvalidMessageId {
+                problem: inbox_runtime::KeyProblem::RefusedByDatabase,
+                ..
+            }
+        ),
+        "{inbox:?}"
+    );
+    assert_eq!(inbox.recovery(), inbox_runtime::Recovery::Never);
+    assert!(!inbox.is_retryable());
+    assert_eq!(msg.runs.get(), 0, "the body did not run");
+    assert_eq!(inbox_rows(&mut conn), crate::support::NO_ROWS);
+    // The connection goes on: an id the server can store is processed.
+    let fine = crate::postgres::Msg::new("price-in-eur");
+    crate::postgres::apply(&mut conn, &fine).expect("processed");
+    assert_eq!(
+        inbox_count(&mut conn, crate::postgres::APPLY, "price-in-eur"),
+        1
     );
 }

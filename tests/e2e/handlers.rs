@@ -150,6 +150,43 @@ macro_rules! handlers {
             }
         }
 
+        /// The handler name `nested_transaction` claims under.
+        pub const NESTED: &str = "e2e.nested_transaction";
+
+        /// Opens a Diesel transaction of its own inside the body (a
+        /// savepoint of the handler's transaction) and, in `Mode::Panic`,
+        /// panics inside it: Diesel's `transaction` has no unwind guard, so
+        /// the savepoint is still open when the panic reaches the handler.
+        #[idempotent(id = msg.id, handler = "e2e.nested_transaction")]
+        pub fn nested_transaction(conn: &mut Conn, msg: &Msg) -> Result<(), AppError> {
+            msg.ran();
+            record_effect(conn, NESTED, &msg.id, 0, "before the savepoint")?;
+            conn.transaction(|conn| {
+                record_effect(conn, NESTED, &msg.id, 0, "inside the savepoint")?;
+                if msg.mode == Mode::Panic {
+                    std::panic::panic_any(DeliberatePanic("inside a nested transaction"));
+                }
+                Ok::<_, AppError>(())
+            })
+        }
+
+        /// The handler name `swallows_a_failure` claims under.
+        pub const SWALLOW: &str = "e2e.swallow";
+
+        /// Ignores the error of a failing statement (`let _ = …`) between
+        /// two effects, then reports success.
+        #[idempotent(id = msg.id, handler = "e2e.swallow")]
+        pub fn swallows_a_failure(conn: &mut Conn, msg: &Msg) -> Result<Outcome<()>, AppError> {
+            msg.ran();
+            record_effect(conn, SWALLOW, &msg.id, 0, "before")?;
+            if msg.mode == Mode::DbErrorWithQuestionMark {
+                let _ = diesel::sql_query("SELECT no_such_column FROM no_such_table").execute(conn);
+            }
+            // Ignored too: on PostgreSQL it fails once the transaction is aborted.
+            let _ = record_effect(conn, SWALLOW, &msg.id, 0, "after");
+            Ok(Outcome::Processed(()))
+        }
+
         /// The race test's handler: one effect row per processed delivery.
         #[idempotent(id = msg.id, handler = "e2e.race")]
         pub fn race(conn: &mut Conn, msg: &RaceDelivery<'_>) -> Result<Outcome<()>, AppError> {

@@ -23,6 +23,12 @@ macro_rules! backend_suite {
                 nesting_tests!();
             }
 
+            mod failure {
+                use super::*;
+                failure_tests!();
+                ignored_failure_tests!();
+            }
+
             mod ids {
                 use super::*;
                 id_tests!();

@@ -1,0 +1,373 @@
+//! What a failed delivery should do next: retry, reconnect, or never retry.
+//!
+//! This is the one place that reads a database error's code (or, where the
+//! driver exposes none, its message) and decides. Every retry loop of the
+//! runtime (claims and pruning batches, blocking and async) asks
+//! [`is_lock_conflict`]; consumers ask [`recovery`] or
+//! [`InboxError::recovery`](crate::InboxError::recovery).
+//!
+//! # What the drivers expose
+//!
+//! Diesel maps a few server codes to a [`DatabaseErrorKind`]
+//! (`SerializationFailure` for PostgreSQL 40001 and, on blocking MySQL
+//! connections, InnoDB's 1213 from a prepared statement; `ReadOnlyTransaction`
+//! for 25006 and 1792; `ClosedConnection`; `UnableToSendCommand`) and reports
+//! everything else as [`DatabaseErrorKind::Unknown`] with the server's message
+//! only: blocking PostgreSQL connections do not expose the SQLSTATE, blocking
+//! MySQL connections do not expose the error number of plain statements
+//! (`BEGIN`, `COMMIT`, `SAVEPOINT`), and diesel-async's MySQL driver maps
+//! neither 1213 nor any connection error. For those, and only those, the
+//! message is matched against the server's text for the code named beside
+//! it in the tables below. PostgreSQL translates its messages when
+//! `lc_messages` is not English: keep the server's `lc_messages` at `C` or an
+//! English locale (the default) for the message fallback to apply; the
+//! mapped kinds are recognised whatever the language.
+
+use diesel::result::{DatabaseErrorKind, Error};
+
+use crate::error::InboxError;
+
+/// What a consumer should do after a failed delivery.
+///
+/// ```
+/// use inbox_runtime::{recovery, Recovery};
+/// use diesel::result::{DatabaseErrorKind, Error};
+///
+/// let conflict = Error::DatabaseError(DatabaseErrorKind::SerializationFailure, Box::new("could not serialize access".to_owned()));
+/// assert_eq!(recovery(&conflict), Recovery::Retry);
+/// let gone = Error::DatabaseError(DatabaseErrorKind::ClosedConnection, Box::new("server closed the connection unexpectedly".to_owned()));
+/// assert_eq!(recovery(&gone), Recovery::Reconnect);
+/// assert_eq!(recovery(&Error::BrokenTransactionManager), Recovery::Reconnect);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Recovery {
+    /// Deliver the message again, on the same connection: nothing was
+    /// committed, and the failure says nothing about the message (a lock
+    /// conflict, a serialization failure, or a database error the inbox
+    /// cannot attribute to the connection or the message).
+    Retry,
+    /// The connection cannot be used any more (closed, killed, read-only,
+    /// a server shutting down or not ready, a transaction manager Diesel
+    /// refuses to use): get a new connection (a pool does this when the
+    /// broken one is returned), then deliver the message again. Retrying on
+    /// the same connection fails forever.
+    Reconnect,
+    /// Never retry: the message is malformed (an id the inbox cannot store)
+    /// or the configuration is wrong. Redelivering fails the same way:
+    /// dead-letter the message or fix the configuration.
+    Never,
+}
+
+impl Recovery {
+    /// `true` unless the answer is [`Recovery::Never`].
+    ///
+    /// ```
+    /// assert!(inbox_runtime::Recovery::Reconnect.is_retryable());
+    /// assert!(!inbox_runtime::Recovery::Never.is_retryable());
+    /// ```
+    pub fn is_retryable(self) -> bool {
+        self != Recovery::Never
+    }
+}
+
+/// What to do after `error`, a Diesel error returned by a handler (or by any
+/// Diesel call): see [`Recovery`]. An inbox error carried inside a Diesel
+/// error (a handler whose error type is `diesel::result::Error`) is
+/// classified as the inbox error.
+///
+/// ```
+/// use inbox_runtime::{recovery, ClaimKey, HandlerName, Recovery};
+///
+/// let invalid = ClaimKey::new(HandlerName::new("billing")?, "").unwrap_err();
+/// assert_eq!(recovery(&diesel::result::Error::from(invalid)), Recovery::Never);
+/// assert_eq!(recovery(&diesel::result::Error::NotFound), Recovery::Retry);
+/// # Ok::<(), inbox_runtime::InboxError>(())
+/// ```
+pub fn recovery(error: &Error) -> Recovery {
+    if let Some(inbox) = InboxError::find_in(error) {
+        return inbox.recovery();
+    }
+    match error {
+        Error::DatabaseError(kind, info) => database_recovery(kind, info.message()),
+        Error::BrokenTransactionManager | Error::RollbackErrorOnCommit { .. } => {
+            Recovery::Reconnect
+        }
+        _ => Recovery::Retry,
+    }
+}
+
+/// `true` when `error` is a lock conflict that the database resolved by
+/// rolling the statement or the transaction back: a serialization failure,
+/// a deadlock, a lock wait timeout. Running the transaction again from the
+/// start is the cure. This is the predicate of every retry loop in the
+/// runtime.
+///
+/// ```
+/// use diesel::result::{DatabaseErrorKind, Error};
+/// let deadlock = Error::DatabaseError(
+///     DatabaseErrorKind::Unknown,
+///     Box::new("Deadlock found when trying to get lock; try restarting transaction".to_owned()),
+/// );
+/// assert!(inbox_runtime::is_lock_conflict(&deadlock));
+/// assert!(!inbox_runtime::is_lock_conflict(&Error::NotFound));
+/// ```
+pub fn is_lock_conflict(error: &Error) -> bool {
+    match error {
+        Error::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => true,
+        Error::DatabaseError(DatabaseErrorKind::Unknown, info) => {
+            matches_any(info.message(), LOCK_CONFLICT_MESSAGES)
+        }
+        _ => false,
+    }
+}
+
+/// `true` when a claim that failed with `error` on its `attempt`-th try
+/// (counting from 1) is worth another try: it lost a lock conflict before
+/// the body ran, and fewer than [`CLAIM_ATTEMPTS`](crate::CLAIM_ATTEMPTS)
+/// tries were made.
+pub(crate) fn retry_claim(error: &Error, attempt: u32) -> bool {
+    attempt < crate::CLAIM_ATTEMPTS && is_lock_conflict(error)
+}
+
+/// `true` when the database refused the text of a claim's key itself: the
+/// inbox's own length checks, or a character the server's encoding cannot
+/// represent. Such a message fails the same way on every delivery.
+pub(crate) fn is_refused_key_text(error: &Error) -> bool {
+    match error {
+        Error::DatabaseError(DatabaseErrorKind::CheckViolation, _) => true,
+        Error::DatabaseError(DatabaseErrorKind::Unknown, info) => {
+            matches_any(info.message(), REFUSED_TEXT_MESSAGES)
+        }
+        _ => false,
+    }
+}
+
+fn database_recovery(kind: &DatabaseErrorKind, message: &str) -> Recovery {
+    match kind {
+        DatabaseErrorKind::SerializationFailure => Recovery::Retry,
+        DatabaseErrorKind::ClosedConnection
+        | DatabaseErrorKind::UnableToSendCommand
+        | DatabaseErrorKind::ReadOnlyTransaction => Recovery::Reconnect,
+        _ if matches_any(message, CONNECTION_LOST_MESSAGES) => Recovery::Reconnect,
+        _ => Recovery::Retry,
+    }
+}
+
+fn matches_any(message: &str, known: &[(&str, &str)]) -> bool {
+    known.iter().any(|(_, text)| message.contains(text))
+}
+
+/// Lock conflicts reported as `Unknown`: `(server code, message text)`.
+const LOCK_CONFLICT_MESSAGES: &[(&str, &str)] = &[
+    // PostgreSQL (blocking connections do not expose the SQLSTATE).
+    ("40P01 deadlock_detected", "deadlock detected"),
+    ("40001 serialization_failure", "could not serialize access"),
+    ("55P03 lock_not_available", "could not obtain lock on"),
+    (
+        "55P03 lock_not_available",
+        "canceling statement due to lock timeout",
+    ),
+    // MySQL / MariaDB (plain statements such as COMMIT, and every server
+    // error on diesel-async, carry no error number).
+    (
+        "1213 ER_LOCK_DEADLOCK",
+        "Deadlock found when trying to get lock",
+    ),
+    ("1205 ER_LOCK_WAIT_TIMEOUT", "Lock wait timeout exceeded"),
+    ("1020 ER_CHECKREAD", "Record has changed since last read"),
+];
+
+/// A connection that is gone or cannot write, reported as `Unknown`.
+const CONNECTION_LOST_MESSAGES: &[(&str, &str)] = &[
+    // PostgreSQL.
+    (
+        "57P01 admin_shutdown",
+        "terminating connection due to administrator command",
+    ),
+    (
+        "57P02 crash_shutdown",
+        "terminating connection due to crash of another server process",
+    ),
+    (
+        "57P03 cannot_connect_now",
+        "the database system is starting up",
+    ),
+    (
+        "57P03 cannot_connect_now",
+        "the database system is shutting down",
+    ),
+    (
+        "57P03 cannot_connect_now",
+        "the database system is in recovery mode",
+    ),
+    (
+        "57P03 cannot_connect_now",
+        "the database system is not yet accepting connections",
+    ),
+    (
+        "57P03 cannot_connect_now",
+        "the database system is not accepting connections",
+    ),
+    (
+        "25P03 idle_in_transaction_session_timeout",
+        "terminating connection due to idle-in-transaction timeout",
+    ),
+    (
+        "25006 read_only_sql_transaction",
+        "in a read-only transaction",
+    ),
+    ("libpq", "server closed the connection unexpectedly"),
+    ("libpq", "no connection to the server"),
+    ("libpq", "connection to server was lost"),
+    // MySQL / MariaDB.
+    ("2006 CR_SERVER_GONE_ERROR", "has gone away"),
+    ("2013 CR_SERVER_LOST", "Lost connection to"),
+    ("1053 ER_SERVER_SHUTDOWN", "Server shutdown in progress"),
+    ("1927 ER_CONNECTION_KILLED", "Connection was killed"),
+    (
+        "1047 ER_UNKNOWN_COM_ERROR (Galera)",
+        "WSREP has not yet prepared node for application use",
+    ),
+    ("1290 ER_OPTION_PREVENTS_STATEMENT", "--read-only option"),
+    (
+        "4031 ER_CLIENT_INTERACTION_TIMEOUT",
+        "disconnected by the server because of inactivity",
+    ),
+    // mysql_async (diesel-async) driver and I/O errors.
+    ("mysql_async", "Connection to the server is closed"),
+    ("mysql_async", "Input/output error"),
+    ("io", "Broken pipe"),
+    ("io", "Connection reset by peer"),
+];
+
+/// The server refused the text of an id, reported as `Unknown`.
+const REFUSED_TEXT_MESSAGES: &[(&str, &str)] = &[
+    (
+        "22P05 untranslatable_character",
+        "has no equivalent in encoding",
+    ),
+    (
+        "22021 character_not_in_repertoire",
+        "invalid byte sequence for encoding",
+    ),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unknown(message: &str) -> Error {
+        Error::DatabaseError(DatabaseErrorKind::Unknown, Box::new(message.to_owned()))
+    }
+
+    fn kind(kind: DatabaseErrorKind) -> Error {
+        Error::DatabaseError(kind, Box::new("as mapped by the driver".to_owned()))
+    }
+
+    /// Messages exactly as the servers of this suite send them.
+    const LOCK_CONFLICTS: &[&str] = &[
+        "deadlock detected",
+        "could not serialize access due to concurrent update",
+        "could not obtain lock on row in relation \"inbox_messages\"",
+        "canceling statement due to lock timeout",
+        "Deadlock found when trying to get lock; try restarting transaction",
+        "Lock wait timeout exceeded; try restarting transaction",
+        "Record has changed since last read in table 'inbox_messages'",
+    ];
+
+    const CONNECTION_LOST: &[&str] = &[
+        "terminating connection due to administrator command",
+        "terminating connection due to crash of another server process",
+        "the database system is starting up",
+        "the database system is shutting down",
+        "the database system is in recovery mode",
+        "the database system is not yet accepting connections",
+        "terminating connection due to idle-in-transaction timeout",
+        "cannot execute INSERT in a read-only transaction",
+        "server closed the connection unexpectedly\n\tThis probably means the server terminated abnormally",
+        "no connection to the server",
+        "MySQL server has gone away",
+        "Server has gone away",
+        "Lost connection to server during query",
+        "Lost connection to MySQL server during query",
+        "Server shutdown in progress",
+        "Connection was killed",
+        "WSREP has not yet prepared node for application use",
+        "The MariaDB server is running with the --read-only option so it cannot execute this statement",
+        "Connection to the server is closed.",
+        "Input/output error: Broken pipe (os error 32)",
+        "Input/output error: Connection reset by peer (os error 104)",
+    ];
+
+    #[test]
+    fn lock_conflicts_are_retried_on_the_same_connection() {
+        for message in LOCK_CONFLICTS {
+            let error = unknown(message);
+            assert!(is_lock_conflict(&error), "{message}");
+            assert_eq!(recovery(&error), Recovery::Retry, "{message}");
+        }
+        let mapped = kind(DatabaseErrorKind::SerializationFailure);
+        assert!(is_lock_conflict(&mapped));
+        assert_eq!(recovery(&mapped), Recovery::Retry);
+    }
+
+    #[test]
+    fn lost_connections_need_a_new_connection() {
+        for message in CONNECTION_LOST {
+            let error = unknown(message);
+            assert_eq!(recovery(&error), Recovery::Reconnect, "{message}");
+            assert!(!is_lock_conflict(&error), "{message}");
+        }
+        for mapped in [
+            DatabaseErrorKind::ClosedConnection,
+            DatabaseErrorKind::UnableToSendCommand,
+            DatabaseErrorKind::ReadOnlyTransaction,
+        ] {
+            assert_eq!(recovery(&kind(mapped)), Recovery::Reconnect);
+        }
+        assert_eq!(
+            recovery(&Error::BrokenTransactionManager),
+            Recovery::Reconnect
+        );
+        assert_eq!(
+            recovery(&Error::RollbackErrorOnCommit {
+                rollback_error: Box::new(Error::BrokenTransactionManager),
+                commit_error: Box::new(Error::NotFound),
+            }),
+            Recovery::Reconnect
+        );
+    }
+
+    #[test]
+    fn other_failures_are_retried_and_not_lock_conflicts() {
+        for error in [
+            unknown("relation \"effects\" does not exist"),
+            kind(DatabaseErrorKind::UniqueViolation),
+            Error::NotFound,
+        ] {
+            assert_eq!(recovery(&error), Recovery::Retry, "{error}");
+            assert!(!is_lock_conflict(&error), "{error}");
+        }
+    }
+
+    #[test]
+    fn claims_retry_lock_conflicts_a_bounded_number_of_times() {
+        let deadlock = unknown(LOCK_CONFLICTS[4]);
+        assert!(retry_claim(&deadlock, 1));
+        assert!(retry_claim(&deadlock, crate::CLAIM_ATTEMPTS - 1));
+        assert!(!retry_claim(&deadlock, crate::CLAIM_ATTEMPTS));
+        assert!(!retry_claim(&Error::NotFound, 1));
+    }
+
+    #[test]
+    fn text_the_server_cannot_store_is_recognised() {
+        assert!(is_refused_key_text(&unknown(
+            "character with byte sequence 0xe2 0x82 0xac in encoding \"UTF8\" has no equivalent in encoding \"LATIN1\""
+        )));
+        assert!(is_refused_key_text(&kind(
+            DatabaseErrorKind::CheckViolation
+        )));
+        assert!(!is_refused_key_text(&unknown("deadlock detected")));
+    }
+}

@@ -1,0 +1,274 @@
+//! The transaction level a handler runs at, shared by the blocking and the
+//! async runner: the SQL that begins, commits and rolls back that level, and
+//! the bookkeeping that keeps Diesel's transaction depth in step with it.
+//!
+//! A handler runs either in a transaction of its own (`BEGIN`), or, when its
+//! caller already opened one on the connection, in a savepoint named after
+//! the depth it found (`inbox_savepoint_<depth>`, never one of Diesel's own
+//! `diesel_savepoint_<n>` names). The runtime issues that SQL itself rather
+//! than through Diesel's transaction manager, so that:
+//!
+//! - whatever the body left open (a nested `conn.transaction` it panicked
+//!   out of), one `ROLLBACK` or `ROLLBACK TO SAVEPOINT` ends it, and the
+//!   depth returns to the one the handler found;
+//! - a rollback that fails is seen, never tolerated: MySQL/MariaDB roll the
+//!   whole transaction back on a deadlock, so a savepoint that cannot be
+//!   rolled back means the caller's transaction is gone, and the connection
+//!   must refuse further work instead of running it in autocommit;
+//! - the outermost commit can first check that the transaction is not
+//!   aborted (PostgreSQL answers `COMMIT` with a silent `ROLLBACK` then).
+
+use std::borrow::Cow;
+use std::num::NonZeroU32;
+
+use diesel::connection::{
+    TransactionDepthChange, TransactionManagerStatus, ValidTransactionManagerStatus,
+};
+use diesel::QueryResult;
+
+use crate::backend::InboxBackend;
+use crate::error::InboxError;
+
+/// Where a handler's transaction sits: the depth it found the connection at.
+#[derive(Debug, Clone)]
+pub(crate) struct Scope {
+    /// Diesel's transaction depth before the handler began (0: none open).
+    base: u32,
+    /// How the outermost level begins, commits and rolls back.
+    outermost: Outermost,
+    /// The backend's probe for an aborted transaction
+    /// ([`InboxBackend::ABORTED_TRANSACTION_PROBE_SQL`]).
+    aborted_probe_sql: Option<&'static str>,
+}
+
+/// The SQL of an outermost level, by backend and idle bound.
+#[derive(Debug, Clone)]
+struct Outermost {
+    begin: Cow<'static, str>,
+    commit: Cow<'static, str>,
+    rollback: Cow<'static, str>,
+}
+
+impl Scope {
+    /// The scope of a handler starting on a connection whose transaction
+    /// manager is `status`; a broken one is refused with
+    /// `BrokenTransactionManager`.
+    pub(crate) fn new<DB: InboxBackend>(
+        status: &mut TransactionManagerStatus,
+    ) -> QueryResult<Self> {
+        Self::bounded::<DB>(status, None)
+    }
+
+    /// [`new`](Self::new), for a handler whose outermost transaction the
+    /// server must end (closing the connection) once it sits idle for longer
+    /// than `idle_limit`, where the backend can (see
+    /// [`InboxBackend::bounded_idle_begin_sql`]). A savepoint in the caller's
+    /// transaction is never bounded: that transaction is the caller's.
+    pub(crate) fn bounded<DB: InboxBackend>(
+        status: &mut TransactionManagerStatus,
+        idle_limit: Option<std::time::Duration>,
+    ) -> QueryResult<Self> {
+        let base = depth(status)?;
+        let bounded_begin = idle_limit
+            .filter(|_| base == 0)
+            .and_then(DB::bounded_idle_begin_sql);
+        let outermost = match bounded_begin {
+            Some(begin) => Outermost {
+                begin: Cow::Owned(begin),
+                commit: Cow::Owned(format!(
+                    "{}{}",
+                    DB::OUTERMOST_COMMIT_SQL,
+                    DB::BOUNDED_IDLE_END_SQL
+                )),
+                rollback: Cow::Owned(format!("ROLLBACK{}", DB::BOUNDED_IDLE_END_SQL)),
+            },
+            None => Outermost {
+                begin: Cow::Borrowed("BEGIN"),
+                commit: Cow::Borrowed(DB::OUTERMOST_COMMIT_SQL),
+                rollback: Cow::Borrowed("ROLLBACK"),
+            },
+        };
+        Ok(Scope {
+            base,
+            outermost,
+            aborted_probe_sql: DB::ABORTED_TRANSACTION_PROBE_SQL,
+        })
+    }
+
+    /// Whether the handler opens the outermost transaction (no caller's
+    /// transaction around it).
+    pub(crate) fn is_outermost(&self) -> bool {
+        self.base == 0
+    }
+
+    /// Begins the handler's level: `BEGIN`, or a savepoint in the caller's
+    /// transaction.
+    pub(crate) fn begin_sql(&self) -> Cow<'_, str> {
+        if self.is_outermost() {
+            Cow::Borrowed(&self.outermost.begin)
+        } else {
+            Cow::Owned(format!("SAVEPOINT {}", self.savepoint()))
+        }
+    }
+
+    /// Commits the handler's level; on the outermost level, with the
+    /// backend's check that the transaction is not aborted.
+    pub(crate) fn commit_sql(&self) -> Cow<'_, str> {
+        if self.is_outermost() {
+            Cow::Borrowed(&self.outermost.commit)
+        } else {
+            Cow::Owned(format!("RELEASE SAVEPOINT {}", self.savepoint()))
+        }
+    }
+
+    /// Rolls back the handler's level and everything the body opened above
+    /// it.
+    pub(crate) fn rollback_sql(&self) -> Cow<'_, str> {
+        if self.is_outermost() {
+            Cow::Borrowed(&self.outermost.rollback)
+        } else {
+            Cow::Owned(format!("ROLLBACK TO SAVEPOINT {}", self.savepoint()))
+        }
+    }
+
+    /// Records in Diesel's transaction manager that the level began.
+    pub(crate) fn entered(&self, status: &mut TransactionManagerStatus) -> QueryResult<()> {
+        valid(status)?.change_transaction_depth(TransactionDepthChange::IncreaseDepth)
+    }
+
+    /// Records that the level (and whatever the body left open above it)
+    /// ended: the depth is the handler's base again. Diesel's PostgreSQL
+    /// connection may already have noticed the end of the outermost
+    /// transaction on its own.
+    pub(crate) fn left(&self, status: &mut TransactionManagerStatus) -> QueryResult<()> {
+        while depth(status)? > self.base {
+            valid(status)?.change_transaction_depth(TransactionDepthChange::DecreaseDepth)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the handler's level is still open: `false` when the body
+    /// ended it itself (committed or rolled back the handler's transaction).
+    pub(crate) fn is_open(&self, status: &mut TransactionManagerStatus) -> QueryResult<bool> {
+        Ok(depth(status)? > self.base)
+    }
+
+    /// Gives up on the connection after `source` left its transaction state
+    /// unknown (a rollback failed, or the server ended the transaction
+    /// behind Diesel's back): marks the transaction manager broken, so that
+    /// nothing further runs on it outside a transaction, and says so.
+    pub(crate) fn lose(
+        &self,
+        status: &mut TransactionManagerStatus,
+        source: diesel::result::Error,
+    ) -> InboxError {
+        status.set_in_error();
+        InboxError::TransactionLost {
+            nested: !self.is_outermost(),
+            source,
+        }
+    }
+
+    /// Why a commit that failed with `commit_error` (and whose level was then
+    /// rolled back) did not commit. `aborted`: the outermost transaction was
+    /// found aborted by the backend's probe. A savepoint release fails on a
+    /// backend that aborts transactions on a failed statement (PostgreSQL)
+    /// for that same reason, since the rollback to the savepoint then
+    /// succeeded.
+    pub(crate) fn failed_commit(
+        &self,
+        aborted: bool,
+        commit_error: diesel::result::Error,
+    ) -> InboxError {
+        let aborts_on_failed_statements = self.aborted_probe_sql.is_some();
+        if aborted || (!self.is_outermost() && aborts_on_failed_statements) {
+            InboxError::IgnoredStatementFailure {
+                source: commit_error,
+            }
+        } else {
+            InboxError::Database(commit_error)
+        }
+    }
+
+    /// After the outermost commit failed: a statement that fails again if
+    /// the transaction is still open and aborted (`None`: the backend does
+    /// not abort transactions on failed statements).
+    pub(crate) fn aborted_probe_sql(&self) -> Option<&'static str> {
+        if self.is_outermost() {
+            self.aborted_probe_sql
+        } else {
+            None
+        }
+    }
+
+    fn savepoint(&self) -> String {
+        format!("inbox_savepoint_{}", self.base)
+    }
+}
+
+/// Diesel's transaction depth (0: no transaction).
+fn depth(status: &mut TransactionManagerStatus) -> QueryResult<u32> {
+    Ok(status.transaction_depth()?.map_or(0, NonZeroU32::get))
+}
+
+fn valid(status: &mut TransactionManagerStatus) -> QueryResult<&mut ValidTransactionManagerStatus> {
+    match status {
+        TransactionManagerStatus::Valid(valid) => Ok(valid),
+        TransactionManagerStatus::InError => Err(diesel::result::Error::BrokenTransactionManager),
+    }
+}
+
+#[cfg(all(test, any(feature = "sqlite", feature = "postgres", feature = "mysql")))]
+mod tests {
+    use super::*;
+
+    #[cfg(feature = "sqlite")]
+    type TestBackend = diesel::sqlite::Sqlite;
+    #[cfg(all(not(feature = "sqlite"), feature = "postgres"))]
+    type TestBackend = diesel::pg::Pg;
+    #[cfg(all(not(feature = "sqlite"), not(feature = "postgres"), feature = "mysql"))]
+    type TestBackend = diesel::mysql::Mysql;
+
+    #[test]
+    fn nested_levels_use_savepoints_named_after_their_depth() {
+        let mut status = TransactionManagerStatus::default();
+        let outer = Scope::new::<TestBackend>(&mut status).unwrap();
+        assert!(outer.is_outermost());
+        assert_eq!(outer.begin_sql(), "BEGIN");
+        assert_eq!(outer.rollback_sql(), "ROLLBACK");
+        outer.entered(&mut status).unwrap();
+
+        let inner = Scope::new::<TestBackend>(&mut status).unwrap();
+        assert!(!inner.is_outermost());
+        assert_eq!(inner.begin_sql(), "SAVEPOINT inbox_savepoint_1");
+        assert_eq!(
+            inner.rollback_sql(),
+            "ROLLBACK TO SAVEPOINT inbox_savepoint_1"
+        );
+        inner.entered(&mut status).unwrap();
+        // A body that left two levels of its own open.
+        inner.entered(&mut status).unwrap();
+        inner.entered(&mut status).unwrap();
+        assert!(inner.is_open(&mut status).unwrap());
+        inner.left(&mut status).unwrap();
+        assert_eq!(depth(&mut status).unwrap(), 1);
+        assert!(!inner.is_open(&mut status).unwrap());
+        outer.left(&mut status).unwrap();
+        assert_eq!(depth(&mut status).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_lost_transaction_breaks_the_connection() {
+        let mut status = TransactionManagerStatus::default();
+        let scope = Scope::new::<TestBackend>(&mut status).unwrap();
+        let error = scope.lose(&mut status, diesel::result::Error::NotFound);
+        assert!(matches!(
+            error,
+            InboxError::TransactionLost { nested: false, .. }
+        ));
+        assert!(matches!(
+            Scope::new::<TestBackend>(&mut status),
+            Err(diesel::result::Error::BrokenTransactionManager)
+        ));
+    }
+}
