@@ -191,7 +191,7 @@ fn explain(error: InboxError) -> String {
 /// Runs the batched prune on any supported connection, one line per batch.
 fn batched<C>(conn: &mut C, options: &Options) -> Result<PruneReport, Failure>
 where
-    C: Connection<Backend: InboxBackend>,
+    C: diesel::connection::LoadConnection<Backend: InboxBackend>,
 {
     if options.generations.is_some() {
         return Err(Failure::Usage(

@@ -12,8 +12,13 @@
 //!   off instead of spinning on persistent failures;
 //! - `task`: the same for the pruning task on tokio over diesel-async pools
 //!   (deadpool, bb8), which also waits for its run in flight when stopped;
-//! - `batch_bounds`: a batch reads the `received_at` index and locks no
-//!   more rows than its limit (EXPLAIN, and lock probes);
+//! - `batch_bounds`: a batch reads and locks no more rows than it deletes,
+//!   one handler's batch and the default pass beside a handler whose own
+//!   window keeps a large backlog (EXPLAIN ANALYZE and lock probes of every
+//!   batch of a run);
+//! - `schema`: `setup()` and the migrations make the same schema, and
+//!   upgrade an inbox of the first version (its ids kept); on PostgreSQL a
+//!   claim late in a long transaction is dated by its statement;
 //! - `partitioned`: PostgreSQL's generation layout: duplicates across
 //!   generations, expired generations dropped, rotation under concurrency;
 //! - `policy`: bad policies are rejected with clear errors;
@@ -51,6 +56,8 @@ mod open_transactions;
 mod partitioned;
 #[path = "prune/policy.rs"]
 mod policy;
+#[path = "prune/schema.rs"]
+mod schema;
 #[path = "prune/task.rs"]
 mod task;
 #[path = "prune/window.rs"]

@@ -246,3 +246,155 @@ macro_rules! id_tests {
         }
     };
 }
+
+/// SQLite databases whose text encoding is UTF-16 (`PRAGMA encoding` before
+/// the first table): ids up to 255 UTF-8 bytes are claimed and deduplicated
+/// as in UTF-8 databases. The table's checks once counted bytes in the
+/// database's encoding, so 255 ASCII characters (510 UTF-16 bytes) were
+/// refused; an inbox created that way is repaired by `setup()` and by the
+/// migrations, its ids kept.
+#[cfg(feature = "sqlite")]
+mod utf16 {
+    use diesel::connection::SimpleConnection;
+    use diesel::migration::{MigrationConnection, MigrationSource};
+    use diesel::prelude::*;
+    use diesel_migrations::MigrationHarness;
+    use inbox_runtime::{run_idempotent, ClaimKey, HandlerName, InboxError, Outcome};
+
+    const ENCODINGS: [&str; 2] = ["UTF-16le", "UTF-16be"];
+
+    /// Valid ids of exactly 255 UTF-8 bytes, and how many bytes each takes in
+    /// UTF-16.
+    fn longest_ids() -> Vec<(String, usize)> {
+        vec![
+            ("x".repeat(255), 510),
+            ("€".repeat(85), 170),
+            ("é".repeat(127) + "x", 256),
+            ("😀".repeat(63) + "abc", 258),
+        ]
+    }
+
+    #[derive(QueryableByName)]
+    struct Text {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        value: String,
+    }
+
+    /// An empty in-memory database with text `encoding`.
+    fn database(encoding: &str) -> SqliteConnection {
+        let mut conn = SqliteConnection::establish(":memory:").unwrap();
+        conn.batch_execute(&format!("PRAGMA encoding = '{encoding}'"))
+            .unwrap();
+        conn
+    }
+
+    fn encoding(conn: &mut SqliteConnection) -> String {
+        diesel::sql_query("SELECT encoding AS value FROM pragma_encoding")
+            .get_result::<Text>(conn)
+            .unwrap()
+            .value
+    }
+
+    fn deliver(
+        conn: &mut SqliteConnection,
+        handler: &HandlerName,
+        id: &str,
+    ) -> Result<Outcome<()>, InboxError> {
+        run_idempotent(conn, ClaimKey::new(handler.clone(), id)?, |_| {
+            Ok::<_, InboxError>(Outcome::Processed(()))
+        })
+    }
+
+    /// Every longest id (under the longest handler name) is processed once,
+    /// then a duplicate.
+    fn processed_once(conn: &mut SqliteConnection) {
+        let handler = HandlerName::new("h".repeat(255)).unwrap();
+        for (id, utf16_bytes) in longest_ids() {
+            let result = deliver(conn, &handler, &id);
+            assert!(
+                matches!(result, Ok(Outcome::Processed(()))),
+                "{} × {:?} ({} UTF-8 bytes, {utf16_bytes} in UTF-16): {result:?}",
+                id.chars().count(),
+                id.chars().next().unwrap(),
+                id.len()
+            );
+            assert_eq!(
+                deliver(conn, &handler, &id).unwrap(),
+                Outcome::Duplicate,
+                "a redelivery"
+            );
+        }
+    }
+
+    #[test]
+    fn longest_ids_are_claimed_and_deduplicated() {
+        for name in ENCODINGS {
+            let mut conn = database(name);
+            inbox_runtime::setup(&mut conn).unwrap();
+            assert_eq!(encoding(&mut conn), name);
+            processed_once(&mut conn);
+            // The database still refuses what no valid id can be.
+            for (handler, id) in [("h", String::new()), ("h", "x".repeat(511))] {
+                let refused = conn.batch_execute(&format!(
+                    "INSERT INTO inbox_messages (handler, message_id) VALUES ('{handler}', '{id}')"
+                ));
+                assert!(refused.is_err(), "{} bytes", id.len());
+            }
+        }
+    }
+
+    /// A claim of 255 ASCII bytes in the first version's UTF-16 inbox.
+    fn first_version_refuses(conn: &mut SqliteConnection) {
+        let handler = HandlerName::new("h").unwrap();
+        assert!(deliver(conn, &handler, "kept").is_ok());
+        let refused = deliver(conn, &handler, &"x".repeat(255));
+        assert!(refused.is_err(), "{refused:?}");
+    }
+
+    fn upgraded(conn: &mut SqliteConnection) {
+        let handler = HandlerName::new("h").unwrap();
+        assert_eq!(
+            deliver(conn, &handler, "kept").unwrap(),
+            Outcome::Duplicate,
+            "ids claimed before the upgrade are kept"
+        );
+        processed_once(conn);
+    }
+
+    const FIRST_SCHEMA_SQL: &str = include_str!(
+        "../../inbox-runtime/migrations/sqlite/2026-12-01-000000_create_inbox_messages/up.sql"
+    );
+
+    #[test]
+    fn setup_repairs_an_inbox_of_the_first_version() {
+        for name in ENCODINGS {
+            let mut conn = database(name);
+            conn.batch_execute(FIRST_SCHEMA_SQL).unwrap();
+            first_version_refuses(&mut conn);
+            inbox_runtime::setup(&mut conn).unwrap();
+            upgraded(&mut conn);
+            inbox_runtime::setup(&mut conn).unwrap();
+            assert_eq!(encoding(&mut conn), name);
+        }
+    }
+
+    #[test]
+    fn migrations_repair_an_inbox_of_the_first_version() {
+        for name in ENCODINGS {
+            let mut conn = database(name);
+            let mut all = MigrationSource::<diesel::sqlite::Sqlite>::migrations(
+                &inbox_runtime::migrations::SQLITE,
+            )
+            .unwrap();
+            all.sort_by_key(|migration| migration.name().version().to_string());
+            MigrationConnection::setup(&mut conn).unwrap();
+            conn.run_migration(&*all[0]).unwrap();
+            first_version_refuses(&mut conn);
+            assert_eq!(
+                inbox_runtime::migrations::run_pending(&mut conn).unwrap(),
+                all.len() - 1
+            );
+            upgraded(&mut conn);
+        }
+    }
+}

@@ -48,6 +48,40 @@ where
         .unwrap();
     assert_eq!((report.rows_deleted, report.caught_up), (30, true));
 
+    // A handler with a window of its own: everybody else's pass walks the
+    // handlers one by one (each found by an index probe on this async
+    // connection), skipping it.
+    seed::<D>(&mut conn, "keep", &ids("kept", 40), Some(10 * DAY));
+    seed::<D>(&mut conn, "a", &ids("old", 30), Some(10 * DAY));
+    seed::<D>(&mut conn, "z", &ids("old", 20), Some(10 * DAY));
+    let per_handler = policy(7 * DAY, DAY)
+        .with_handler(handler("keep"), secs(30 * DAY))
+        .unwrap();
+    let mut scopes = Vec::new();
+    let report = Prune::new(per_handler)
+        .batch_size(25)
+        .unwrap()
+        .run_async_with_progress(&mut async_conn, |batch| {
+            scopes.push((batch.scope.to_string(), batch.rows));
+            ControlFlow::Continue(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        scopes,
+        [
+            ("handler `keep`".to_owned(), 0),
+            ("handler `a`".to_owned(), 25),
+            ("handler `a`".to_owned(), 5),
+            ("handler `h`".to_owned(), 0),
+            ("handler `z`".to_owned(), 20),
+        ]
+    );
+    assert!(report.caught_up, "{report}");
+    assert_eq!(D::stored_ids(&mut conn, "keep").len(), 40);
+    assert!(D::stored_ids(&mut conn, "a").is_empty());
+    assert!(D::stored_ids(&mut conn, "z").is_empty());
+
     // Refused inside a transaction.
     let refused = async_conn
         .transaction(async |conn| Ok::<_, diesel::result::Error>(prune.run_async(conn).await))

@@ -374,8 +374,8 @@ fn plain_setup_after_rotations_changes_nothing() {
     .get_result(&mut conn)
     .unwrap();
     assert_eq!(
-        indexes.n, 2,
-        "the primary key and the received_at index, no duplicate"
+        indexes.n, 3,
+        "the primary key, the received_at and (handler, received_at) indexes, no duplicate"
     );
     assert!(!processed(&mut conn, "a"));
     assert_eq!(partitioned::generations(&mut conn).unwrap().len(), 2);
@@ -580,4 +580,230 @@ fn claim_races_rotation_repeatable_read() {
             claim_races_rotation("REPEATABLE READ", order, first_commits);
         }
     }
+}
+
+/// A maintenance run with nothing to do (no rotation due, nothing expired)
+/// takes no lock on the inbox: a handler's transaction left open does not
+/// make it wait, so it neither fails on its lock timeout (55P03) nor makes
+/// the claims behind it wait.
+#[test]
+fn a_maintenance_run_with_nothing_due_waits_for_no_claim() {
+    let Some((db, mut conn)) = partitioned_db() else {
+        return;
+    };
+    let maintenance = Maintenance::new(policy(7 * DAY, DAY), secs(DAY))
+        .unwrap()
+        .lock_timeout(Duration::from_millis(200));
+    let mut handler_conn = db.connect();
+    let key = inbox_runtime::ClaimKey::new(handler("h"), "open").unwrap();
+    let run = handler_conn
+        .transaction(|handler_conn| {
+            // The handler's transaction, still open, holds its claim's lock.
+            assert_eq!(
+                inbox_runtime::claim(handler_conn, &key)?,
+                inbox_runtime::Claim::Claimed
+            );
+            Ok::<_, diesel::result::Error>(maintenance.run(&mut conn))
+        })
+        .unwrap();
+    let report = run.expect("a run with nothing due does not wait for the open claim");
+    assert_eq!(
+        (report.partitions_created, report.partitions_dropped),
+        (0, 0),
+        "{report}"
+    );
+    // A due rotation still waits for it (and so is bounded by the timeout).
+    conn.batch_execute("UPDATE inbox_generations SET started_at = now() - interval '2 days'")
+        .unwrap();
+    let run = handler_conn
+        .transaction(|handler_conn| {
+            let key = inbox_runtime::ClaimKey::new(handler("h"), "open-2").unwrap();
+            assert_eq!(
+                inbox_runtime::claim(handler_conn, &key)?,
+                inbox_runtime::Claim::Claimed
+            );
+            Ok::<_, diesel::result::Error>(maintenance.run(&mut conn))
+        })
+        .unwrap();
+    let err = run.expect_err("a due rotation waits for the open claim");
+    assert!(err.to_string().contains("lock timeout"), "{err}");
+    let report = maintenance.run(&mut conn).unwrap();
+    assert_eq!(report.partitions_created, 1, "{report}");
+}
+
+/// Two rotations due at once, both waiting for a claim in progress: the
+/// first rotates, the second checks again once it holds the lock and finds
+/// nothing due (at READ COMMITTED), or fails with a serialization failure (at
+/// REPEATABLE READ, where its snapshot cannot see the first rotation).
+fn rotations_waiting_at_once(isolation: &str) -> Vec<Result<Option<i64>, InboxError>> {
+    let Some((db, mut conn)) = partitioned_db() else {
+        return Vec::new();
+    };
+    conn.batch_execute("UPDATE inbox_generations SET started_at = now() - interval '2 days'")
+        .unwrap();
+    let key = inbox_runtime::ClaimKey::new(handler("h"), "held").unwrap();
+    let mut holder = db.connect();
+    let db = &db;
+    let results = thread::scope(|scope| {
+        let (pid_tx, pid_rx) = std::sync::mpsc::channel();
+        let rotate = |pid_tx: std::sync::mpsc::Sender<i32>| {
+            scope.spawn(move || {
+                let mut conn = db.connect();
+                conn.batch_execute(&format!(
+                    "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL {isolation}"
+                ))
+                .unwrap();
+                pid_tx.send(backend_pid(&mut conn)).unwrap();
+                partitioned::rotate_if_older_than(&mut conn, secs(DAY), Duration::from_secs(60))
+            })
+        };
+        let mut rotations = Vec::new();
+        holder
+            .transaction(|holder| {
+                assert_eq!(
+                    inbox_runtime::claim(holder, &key)?,
+                    inbox_runtime::Claim::Claimed
+                );
+                for _ in 0..2 {
+                    rotations.push(rotate(pid_tx.clone()));
+                    wait_until_blocked(&mut conn, pid_rx.recv().unwrap());
+                }
+                Ok::<_, diesel::result::Error>(())
+            })
+            .unwrap();
+        rotations
+            .into_iter()
+            .map(|rotation| rotation.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(partitioned::generations(&mut conn).unwrap().len(), 2);
+    results
+}
+
+#[test]
+fn rotations_waiting_at_once_rotate_once_read_committed() {
+    let results = rotations_waiting_at_once("READ COMMITTED");
+    let [first, second] = &results[..] else {
+        assert!(results.is_empty(), "skipped, or two rotations: {results:?}");
+        return;
+    };
+    assert_eq!(first.as_ref().unwrap(), &Some(2));
+    assert_eq!(second.as_ref().unwrap(), &None);
+}
+
+#[test]
+fn rotations_waiting_at_once_rotate_once_repeatable_read() {
+    let results = rotations_waiting_at_once("REPEATABLE READ");
+    let [first, second] = &results[..] else {
+        assert!(results.is_empty(), "skipped, or two rotations: {results:?}");
+        return;
+    };
+    assert_eq!(first.as_ref().unwrap(), &Some(2));
+    assert!(
+        matches!(
+            second,
+            Err(InboxError::Database(diesel::result::Error::DatabaseError(
+                DatabaseErrorKind::SerializationFailure,
+                _
+            )))
+        ),
+        "{second:?}"
+    );
+}
+
+/// A connection to `first` whose search path also has `second`, after it.
+fn search_path(first: &PgDatabase, second: &PgDatabase) -> PgConnection {
+    let url = first.url().replace(
+        &format!("%3D{}", first.schema()),
+        &format!("%3D{}%2C{}", first.schema(), second.schema()),
+    );
+    assert_ne!(
+        url,
+        first.url(),
+        "the test schema's URL sets its search path"
+    );
+    PgConnection::establish(&url).unwrap()
+}
+
+fn generation_numbers(conn: &mut PgConnection) -> Vec<i64> {
+    partitioned::generations(conn)
+        .unwrap()
+        .iter()
+        .map(|g| g.generation)
+        .collect()
+}
+
+/// A plain inbox in schema `a`, a partitioned one in `b`, and a session whose
+/// search path is `a, b`: its inbox is a's, so the generation layout's
+/// functions find nothing of theirs, and b's generations are never touched
+/// (they used to be found through the search path, and dropped).
+#[test]
+fn maintenance_never_reaches_another_schemas_generations() {
+    let Some((b, mut b_conn)) = partitioned_db() else {
+        return;
+    };
+    let Some(a) = PgDatabase::open() else {
+        return;
+    };
+    partitioned::rotate(&mut b_conn, LOCK_TIMEOUT).unwrap();
+    age_generation(&mut b_conn, 1, 30 * DAY);
+
+    let mut conn = search_path(&a, &b);
+    assert!(
+        !partitioned::is_partitioned(&mut conn).unwrap(),
+        "the inbox in the search path is a's, which is plain"
+    );
+    let maintenance = Maintenance::new(policy(7 * DAY, DAY), secs(DAY))
+        .unwrap()
+        .lock_timeout(LOCK_TIMEOUT);
+    let err = maintenance.run(&mut conn).unwrap_err();
+    assert!(err.to_string().contains("inbox_generations"), "{err}");
+    let err = partitioned::drop_expired(&mut conn, &policy(7 * DAY, DAY)).unwrap_err();
+    assert!(err.to_string().contains("inbox_generations"), "{err}");
+    assert!(partitioned::rotate(&mut conn, LOCK_TIMEOUT).is_err());
+    assert_eq!(generation_numbers(&mut b_conn), [1, 2], "b is untouched");
+
+    // Through b's own search path, b's maintenance does its work.
+    let report = maintenance.run(&mut b_conn).unwrap();
+    assert_eq!(report.partitions_dropped, 1, "{report}");
+}
+
+/// The layout's SQL functions run with their own schema as search path: a
+/// session whose search path finds another partitioned inbox first, calling
+/// b's rotation or inserting into b's table, reaches b's tables only.
+#[test]
+fn layout_functions_use_their_own_schema() {
+    let Some((b, mut b_conn)) = partitioned_db() else {
+        return;
+    };
+    let Some((a, mut a_conn)) = partitioned_db() else {
+        return;
+    };
+    assert!(processed(&mut b_conn, "x"));
+    partitioned::rotate(&mut b_conn, LOCK_TIMEOUT).unwrap();
+    partitioned::rotate(&mut a_conn, LOCK_TIMEOUT).unwrap();
+    let (a_before, b_before) = (
+        generation_numbers(&mut a_conn),
+        generation_numbers(&mut b_conn),
+    );
+    assert_eq!((a_before.len(), b_before.len()), (2, 2));
+
+    let mut conn = search_path(&a, &b);
+    // "x" is in b's archive: b's guard must look there, not in a's.
+    let inserted = diesel::sql_query(format!(
+        "INSERT INTO {}.inbox_messages (handler, message_id) VALUES ('h', 'x') \
+         ON CONFLICT (handler, message_id) DO NOTHING",
+        b.schema()
+    ))
+    .execute(&mut conn)
+    .unwrap();
+    assert_eq!(inserted, 0, "a duplicate of b's archived id");
+    // b's rotation rotates b.
+    diesel::sql_query(format!("SELECT {}.inbox_rotate()", b.schema()))
+        .execute(&mut conn)
+        .unwrap();
+    assert_eq!(generation_numbers(&mut a_conn), a_before, "a is untouched");
+    assert_eq!(generation_numbers(&mut b_conn), [1, 2, 3]);
+    assert!(!processed(&mut b_conn, "x"), "b still knows x");
+    assert!(processed(&mut a_conn, "x"), "a never saw x");
 }

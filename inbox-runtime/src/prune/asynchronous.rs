@@ -9,7 +9,8 @@ use diesel::QueryResult;
 use diesel_async::{AsyncConnection, TransactionManager};
 
 use super::{
-    retry_delay, BatchProgress, BatchRun, Prune, PruneBatchStatement, PruneError, PruneReport,
+    retry_delay, BatchProgress, BatchRun, NextHandler, Prune, PruneBatchStatement, PruneError,
+    PruneReport, Step,
 };
 use crate::backend::InboxBackend;
 
@@ -101,14 +102,25 @@ impl Prune {
             self,
             C::TransactionManager::transaction_manager_status_mut(conn),
         )?;
-        while let Some(statement) = run.next_batch() {
-            let batch_started = Instant::now();
-            let rows = run_batch(conn, &statement, &mut pause)
-                .await
-                .map_err(|error| run.fail(error))?;
-            if let Some(wait) = run.record(rows, batch_started, &mut progress) {
-                if pause(wait).await.is_break() {
-                    run.stop();
+        while let Some(step) = run.next_step() {
+            match step {
+                Step::Batch(statement) => {
+                    let batch_started = Instant::now();
+                    let rows = run_batch(conn, &statement, &mut pause)
+                        .await
+                        .map_err(|error| run.fail(error))?;
+                    if let Some(wait) = run.record(rows, batch_started, &mut progress) {
+                        if pause(wait).await.is_break() {
+                            run.stop();
+                        }
+                    }
+                }
+                Step::FindHandler(NextHandler { after }) => {
+                    let handler =
+                        <C::Backend as InboxBackend>::next_prune_handler_async(conn, after)
+                            .await
+                            .map_err(|error| run.fail(error))?;
+                    run.found(handler);
                 }
             }
         }
@@ -116,8 +128,8 @@ impl Prune {
     }
 }
 
-/// One batch in a transaction of its own, retried after a serialization
-/// failure or deadlock.
+/// One batch in a transaction of its own, tried again (up to
+/// [`BATCH_ATTEMPTS`](super::BATCH_ATTEMPTS) tries) after a lock conflict.
 async fn run_batch<C, P, W>(
     conn: &mut C,
     statement: &PruneBatchStatement<'_>,
@@ -129,7 +141,7 @@ where
     P: FnMut(Duration) -> W,
     W: Future<Output = ControlFlow<()>>,
 {
-    let mut attempt = 0;
+    let mut attempt = 1;
     loop {
         let result = run_batch_once(conn, statement).await;
         match retry_delay(&result, attempt) {

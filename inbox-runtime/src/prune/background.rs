@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 
 #[cfg(feature = "r2d2")]
-use diesel::connection::Connection;
+use diesel::connection::LoadConnection;
 #[cfg(feature = "r2d2")]
 use diesel::r2d2::{ManageConnection, Pool, PoolError};
 
@@ -91,7 +91,7 @@ pub trait PruneJob<C>: Send + 'static {
 #[cfg(feature = "r2d2")]
 impl<C> PruneJob<C> for Prune
 where
-    C: Connection,
+    C: LoadConnection,
     C::Backend: InboxBackend,
 {
     fn run_job(

@@ -12,12 +12,21 @@
 //!   `DELETE` locks millions of rows for minutes and bloats the WAL/undo; a
 //!   batch of a few thousand rows commits in milliseconds.
 //! - **Never wait on a live handler.** On PostgreSQL and MySQL/MariaDB the
-//!   batch picks its rows with `FOR UPDATE SKIP LOCKED`, walking the
-//!   `received_at` index oldest first and stopping at the batch size, so it
-//!   locks no more rows than it deletes: rows another transaction holds are
-//!   left for the next run, so several pruners (one per node) and live
-//!   handlers never block each other. A row claimed by a transaction that is
-//!   still open is invisible or locked, so it is never removed.
+//!   batch picks its rows with `FOR UPDATE SKIP LOCKED`, walking an index
+//!   oldest first and stopping at the batch size, so it reads and locks no
+//!   more rows than it deletes (on InnoDB, a batch that reaches the end of
+//!   its scope also holds the index entry that ends it, the scope's next
+//!   row, until it commits): rows another transaction holds are left for
+//!   the next run, so several pruners (one per node) and live handlers never
+//!   block each other. A row claimed by a transaction that is still open is
+//!   invisible or locked, so it is never removed.
+//! - **Each scope walks its own index.** Every handler at once: the
+//!   `received_at` index. One handler (a window of its own, or
+//!   [`RetentionPolicy::only`]): `(handler, received_at)`, which holds that
+//!   handler's rows only. Everybody but the handlers with windows of their
+//!   own: the handlers one by one, each found by one index probe and pruned
+//!   through `(handler, received_at)`, so the excluded handlers' rows
+//!   (however many are kept by their longer windows) are never read.
 //! - **`READ COMMITTED`.** Each batch runs at that isolation level whatever
 //!   the session's default, which on InnoDB also means no gap locks that
 //!   could block inserts of new claims.
@@ -88,8 +97,9 @@ use std::fmt;
 use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
-use diesel::connection::{Connection, TransactionManager, TransactionManagerStatus};
-use diesel::result::DatabaseErrorKind;
+use diesel::connection::{
+    Connection, LoadConnection, TransactionManager, TransactionManagerStatus,
+};
 use diesel::RunQueryDsl;
 
 use crate::backend::InboxBackend;
@@ -111,6 +121,7 @@ mod task;
 pub use background::{BackgroundPruner, PruneRun, PruneRunError, MAX_RETRY_BACKOFF};
 #[cfg(feature = "r2d2")]
 pub use background::{PruneJob, PrunerHandle};
+use statement::NextHandler;
 pub use statement::{PruneBatchStatement, PruneScope};
 #[cfg(feature = "tokio")]
 pub use task::{AsyncPrunePool, PrunerTask};
@@ -133,9 +144,12 @@ pub const DEFAULT_BATCH_SIZE: u32 = 5_000;
 /// ```
 pub const MAX_BATCH_SIZE: u32 = 100_000;
 
-/// How many times a batch that failed with a serialization failure or a
-/// deadlock is retried before the run gives up.
-pub(crate) const BATCH_RETRIES: u32 = 3;
+/// How many times a batch is tried when it keeps losing lock conflicts
+/// (serialization failures, deadlocks, lock wait timeouts; see
+/// [`is_lock_conflict`](crate::is_lock_conflict)) before the run gives up.
+/// Counted like claims' [`CLAIM_ATTEMPTS`](crate::CLAIM_ATTEMPTS): tries,
+/// the first included.
+pub(crate) const BATCH_ATTEMPTS: u32 = 4;
 
 /// A pruning job: a [`RetentionPolicy`] plus how to apply it (batch size,
 /// pause between batches, a cap on batches per run).
@@ -257,9 +271,17 @@ impl Prune {
 
     /// The batch statements of a run, one per pass, in order: first each
     /// handler with a window of its own, then everyone else (or only the
-    /// handler the policy is restricted to). For drivers of your own (an async
-    /// connection): execute each in its own transaction until it affects fewer
-    /// rows than its [`limit`](PruneBatchStatement::limit).
+    /// handler the policy is restricted to).
+    ///
+    /// [`run`](Self::run) and [`run_async`](Self::run_async) execute each in
+    /// transactions of its own until it affects fewer rows than its
+    /// [`limit`](PruneBatchStatement::limit), except the last pass of a
+    /// policy with per-handler windows ([`PruneScope::AllExcept`]): that one
+    /// they run handler by handler, finding each handler with one index probe
+    /// and skipping the excluded ones, with this statement's window and limit
+    /// for a [`PruneScope::Handler`] scope. Executed as it is, an `AllExcept`
+    /// statement walks the `received_at` index across all handlers and reads
+    /// (on MySQL, locks) the excluded handlers' rows it passes.
     ///
     /// ```
     /// use std::time::Duration;
@@ -310,9 +332,12 @@ impl Prune {
 
     /// Deletes every expired row, batch by batch, and reports what it did.
     ///
-    /// `conn` must not be inside a transaction: each batch commits on its own
-    /// (refused with `AlreadyInTransaction` otherwise). A failure stops the
-    /// run; the [`PruneError`] still reports the batches that committed.
+    /// `conn` is any Diesel connection of a supported backend, pooled ones
+    /// included (`LoadConnection`: the pass over every handler but those with
+    /// windows of their own reads the handlers' names). It must not be inside
+    /// a transaction: each batch commits on its own (refused with
+    /// `AlreadyInTransaction` otherwise). A failure stops the run; the
+    /// [`PruneError`] still reports the batches that committed.
     ///
     /// ```
     /// # #[cfg(feature = "sqlite")] {
@@ -328,7 +353,7 @@ impl Prune {
     /// ```
     pub fn run<C>(&self, conn: &mut C) -> Result<PruneReport, PruneError>
     where
-        C: Connection,
+        C: LoadConnection,
         C::Backend: InboxBackend,
     {
         self.run_with_progress(conn, |_| ControlFlow::Continue(()))
@@ -360,7 +385,7 @@ impl Prune {
         progress: F,
     ) -> Result<PruneReport, PruneError>
     where
-        C: Connection,
+        C: LoadConnection,
         C::Backend: InboxBackend,
         F: FnMut(&BatchProgress<'_>) -> ControlFlow<()>,
     {
@@ -380,7 +405,7 @@ impl Prune {
         mut pause: impl FnMut(Duration) -> ControlFlow<()>,
     ) -> Result<PruneReport, PruneError>
     where
-        C: Connection,
+        C: LoadConnection,
         C::Backend: InboxBackend,
         F: FnMut(&BatchProgress<'_>) -> ControlFlow<()>,
     {
@@ -388,12 +413,21 @@ impl Prune {
             self,
             C::TransactionManager::transaction_manager_status_mut(conn),
         )?;
-        while let Some(statement) = run.next_batch() {
-            let batch_started = Instant::now();
-            let rows = run_batch(conn, &statement).map_err(|error| run.fail(error))?;
-            if let Some(wait) = run.record(rows, batch_started, &mut progress) {
-                if pause(wait).is_break() {
-                    run.stop();
+        while let Some(step) = run.next_step() {
+            match step {
+                Step::Batch(statement) => {
+                    let batch_started = Instant::now();
+                    let rows = run_batch(conn, &statement).map_err(|error| run.fail(error))?;
+                    if let Some(wait) = run.record(rows, batch_started, &mut progress) {
+                        if pause(wait).is_break() {
+                            run.stop();
+                        }
+                    }
+                }
+                Step::FindHandler(NextHandler { after }) => {
+                    let handler = <C::Backend as InboxBackend>::next_prune_handler(conn, after)
+                        .map_err(|error| run.fail(error))?;
+                    run.found(handler);
                 }
             }
         }
@@ -437,18 +471,42 @@ impl Tally {
 }
 
 /// The bookkeeping of a batched run, written once for the blocking and the
-/// async drivers, which only execute the batches it hands out (and sleep
-/// when it says so): passes in order, the batch cap, progress callbacks,
-/// the report.
+/// async drivers, which only execute the steps it hands out (and sleep when
+/// it says so): passes in order, the walk over handlers of an `AllExcept`
+/// pass, the batch cap, progress callbacks, the report.
 pub(crate) struct BatchRun<'p> {
     statements: Vec<PruneBatchStatement<'p>>,
     max_batches: Option<u64>,
     pause: Duration,
     /// The pass in progress, an index into `statements`.
     pass: usize,
+    /// Where the pass in progress stands in its walk over handlers (an
+    /// `AllExcept` pass only).
+    walk: Walk,
     /// The progress callback (or the pause) asked to stop.
     stopped: bool,
     tally: Tally,
+}
+
+/// The walk over handlers of an `AllExcept` pass.
+#[derive(Default)]
+struct Walk {
+    /// The last handler found (`""` before the first).
+    after: String,
+    /// The handler whose expired rows are being deleted; `None` between
+    /// handlers, when the next one must be found.
+    current: Option<HandlerName>,
+}
+
+/// What a driver does next for a [`BatchRun`].
+pub(crate) enum Step<'r> {
+    /// Execute this batch in a transaction of its own, then
+    /// [`record`](BatchRun::record) what it deleted.
+    Batch(PruneBatchStatement<'r>),
+    /// Load the next handler with this query
+    /// ([`InboxBackend::next_prune_handler`]), then report it with
+    /// [`found`](BatchRun::found).
+    FindHandler(NextHandler<'r>),
 }
 
 impl<'p> BatchRun<'p> {
@@ -470,24 +528,48 @@ impl<'p> BatchRun<'p> {
             max_batches: prune.max_batches,
             pause: prune.pause,
             pass: 0,
+            walk: Walk::default(),
             stopped: false,
             tally,
         })
     }
 
-    /// The next batch to execute (in a transaction of its own), or `None`
-    /// when the run is over.
-    pub(crate) fn next_batch(&self) -> Option<PruneBatchStatement<'p>> {
+    /// The next step, or `None` when the run is over.
+    pub(crate) fn next_step(&self) -> Option<Step<'_>> {
         let capped = self
             .max_batches
             .is_some_and(|max| self.tally.report.batches >= max);
         if self.stopped || capped {
             return None;
         }
-        self.statements.get(self.pass).copied()
+        let statement = self.statements.get(self.pass)?;
+        Some(step(statement, &self.walk))
     }
 
-    /// Records the batch [`next_batch`](Self::next_batch) handed out, which
+    /// The next handler of the walk, found by the
+    /// [`FindHandler`](Step::FindHandler) step: `None` ends the pass. An
+    /// excluded handler is passed over (the next step finds the one after
+    /// it), as is a name the inbox could not have stored as a handler.
+    pub(crate) fn found(&mut self, handler: Option<String>) {
+        let Some(name) = handler else {
+            self.tally.report.passes_caught_up += 1;
+            self.pass += 1;
+            self.walk = Walk::default();
+            return;
+        };
+        let excluded = match self.statements[self.pass].scope() {
+            PruneScope::AllExcept(excluded) => excluded.iter().any(|h| h.as_str() == name),
+            PruneScope::All | PruneScope::Handler(_) => false,
+        };
+        self.walk.current = if excluded {
+            None
+        } else {
+            HandlerName::new(name.clone()).ok()
+        };
+        self.walk.after = name;
+    }
+
+    /// Records the batch [`next_step`](Self::next_step) handed out, which
     /// committed after deleting `rows`, and tells the progress callback.
     /// Returns the pause to take before the next batch, if any.
     pub(crate) fn record<F>(
@@ -499,7 +581,9 @@ impl<'p> BatchRun<'p> {
     where
         F: FnMut(&BatchProgress<'_>) -> ControlFlow<()>,
     {
-        let statement = self.statements[self.pass];
+        let Step::Batch(statement) = step(&self.statements[self.pass], &self.walk) else {
+            unreachable!("record follows a batch");
+        };
         let report = &mut self.tally.report;
         report.batches += 1;
         report.rows_deleted += rows;
@@ -513,15 +597,20 @@ impl<'p> BatchRun<'p> {
             elapsed: self.tally.started.elapsed(),
         });
         // A short batch: nothing expired is left in this scope.
-        let pass_done = rows < statement.limit();
-        if pass_done {
-            report.passes_caught_up += 1;
-            self.pass += 1;
+        let scope_done = rows < statement.limit();
+        if scope_done {
+            if self.walk.current.is_some() {
+                // The walk goes on with the next handler.
+                self.walk.current = None;
+            } else {
+                report.passes_caught_up += 1;
+                self.pass += 1;
+            }
         }
         if flow.is_break() {
             self.stopped = true;
             None
-        } else if pass_done || self.pause.is_zero() {
+        } else if scope_done || self.pause.is_zero() {
             None
         } else {
             Some(self.pause)
@@ -533,7 +622,7 @@ impl<'p> BatchRun<'p> {
         self.stopped = true;
     }
 
-    /// A batch failed: the run stops with `error`.
+    /// A step failed: the run stops with `error`.
     pub(crate) fn fail(&self, error: impl Into<InboxError>) -> PruneError {
         self.tally.fail(error)
     }
@@ -547,28 +636,41 @@ impl<'p> BatchRun<'p> {
     }
 }
 
-/// How long to wait before retrying a batch that ended in `result`, or
-/// `None` to keep the result: only a serialization failure or deadlock
-/// (which rolled the batch back whole) is retried, [`BATCH_RETRIES`] times.
+/// The step of a pass: its statement, or in an `AllExcept` pass, the next
+/// handler to find or the batch for the handler found.
+fn step<'r>(statement: &PruneBatchStatement<'r>, walk: &'r Walk) -> Step<'r> {
+    match statement.scope() {
+        PruneScope::AllExcept(excluded) if !excluded.is_empty() => match &walk.current {
+            Some(handler) => Step::Batch(statement.with_scope(PruneScope::Handler(handler))),
+            None => Step::FindHandler(NextHandler { after: &walk.after }),
+        },
+        PruneScope::All | PruneScope::Handler(_) | PruneScope::AllExcept(_) => {
+            Step::Batch(*statement)
+        }
+    }
+}
+
+/// How long to wait before retrying a batch that ended in `result` on its
+/// `attempt`-th try (counting from 1), or `None` to keep the result: only
+/// a lock conflict (which rolled the batch back whole) is retried, until
+/// [`BATCH_ATTEMPTS`] tries were made.
 pub(crate) fn retry_delay(result: &diesel::QueryResult<u64>, attempt: u32) -> Option<Duration> {
     match result {
-        Err(diesel::result::Error::DatabaseError(DatabaseErrorKind::SerializationFailure, _))
-            if attempt < BATCH_RETRIES =>
-        {
-            Some(Duration::from_millis(10 * u64::from(attempt + 1)))
+        Err(error) if attempt < BATCH_ATTEMPTS && crate::recovery::is_lock_conflict(error) => {
+            Some(Duration::from_millis(10 * u64::from(attempt)))
         }
         _ => None,
     }
 }
 
-/// One batch in a transaction of its own, retried a few times after a
-/// serialization failure or deadlock.
+/// One batch in a transaction of its own, tried again (up to
+/// [`BATCH_ATTEMPTS`] tries) after a lock conflict.
 fn run_batch<C>(conn: &mut C, statement: &PruneBatchStatement<'_>) -> diesel::QueryResult<u64>
 where
     C: Connection,
     C::Backend: InboxBackend,
 {
-    let mut attempt = 0;
+    let mut attempt = 1;
     loop {
         let result = run_batch_once(conn, statement);
         match retry_delay(&result, attempt) {

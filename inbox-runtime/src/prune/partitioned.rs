@@ -34,8 +34,11 @@
 //! - [`rotate`] (every `period`, done by [`Maintenance`]) renames the current
 //!   table into the archive and creates an empty one. It waits for claims in
 //!   progress and new claims queue behind it, for at most its lock timeout.
-//!   The next table always exists, so there is no "no partition for this row"
-//!   outage to guard against by creating partitions ahead of time.
+//!   [`Maintenance`] rotates only when the current generation is a period
+//!   old, and checks that before it locks anything: a run with nothing to
+//!   rotate never waits for a claim nor makes one wait. The next table always
+//!   exists, so there is no "no partition for this row" outage to guard
+//!   against by creating partitions ahead of time.
 //! - A trigger on the current table looks each new id up in the archive (an
 //!   index probe per generation) and skips the insert of an id found there:
 //!   the claim reports [`Claim::Duplicate`](crate::Claim).
@@ -66,16 +69,31 @@
 //! (keeping every id); `inbox_runtime::schema::teardown` after it removes the
 //! inbox altogether.
 //!
+//! # Schemas
+//!
+//! The layout lives in the schema of the inbox's `inbox_messages` table: the
+//! one the connection's `search_path` finds first, where claims go.
+//! [`is_partitioned`], [`generations`], [`rotate`], [`drop_expired`] and
+//! [`Maintenance`] find that schema first and name every table and function
+//! in it explicitly, and the layout's SQL functions run with their
+//! `search_path` set to their own schema, so inboxes in two schemas of one
+//! database never touch each other's generations, whatever a session's
+//! `search_path`. ([`setup`] runs the migrations' SQL, which creates the
+//! layout in the connection's current schema and fails when that is not the
+//! schema of the `inbox_messages` it converts; [`teardown`] runs the
+//! conversion's `down.sql` in the connection's search path.)
+//!
 //! # Operating it
 //!
 //! - Run [`Maintenance`] well within the period (e.g. hourly for daily
 //!   generations), from cron (`cargo run --example prune --features postgres
 //!   -- --older-than 7d --generations 1d`) or a `BackgroundPruner`.
-//! - A rotation waits for the claims in progress, and new claims wait behind
-//!   it, for at most its lock timeout ([`DEFAULT_LOCK_TIMEOUT`]); handlers
-//!   whose transactions last longer than that make it fail (reported,
-//!   retried at the next run). Watch [`generations`]: a current generation
-//!   much older than the period means rotations keep failing.
+//! - A due rotation waits for the claims in progress, and new claims wait
+//!   behind it, for at most its lock timeout ([`DEFAULT_LOCK_TIMEOUT`]);
+//!   handlers whose transactions last longer than that make it fail
+//!   (reported, retried at the next run). Runs that find no rotation due take
+//!   no lock. Watch [`generations`]: a current generation much older than
+//!   the period means rotations keep failing.
 //! - Every claim probes each archived generation's primary key: keep their
 //!   number modest (window / period, e.g. 7 to 30).
 //! - Converting takes one `ALTER TABLE` (see [`setup`]); filling through
@@ -112,18 +130,29 @@ use crate::error::InboxError;
 use crate::retention::{RetentionPolicy, RetentionProblem, MAX_RETENTION};
 
 /// SQL converting the plain PostgreSQL inbox to the generation layout; safe
-/// to run again. Needs the plain schema first (see [`setup`]).
+/// to run again. Needs the plain schema first (see [`setup`]). It is the
+/// `up.sql` files of the layout's migrations, in order: the conversion, then
+/// the current versions of its SQL functions.
 ///
 /// ```
 /// assert!(inbox_runtime::prune::partitioned::SETUP_SQL.contains("inbox_rotate"));
 /// ```
-pub const SETUP_SQL: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/migrations/postgres-partitioned/2026-12-02-000000_partition_inbox_messages/up.sql"
-));
+pub const SETUP_SQL: &str = concat!(
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/migrations/postgres-partitioned/2026-12-02-000000_partition_inbox_messages/up.sql"
+    )),
+    "\n",
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/migrations/postgres-partitioned/2026-12-04-000000_maintenance_checks_before_locking/up.sql"
+    )),
+);
 
 /// SQL converting back to the plain layout; every archived id is copied
-/// back into `inbox_messages` first, so none is forgotten.
+/// back into `inbox_messages` first, so none is forgotten. (The `down.sql` of
+/// the conversion; it also drops the functions as later migrations replaced
+/// them.)
 ///
 /// ```
 /// assert!(inbox_runtime::prune::partitioned::TEARDOWN_SQL.contains("inbox_messages_archive"));
@@ -133,9 +162,10 @@ pub const TEARDOWN_SQL: &str = include_str!(concat!(
     "/migrations/postgres-partitioned/2026-12-02-000000_partition_inbox_messages/down.sql"
 ));
 
-/// The conversion as a Diesel migration (version `20261202000000`), to run
-/// after [`crate::migrations::POSTGRES`]. Users of `diesel_cli` can copy
-/// `inbox-runtime/migrations/postgres-partitioned/` next to the plain one.
+/// The conversion as Diesel migrations (versions `20261202000000` and
+/// `20261204000000`), to run after [`crate::migrations::POSTGRES`]. Users of
+/// `diesel_cli` can copy `inbox-runtime/migrations/postgres-partitioned/`
+/// next to the plain one.
 ///
 /// ```no_run
 /// use diesel::{Connection, PgConnection};
@@ -201,7 +231,9 @@ struct Flag {
     flag: bool,
 }
 
-/// `true` when the inbox in `conn`'s search path uses the generation layout.
+/// `true` when the inbox in `conn`'s search path (the schema where
+/// `inbox_messages` is found) uses the generation layout; `false` also when
+/// there is no inbox.
 ///
 /// ```no_run
 /// use diesel::{Connection, PgConnection};
@@ -211,11 +243,38 @@ struct Flag {
 /// ```
 pub fn is_partitioned(conn: &mut PgConnection) -> Result<bool, InboxError> {
     let row: Flag = diesel::sql_query(
-        "SELECT to_regclass('inbox_generations') IS NOT NULL \
-         AND to_regclass('inbox_messages_archive') IS NOT NULL AS flag",
+        "SELECT COALESCE(( \
+             SELECT to_regclass(quote_ident(n.nspname) || '.inbox_generations') IS NOT NULL \
+                AND to_regclass(quote_ident(n.nspname) || '.inbox_messages_archive') IS NOT NULL \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.oid = to_regclass('inbox_messages')), false) AS flag",
     )
     .get_result(conn)?;
     Ok(row.flag)
+}
+
+#[derive(QueryableByName)]
+struct InboxSchema {
+    /// The schema's name.
+    #[diesel(sql_type = Text)]
+    name: String,
+    /// The name quoted as an SQL identifier.
+    #[diesel(sql_type = Text)]
+    quoted: String,
+}
+
+/// The schema of the inbox: where `conn`'s search path finds
+/// `inbox_messages` (and so where claims go). Every statement of this module
+/// names its tables and functions in it, so that a second inbox in another
+/// schema on the search path is never touched. Fails when there is no
+/// inbox.
+fn inbox_schema(conn: &mut PgConnection) -> diesel::QueryResult<InboxSchema> {
+    diesel::sql_query(
+        "SELECT n.nspname::text AS name, quote_ident(n.nspname) AS quoted \
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.oid = 'inbox_messages'::regclass",
+    )
+    .get_result(conn)
 }
 
 /// One generation of ids, as listed by [`generations`].
@@ -326,12 +385,14 @@ fn from_micros(micros: i64) -> SystemTime {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn generations(conn: &mut PgConnection) -> Result<Vec<Generation>, InboxError> {
-    let rows: Vec<GenerationRow> = diesel::sql_query(
+    let schema = inbox_schema(conn)?;
+    let rows: Vec<GenerationRow> = diesel::sql_query(format!(
         "SELECT generation, \
                 (extract(epoch FROM started_at) * 1000000)::bigint AS started_micros, \
                 (extract(epoch FROM ended_at) * 1000000)::bigint AS ended_micros \
-         FROM inbox_generations ORDER BY generation",
-    )
+         FROM {}.inbox_generations ORDER BY generation",
+        schema.quoted
+    ))
     .load(conn)?;
     Ok(rows
         .into_iter()
@@ -372,10 +433,16 @@ pub fn rotate(conn: &mut PgConnection, lock_timeout: Duration) -> Result<i64, In
 /// [`MAX_RETENTION`] counts as that (never due, in
 /// practice).
 ///
-/// The rotation takes an exclusive lock on `inbox_messages` for a few
-/// milliseconds: it waits for claims in progress, and new claims wait behind
-/// it. If the lock is not granted within `lock_timeout`, nothing changes and
-/// the error (SQLSTATE `55P03`) is returned: retry later.
+/// Whether the rotation is due is checked first, without locking
+/// `inbox_messages`: when it is not, the call neither waits for claims nor
+/// makes any wait. A due rotation takes an
+/// exclusive lock on `inbox_messages` for a few milliseconds: it waits for
+/// claims in progress, and new claims wait behind it. If the lock is not
+/// granted within `lock_timeout`, nothing changes and the error (SQLSTATE
+/// `55P03`) is returned: retry later. Holding the lock, it checks again, so
+/// that of two rotations waiting at once only the first rotates (at
+/// `REPEATABLE READ` or `SERIALIZABLE` the second one fails with a
+/// serialization failure instead: retry later).
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -396,11 +463,15 @@ pub fn rotate_if_older_than(
     let min_age = micros(min_age);
     // `SET LOCAL` takes no bind parameters; the value is an integer.
     let timeout_ms = lock_timeout.as_millis().clamp(1, i32::MAX as u128);
+    let schema = inbox_schema(conn)?;
     let rotated = conn.transaction(|conn| {
         conn.batch_execute(&format!("SET LOCAL lock_timeout = {timeout_ms}"))?;
-        diesel::sql_query("SELECT inbox_rotate($1 * INTERVAL '1 microsecond') AS generation")
-            .bind::<BigInt, _>(min_age)
-            .get_result::<Rotated>(conn)
+        diesel::sql_query(format!(
+            "SELECT {}.inbox_rotate($1 * INTERVAL '1 microsecond') AS generation",
+            schema.quoted
+        ))
+        .bind::<BigInt, _>(min_age)
+        .get_result::<Rotated>(conn)
     })?;
     Ok(rotated.generation)
 }
@@ -446,30 +517,34 @@ pub fn drop_expired(
     policy: &RetentionPolicy,
 ) -> Result<PruneReport, PruneError> {
     check_policy(policy)?;
-    exclusively(conn, |conn| {
+    exclusively(conn, |conn, schema| {
         let mut tally = Tally::start();
-        drop_expired_until(conn, policy, &|| false, &mut tally)?;
+        drop_expired_until(conn, schema, policy, &|| false, &mut tally)?;
         Ok(tally.finish())
     })
 }
 
 /// Runs `work` holding the inbox's maintenance lock (a session advisory lock
-/// per schema), so that pruners on several nodes do not detach the same
-/// generation at once. If another session holds it, does nothing and
-/// reports that it is not caught up.
+/// per schema: `hashtext('<schema>.inbox_messages maintenance')`), so that
+/// pruners on several nodes do not detach the same generation at once. If
+/// another session holds it, does nothing and reports that it is not caught
+/// up.
 fn exclusively(
     conn: &mut PgConnection,
-    work: impl FnOnce(&mut PgConnection) -> Result<PruneReport, PruneError>,
+    work: impl FnOnce(&mut PgConnection, &InboxSchema) -> Result<PruneReport, PruneError>,
 ) -> Result<PruneReport, PruneError> {
-    const KEY: &str = "hashtext(current_schema() || '.inbox_messages maintenance')";
+    const KEY: &str = "hashtext($1 || '.inbox_messages maintenance')";
+    let schema = inbox_schema(conn).map_err(InboxError::from)?;
     let locked: Flag = diesel::sql_query(format!("SELECT pg_try_advisory_lock({KEY}) AS flag"))
+        .bind::<Text, _>(&schema.name)
         .get_result(conn)
         .map_err(InboxError::from)?;
     if !locked.flag {
         return Ok(PruneReport::default());
     }
-    let result = work(conn);
+    let result = work(conn, &schema);
     let unlocked = diesel::sql_query(format!("SELECT pg_advisory_unlock({KEY}) AS flag"))
+        .bind::<Text, _>(&schema.name)
         .get_result::<Flag>(conn)
         .map_err(InboxError::from);
     match (result, unlocked) {
@@ -492,17 +567,19 @@ fn check_policy(policy: &RetentionPolicy) -> Result<(), InboxError> {
 /// `should_stop`.
 fn drop_expired_until(
     conn: &mut PgConnection,
+    schema: &InboxSchema,
     policy: &RetentionPolicy,
     should_stop: &dyn Fn() -> bool,
     tally: &mut Tally,
 ) -> Result<(), PruneError> {
     check_policy(policy).map_err(|error| tally.fail(error))?;
     let window = micros(policy.longest_window());
-    let expired: Vec<Expired> = diesel::sql_query(
-        "SELECT generation FROM inbox_generations \
+    let expired: Vec<Expired> = diesel::sql_query(format!(
+        "SELECT generation FROM {}.inbox_generations \
          WHERE ended_at IS NOT NULL AND ended_at < now() - $1 * INTERVAL '1 microsecond' \
          ORDER BY generation",
-    )
+        schema.quoted
+    ))
     .bind::<BigInt, _>(window)
     .load(conn)
     .map_err(|error| tally.fail(error))?;
@@ -512,7 +589,7 @@ fn drop_expired_until(
             tally.report.caught_up = false;
             break;
         }
-        let rows = drop_generation(conn, generation).map_err(|error| tally.fail(error))?;
+        let rows = drop_generation(conn, schema, generation).map_err(|error| tally.fail(error))?;
         let report = &mut tally.report;
         report.partitions_dropped += 1;
         report.batches += 1;
@@ -533,32 +610,39 @@ fn micros(duration: Duration) -> i64 {
 
 /// Detaches (if still attached) and drops one archived generation, then
 /// forgets it; returns its estimated row count.
-fn drop_generation(conn: &mut PgConnection, generation: i64) -> diesel::QueryResult<u64> {
-    let table = archived_table(generation);
+fn drop_generation(
+    conn: &mut PgConnection,
+    schema: &InboxSchema,
+    generation: i64,
+) -> diesel::QueryResult<u64> {
+    let schema = &schema.quoted;
+    let table = format!("{schema}.{}", archived_table(generation));
+    let archive = format!("{schema}.inbox_messages_archive");
     let attachment: Attachment = diesel::sql_query(
         "SELECT (SELECT i.inhdetachpending FROM pg_inherits i \
-                 WHERE i.inhrelid = c.oid AND i.inhparent = to_regclass('inbox_messages_archive')) AS detach_pending, \
+                 WHERE i.inhrelid = c.oid AND i.inhparent = to_regclass($2)) AS detach_pending, \
                 greatest(c.reltuples, 0)::bigint AS estimated_rows \
          FROM (SELECT to_regclass($1) AS oid) AS t LEFT JOIN pg_class c ON c.oid = t.oid",
     )
     .bind::<Text, _>(&table)
+    .bind::<Text, _>(&archive)
     .get_result(conn)?;
     match attachment.detach_pending {
         // Attached: detach without blocking claims (not allowed in a transaction).
         Some(false) => conn.batch_execute(&format!(
-            "ALTER TABLE inbox_messages_archive DETACH PARTITION {table} CONCURRENTLY"
+            "ALTER TABLE {archive} DETACH PARTITION {table} CONCURRENTLY"
         ))?,
         // A concurrent detach was interrupted: finish it.
         Some(true) => conn.batch_execute(&format!(
-            "ALTER TABLE inbox_messages_archive DETACH PARTITION {table} FINALIZE"
+            "ALTER TABLE {archive} DETACH PARTITION {table} FINALIZE"
         ))?,
         None => {} // already detached, or already dropped
     }
     conn.transaction(|conn| {
         conn.batch_execute(&format!("DROP TABLE IF EXISTS {table}"))?;
-        diesel::sql_query(
-            "DELETE FROM inbox_generations WHERE generation = $1 AND ended_at IS NOT NULL",
-        )
+        diesel::sql_query(format!(
+            "DELETE FROM {schema}.inbox_generations WHERE generation = $1 AND ended_at IS NOT NULL"
+        ))
         .bind::<BigInt, _>(generation)
         .execute(conn)
     })?;
@@ -656,7 +740,9 @@ impl Maintenance {
         &self.policy
     }
 
-    /// Drops expired generations, then rotates if due.
+    /// Drops expired generations, then rotates if due (a run with nothing to
+    /// drop and no rotation due takes no lock a claim could wait for; see
+    /// [`rotate_if_older_than`]).
     ///
     /// ```no_run
     /// # use std::time::Duration;
@@ -676,16 +762,19 @@ impl Maintenance {
         conn: &mut PgConnection,
         should_stop: &dyn Fn() -> bool,
     ) -> Result<PruneReport, PruneError> {
-        exclusively(conn, |conn| self.run_locked(conn, should_stop))
+        exclusively(conn, |conn, schema| {
+            self.run_locked(conn, schema, should_stop)
+        })
     }
 
     fn run_locked(
         &self,
         conn: &mut PgConnection,
+        schema: &InboxSchema,
         should_stop: &dyn Fn() -> bool,
     ) -> Result<PruneReport, PruneError> {
         let mut tally = Tally::start();
-        drop_expired_until(conn, &self.policy, should_stop, &mut tally)?;
+        drop_expired_until(conn, schema, &self.policy, should_stop, &mut tally)?;
         if !should_stop() {
             match rotate_if_older_than(conn, self.period, self.lock_timeout) {
                 Ok(Some(_)) => tally.report.partitions_created += 1,

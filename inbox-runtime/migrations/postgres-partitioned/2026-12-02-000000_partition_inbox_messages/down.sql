@@ -25,8 +25,14 @@ BEGIN
     IF primary_key IS DISTINCT FROM 'inbox_messages_pkey' THEN
         EXECUTE format('ALTER TABLE inbox_messages RENAME CONSTRAINT %I TO inbox_messages_pkey', primary_key);
     END IF;
+    -- The index on received_at alone (the table may have others, such as
+    -- the one on (handler, received_at) of 2026-12-03).
     SELECT indexrelid::regclass INTO received_index FROM pg_index
-        WHERE indrelid = 'inbox_messages'::regclass AND NOT indisprimary LIMIT 1;
+        WHERE indrelid = 'inbox_messages'::regclass AND NOT indisprimary
+          AND indnatts = 1
+          AND indkey[0] = (SELECT attnum FROM pg_attribute
+                           WHERE attrelid = 'inbox_messages'::regclass AND attname = 'received_at')
+        LIMIT 1;
     IF received_index IS NOT NULL AND received_index::text <> 'inbox_messages_received_at_idx' THEN
         EXECUTE format('ALTER INDEX %s RENAME TO inbox_messages_received_at_idx', received_index);
     END IF;

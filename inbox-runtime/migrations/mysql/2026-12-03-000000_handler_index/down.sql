@@ -1,0 +1,1 @@
+DROP INDEX inbox_messages_handler_received_at_idx ON inbox_messages;

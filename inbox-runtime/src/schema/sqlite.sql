@@ -1,0 +1,17 @@
+-- The SQLite inbox as its migrations leave it (2026-12-01, rebuilt by
+-- 2026-12-03): what `inbox_runtime::setup()` creates. Safe to run again. A
+-- table created by an earlier version is left as it is here; setup() then
+-- rebuilds it with the 2026-12-03 migration.
+--
+-- received_at is UTC text with millisecond precision, by the database clock.
+-- The length checks count UTF-8 bytes whatever the database encoding:
+-- length(CAST('x' AS BLOB)) is the size of an ASCII character in the
+-- database's encoding (1 in UTF-8, 2 in UTF-16; see the 2026-12-03 migration).
+CREATE TABLE IF NOT EXISTS inbox_messages (
+    handler     TEXT NOT NULL CHECK (length(CAST(handler AS BLOB)) BETWEEN 1 AND 255 * length(CAST('x' AS BLOB))),
+    message_id  TEXT NOT NULL CHECK (length(CAST(message_id AS BLOB)) BETWEEN 1 AND 255 * length(CAST('x' AS BLOB))),
+    received_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    PRIMARY KEY (handler, message_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS inbox_messages_received_at_idx ON inbox_messages (received_at);
+CREATE INDEX IF NOT EXISTS inbox_messages_handler_received_at_idx ON inbox_messages (handler, received_at);
