@@ -17,8 +17,8 @@
 //!   and the effect, with a plain `COMMIT`;
 //! - `no dedup`: `conn.transaction(..)` running the effect alone.
 //!
-//! The three alternate in rounds, so whatever else loads the machine weighs
-//! on all of them alike; the figures are medians over the rounds, and the
+//! The three alternate in rounds, in a rotating order, so whatever else
+//! loads the machine weighs on all of them alike; the figures are medians over the rounds, and the
 //! ratios are throughput against `hand-written` and `no dedup` from the same
 //! run. It prints figures; it asserts nothing.
 
@@ -83,31 +83,31 @@ where
         conn.batch_execute("UPDATE bench_account SET cents = cents + 1 WHERE id = 1")
     };
 
-    let mut inbox = Vec::new();
-    let mut hand_written = Vec::new();
-    let mut no_dedup = Vec::new();
-    for _ in 0..ROUNDS {
-        inbox.push(timed(|| {
-            for _ in 0..PER_ROUND {
-                run_idempotent(conn, new_key(), |conn| effect(conn)).expect("inbox");
-            }
-        }));
-        hand_written.push(timed(|| {
-            for _ in 0..PER_ROUND {
-                let key = new_key();
-                conn.transaction(|conn| {
-                    ClaimStatement::new(&key).execute(conn)?;
-                    effect(conn)
-                })
-                .expect("hand-written claim");
-            }
-        }));
-        no_dedup.push(timed(|| {
-            for _ in 0..PER_ROUND {
-                conn.transaction(|conn| effect(conn)).expect("no dedup");
-            }
-        }));
+    // Each way's rounds, in the order [inbox, hand-written, no dedup].
+    let mut rounds: [Vec<Duration>; 3] = Default::default();
+    for round in 0..ROUNDS {
+        // Rotate which way goes first, so none always follows another.
+        for way in (0..3).map(|offset| (round + offset) % 3) {
+            let elapsed = timed(|| {
+                for _ in 0..PER_ROUND {
+                    match way {
+                        0 => run_idempotent(conn, new_key(), |conn| effect(conn)).expect("inbox"),
+                        1 => {
+                            let key = new_key();
+                            conn.transaction(|conn| {
+                                ClaimStatement::new(&key).execute(conn)?;
+                                effect(conn)
+                            })
+                            .expect("hand-written claim")
+                        }
+                        _ => conn.transaction(|conn| effect(conn)).expect("no dedup"),
+                    }
+                }
+            });
+            rounds[way].push(elapsed);
+        }
     }
+    let [mut inbox, mut hand_written, mut no_dedup] = rounds;
     let per_delivery = |rounds: &mut Vec<Duration>| median(rounds) / PER_ROUND as u32;
     let (inbox, hand_written, no_dedup) = (
         per_delivery(&mut inbox),
