@@ -111,6 +111,7 @@ extern crate self as inbox_runtime;
 #[cfg(feature = "async")]
 mod asynchronous;
 mod backend;
+mod backoff;
 mod claim;
 mod error;
 mod key;
@@ -153,6 +154,7 @@ pub use asynchronous::{
     set_abandoned_transaction_timeout, ClaimedTransaction, DEFAULT_ABANDONED_TRANSACTION_TIMEOUT,
 };
 pub use backend::InboxBackend;
+pub use backoff::Backoff;
 pub use claim::{claim, Claim, ClaimStatement, CLAIM_ATTEMPTS};
 pub use error::{HandlerError, InboxError, KeyProblem};
 pub use key::{ClaimKey, HandlerName, MAX_HANDLER_BYTES, MAX_MESSAGE_ID_BYTES};

@@ -29,10 +29,6 @@ use super::{PruneError, PruneReport};
 use crate::backend::InboxBackend;
 use crate::retention::format_duration;
 
-/// The wait after a first failed run, when the interval is shorter; it
-/// doubles with each further failure in a row, up to [`MAX_RETRY_BACKOFF`].
-const FIRST_RETRY_BACKOFF: Duration = Duration::from_millis(100);
-
 /// The longest a background pruner backs off after failed runs in a row.
 ///
 /// A failed run is retried at the next interval, but never sooner than a
@@ -43,20 +39,12 @@ const FIRST_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 /// ```
 /// assert_eq!(inbox_runtime::prune::MAX_RETRY_BACKOFF.as_secs(), 30);
 /// ```
-pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(30);
+pub const MAX_RETRY_BACKOFF: Duration = crate::Backoff::DEFAULT.max;
 
 /// The wait before the next run: the interval, or after `failures` failed
 /// runs in a row at least the backoff.
 fn next_wait(every: Duration, failures: u32) -> Duration {
-    if failures == 0 {
-        return every;
-    }
-    let factor = 1_u32.checked_shl(failures - 1).unwrap_or(u32::MAX);
-    every.max(
-        FIRST_RETRY_BACKOFF
-            .saturating_mul(factor)
-            .min(MAX_RETRY_BACKOFF),
-    )
+    every.max(crate::Backoff::DEFAULT.after(failures))
 }
 
 /// Work a [`BackgroundPruner`] runs on every tick: [`Prune`] (batched
