@@ -22,7 +22,7 @@ use crate::error::{into_handler_error, HandlerError, InboxError};
 use crate::key::ClaimKey;
 use crate::outcome::OnDuplicate;
 use crate::recovery::{recovery, retry_claim, Recovery};
-use crate::scope::Scope;
+use crate::scope::{was_already_broken, Scope};
 
 /// How long the server keeps the transaction of an async handler whose
 /// future was dropped, unless changed with
@@ -262,7 +262,13 @@ where
                 return Ok(None);
             }
             Err(error) => {
-                transaction.roll_back().await?;
+                match transaction.roll_back().await {
+                    Err(rollback_error) if !was_already_broken(&rollback_error) => {
+                        return Err(rollback_error)
+                    }
+                    Err(_) => return Err(refused_or_database(key, error)),
+                    Ok(()) => {}
+                }
                 if !(transaction.scope.is_outermost() && retry_claim(&error, attempt)) {
                     return Err(refused_or_database(key, error));
                 }
@@ -353,7 +359,10 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
     async fn end<R, E>(mut self, result: Result<R, E>) -> Result<Result<R, E>, InboxError> {
         match result {
             Ok(value) => self.commit().await.map(|()| Ok(value)),
-            Err(error) => self.roll_back().await.map(|()| Err(error)),
+            Err(error) => match self.roll_back().await {
+                Err(rollback_error) if !was_already_broken(&rollback_error) => Err(rollback_error),
+                _ => Ok(Err(error)),
+            },
         }
     }
 
@@ -387,8 +396,10 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
                 aborted = self.conn.batch_execute(probe).await.is_err();
             }
         }
-        self.roll_back().await?;
-        Err(self.scope.failed_commit(aborted, commit_error))
+        match self.roll_back().await {
+            Err(rollback_error) if !was_already_broken(&rollback_error) => Err(rollback_error),
+            _ => Err(self.scope.failed_commit(aborted, commit_error)),
+        }
     }
 
     /// Rolls back the level and whatever the body left open above it; a

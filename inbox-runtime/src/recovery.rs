@@ -218,6 +218,7 @@ const CONNECTION_LOST_MESSAGES: &[(&str, &str)] = &[
         "in a read-only transaction",
     ),
     ("libpq", "server closed the connection unexpectedly"),
+    ("libpq", "SSL connection has been closed unexpectedly"),
     ("libpq", "no connection to the server"),
     ("libpq", "connection to server was lost"),
     // MySQL / MariaDB.
@@ -287,6 +288,7 @@ mod tests {
         "cannot execute INSERT in a read-only transaction",
         "server closed the connection unexpectedly\n\tThis probably means the server terminated abnormally",
         "no connection to the server",
+        "SSL connection has been closed unexpectedly\n",
         "MySQL server has gone away",
         "Server has gone away",
         "Lost connection to server during query",

@@ -206,6 +206,18 @@ impl Scope {
     }
 }
 
+/// Whether a rollback failed only because the transaction manager was
+/// already broken: Diesel marks it so itself when it sees the connection die
+/// (libpq's transaction status turns unknown). The failure that broke it
+/// (the body's error, the claim's, the commit's) then says more than
+/// `BrokenTransactionManager` does, and is what gets reported.
+pub(crate) fn was_already_broken(rollback_error: &InboxError) -> bool {
+    matches!(
+        rollback_error,
+        InboxError::Database(diesel::result::Error::BrokenTransactionManager)
+    )
+}
+
 /// Diesel's transaction depth (0: no transaction).
 fn depth(status: &mut TransactionManagerStatus) -> QueryResult<u32> {
     Ok(status.transaction_depth()?.map_or(0, NonZeroU32::get))

@@ -10,7 +10,7 @@ use crate::error::{into_handler_error, HandlerError, InboxError};
 use crate::key::ClaimKey;
 use crate::outcome::OnDuplicate;
 use crate::recovery::{recovery, retry_claim, Recovery};
-use crate::scope::Scope;
+use crate::scope::{was_already_broken, Scope};
 
 /// Runs `body` inside one transaction that first claims `key`, unless the key
 /// was already claimed. This is what `#[idempotent]` expands to.
@@ -90,10 +90,12 @@ where
             commit(conn, &scope).map_err(into_handler_error::<E>)?;
             Ok(value)
         }
-        Ok(Err(error)) => {
-            roll_back(conn, &scope).map_err(into_handler_error::<E>)?;
-            Err(error)
-        }
+        Ok(Err(error)) => match roll_back(conn, &scope) {
+            Err(rollback_error) if !was_already_broken(&rollback_error) => {
+                Err(into_handler_error(rollback_error))
+            }
+            _ => Err(error),
+        },
         Err(panic) => {
             // The panic matters more than a failed rollback, which marks
             // the connection broken anyway.
@@ -121,7 +123,13 @@ where
                 return Ok(Claim::Duplicate);
             }
             Err(error) => {
-                roll_back(conn, scope)?;
+                match roll_back(conn, scope) {
+                    Err(rollback_error) if !was_already_broken(&rollback_error) => {
+                        return Err(rollback_error)
+                    }
+                    Err(_) => return Err(error),
+                    Ok(()) => {}
+                }
                 match error {
                     InboxError::Database(cause)
                         if scope.is_outermost() && retry_claim(&cause, attempt) =>
@@ -165,8 +173,10 @@ fn commit<C: Connection>(conn: &mut C, scope: &Scope) -> Result<(), InboxError> 
         && scope
             .aborted_probe_sql()
             .is_some_and(|probe| conn.batch_execute(probe).is_err());
-    roll_back(conn, scope)?;
-    Err(scope.failed_commit(aborted, commit_error))
+    match roll_back(conn, scope) {
+        Err(rollback_error) if !was_already_broken(&rollback_error) => Err(rollback_error),
+        _ => Err(scope.failed_commit(aborted, commit_error)),
+    }
 }
 
 /// Rolls back the handler's level and whatever the body left open above

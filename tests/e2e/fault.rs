@@ -54,8 +54,17 @@ fn backend_killed_mid_body_leaves_nothing_and_redelivery_processes() {
     println!("fault postgres: handler error after pg_terminate_backend({pid}): {err:?}");
     assert!(
         matches!(err, AppError::Db(_)),
-        "a database error (retryable), got {err:?}"
+        "a database error, got {err:?}"
     );
+    // The server's reason reaches the caller, not only the broken
+    // transaction manager it left behind.
+    assert!(
+        !matches!(err, AppError::Db(diesel::result::Error::BrokenTransactionManager)),
+        "the cause is kept: {err:?}"
+    );
+    if let AppError::Db(error) = &err {
+        assert_eq!(inbox_runtime::recovery(error), inbox_runtime::Recovery::Reconnect);
+    }
 
     // The dead connection keeps failing cleanly (no panic, no hang).
     let again = killed_mid_body(
