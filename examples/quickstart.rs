@@ -18,7 +18,7 @@ use std::error::Error;
 use std::fmt;
 
 use diesel::prelude::*;
-use inbox_runtime::{idempotent, InboxBackend, InboxError, Outcome};
+use inbox_runtime::{idempotent, Backoff, InboxBackend, InboxError, Outcome, Recovery};
 use uuid::Uuid;
 
 diesel::table! {
@@ -46,6 +46,18 @@ enum AppError {
     Database(diesel::result::Error),
     Inbox(InboxError),
     Transient(&'static str),
+}
+
+impl AppError {
+    /// What the consumer does next: nack (the broker redelivers), reconnect
+    /// then deliver again, or dead-letter.
+    fn recovery(&self) -> Recovery {
+        match self {
+            AppError::Database(error) => inbox_runtime::recovery(error),
+            AppError::Inbox(error) => error.recovery(),
+            AppError::Transient(_) => Recovery::Retry,
+        }
+    }
 }
 
 impl From<diesel::result::Error> for AppError {
@@ -192,26 +204,64 @@ struct Tally {
     processed: usize,
     duplicates: usize,
     failed: usize,
+    dead_lettered: usize,
 }
 
-fn consume<C>(conn: &mut C, deliveries: &[Delivery]) -> Result<Tally, AppError>
+/// How many times in a row the consumer reconnects before it gives up.
+const RECONNECTS: u32 = 8;
+
+/// The consumer loop: ack on `Ok`, and on `Err` what the error's
+/// [`Recovery`] says: nack (the broker redelivers later), dead-letter, or get
+/// a new connection (waiting [`Backoff::DEFAULT`] between attempts) and
+/// deliver again.
+fn consume<C>(
+    conn: &mut C,
+    connect: &dyn Fn() -> ConnectionResult<C>,
+    deliveries: &[Delivery],
+) -> Result<Tally, Box<dyn Error>>
 where
     C: Ledger,
     C::Backend: InboxBackend,
 {
     let mut tally = Tally::default();
     for delivery in deliveries {
-        match apply_payment(conn, &delivery.message, delivery.fails) {
-            Ok(Outcome::Processed(())) => tally.processed += 1,
-            Ok(Outcome::Duplicate) => tally.duplicates += 1,
-            Err(AppError::Transient(_)) => tally.failed += 1, // nack: the broker retries
-            Err(other) => return Err(other),
+        let mut reconnects = 0;
+        loop {
+            let error = match apply_payment(conn, &delivery.message, delivery.fails) {
+                Ok(Outcome::Processed(())) => {
+                    tally.processed += 1;
+                    break;
+                }
+                Ok(Outcome::Duplicate) => {
+                    tally.duplicates += 1;
+                    break;
+                }
+                Err(error) => error,
+            };
+            match error.recovery() {
+                Recovery::Retry => tally.failed += 1, // nack: the broker redelivers it
+                Recovery::Never => tally.dead_lettered += 1,
+                Recovery::Reconnect if reconnects < RECONNECTS => {
+                    reconnects += 1;
+                    std::thread::sleep(Backoff::DEFAULT.after(reconnects));
+                    if let Ok(fresh) = connect() {
+                        *conn = fresh;
+                    }
+                    continue; // deliver it again, on the new connection
+                }
+                _ => return Err(format!("giving up on {}: {error:?}", delivery.message.id).into()),
+            }
+            break;
         }
     }
     Ok(tally)
 }
 
-fn run<C>(conn: &mut C, backend: &str) -> Result<(), Box<dyn Error>>
+fn run<C>(
+    conn: &mut C,
+    connect: &dyn Fn() -> ConnectionResult<C>,
+    backend: &str,
+) -> Result<(), Box<dyn Error>>
 where
     C: Ledger,
     C::Backend: InboxBackend,
@@ -228,7 +278,7 @@ where
     let mut rng = XorShift(0x5EED_CAFE_F00D_D00D);
     let published = publish(&mut rng);
     let deliveries = at_least_once(&published, &mut rng);
-    let tally = consume(conn, &deliveries)?;
+    let tally = consume(conn, connect, &deliveries)?;
     let balances = conn.balances()?;
 
     let mut expected: BTreeMap<i32, i64> = (1..=ACCOUNTS).map(|id| (id, 0)).collect();
@@ -246,6 +296,7 @@ where
     println!("processed:  {}", tally.processed);
     println!("duplicates: {} (skipped, no effect)", tally.duplicates);
     println!("failed:     {} (rolled back, then retried)", tally.failed);
+    println!("dead:       {} (dead-lettered)", tally.dead_lettered);
     let naive_credits = deliveries.iter().filter(|d| !d.fails).count();
     println!(
         "without the inbox, {naive_credits} credits would have been applied for {} payments",
@@ -280,9 +331,18 @@ fn main() -> Result<(), Box<dyn Error>> {
         Ok(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
             run_postgres(&url)
         }
-        Ok(url) => run(&mut SqliteConnection::establish(&url)?, "SQLite"),
+        Ok(url) => {
+            let connect = || SqliteConnection::establish(&url);
+            run(&mut connect()?, &connect, "SQLite")
+        }
         Err(_) => run(
             &mut SqliteConnection::establish(":memory:")?,
+            // An in-memory database lives and dies with its one connection.
+            &|| {
+                Err(ConnectionError::BadConnection(
+                    "an in-memory database cannot be reopened".to_owned(),
+                ))
+            },
             "SQLite (embedded, in memory)",
         ),
     }
@@ -290,7 +350,8 @@ fn main() -> Result<(), Box<dyn Error>> {
 
 #[cfg(feature = "postgres")]
 fn run_postgres(url: &str) -> Result<(), Box<dyn Error>> {
-    run(&mut diesel::PgConnection::establish(url)?, "PostgreSQL")
+    let connect = || diesel::PgConnection::establish(url);
+    run(&mut connect()?, &connect, "PostgreSQL")
 }
 
 #[cfg(not(feature = "postgres"))]
