@@ -108,7 +108,10 @@ pub enum InboxError {
     /// (or its savepoint) failed, or the database had already rolled back
     /// the transaction around it (MySQL/MariaDB end the whole transaction on
     /// a deadlock, also when the handler runs nested in the caller's
-    /// transaction). Nothing of that transaction is committed. The
+    /// transaction). Nothing of that transaction commits, except when the
+    /// connection failed during the handler's own `COMMIT`: the server may
+    /// have committed before the connection went, so the outcome is unknown,
+    /// and the redelivery tells (a duplicate if it did commit). The
     /// connection's transaction manager is marked broken, so every further
     /// transaction on it fails with `BrokenTransactionManager` instead of
     /// running outside any transaction: replace the connection (pools
@@ -227,14 +230,17 @@ impl fmt::Display for InboxError {
                  the transaction was rolled back and nothing was committed",
             ),
             InboxError::TransactionLost { nested: true, .. } => f.write_str(
-                "the database rolled back the transaction the handler ran in, the caller's \
-                 outer transaction included; nothing of it is committed, and the connection \
-                 refuses further transactions: replace it, then redeliver",
+                "the transaction the handler ran in, the caller's outer transaction \
+                 included, is lost (the database rolled it back, or the connection \
+                 failed); nothing of it will commit, and the connection refuses further \
+                 transactions: replace it, then redeliver",
             ),
             InboxError::TransactionLost { nested: false, .. } => f.write_str(
-                "the handler's transaction could not be rolled back; nothing of it is \
-                 committed, and the connection refuses further transactions: replace it, \
-                 then redeliver",
+                "the handler's transaction could not be ended cleanly (the connection \
+                 failed); nothing of it committed, unless the connection failed during \
+                 COMMIT, when the outcome is unknown; the connection refuses further \
+                 transactions: replace it, then redeliver (a committed delivery comes \
+                 back as a duplicate)",
             ),
             InboxError::Migration(_) => f.write_str("applying the inbox's migrations failed"),
             InboxError::InvalidRetention {

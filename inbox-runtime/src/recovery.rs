@@ -114,6 +114,9 @@ pub fn recovery(error: &Error) -> Recovery {
 /// ```
 pub fn is_lock_conflict(error: &Error) -> bool {
     match error {
+        Error::DatabaseError(_, info) if matches_any(info.message(), CONNECTION_LOST_MESSAGES) => {
+            false
+        }
         Error::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => true,
         Error::DatabaseError(DatabaseErrorKind::Unknown, info) => {
             matches_any(info.message(), LOCK_CONFLICT_MESSAGES)
@@ -144,12 +147,17 @@ pub(crate) fn is_refused_key_text(error: &Error) -> bool {
 }
 
 fn database_recovery(kind: &DatabaseErrorKind, message: &str) -> Recovery {
+    // The message first: PostgreSQL ends a session with a FATAL error whose
+    // code may be mapped to another kind (a standby's "terminating connection
+    // due to conflict with recovery" is 40001, a serialization failure), yet
+    // the connection is gone.
+    if matches_any(message, CONNECTION_LOST_MESSAGES) {
+        return Recovery::Reconnect;
+    }
     match kind {
-        DatabaseErrorKind::SerializationFailure => Recovery::Retry,
         DatabaseErrorKind::ClosedConnection
         | DatabaseErrorKind::UnableToSendCommand
         | DatabaseErrorKind::ReadOnlyTransaction => Recovery::Reconnect,
-        _ if matches_any(message, CONNECTION_LOST_MESSAGES) => Recovery::Reconnect,
         _ => Recovery::Retry,
     }
 }
@@ -178,16 +186,18 @@ const LOCK_CONFLICT_MESSAGES: &[(&str, &str)] = &[
     ("1020 ER_CHECKREAD", "Record has changed since last read"),
 ];
 
-/// A connection that is gone or cannot write, reported as `Unknown`.
+/// A connection that is gone or cannot write: reported as `Unknown`, or
+/// under a kind that would otherwise mean something else (checked first).
 const CONNECTION_LOST_MESSAGES: &[(&str, &str)] = &[
-    // PostgreSQL.
+    // PostgreSQL: every FATAL that ends a session says "terminating
+    // connection …": 57P01 admin_shutdown ("due to administrator command",
+    // "due to immediate shutdown command"), 57P02 crash_shutdown ("because of
+    // crash of another server process"), 57P05 idle_session_timeout, 25P03
+    // idle_in_transaction_session_timeout, a standby's conflict with
+    // recovery, the postmaster's exit.
     (
-        "57P01 admin_shutdown",
-        "terminating connection due to administrator command",
-    ),
-    (
-        "57P02 crash_shutdown",
-        "terminating connection due to crash of another server process",
+        "57P01, 57P02, 57P05, 25P03 (FATAL)",
+        "terminating connection",
     ),
     (
         "57P03 cannot_connect_now",
@@ -208,10 +218,6 @@ const CONNECTION_LOST_MESSAGES: &[(&str, &str)] = &[
     (
         "57P03 cannot_connect_now",
         "the database system is not accepting connections",
-    ),
-    (
-        "25P03 idle_in_transaction_session_timeout",
-        "terminating connection due to idle-in-transaction timeout",
     ),
     (
         "25006 read_only_sql_transaction",
@@ -279,7 +285,10 @@ mod tests {
 
     const CONNECTION_LOST: &[&str] = &[
         "terminating connection due to administrator command",
-        "terminating connection due to crash of another server process",
+        "terminating connection due to immediate shutdown command",
+        "terminating connection because of crash of another server process",
+        "terminating connection due to idle-session timeout",
+        "terminating connection due to unexpected postmaster exit",
         "the database system is starting up",
         "the database system is shutting down",
         "the database system is in recovery mode",
@@ -332,6 +341,12 @@ mod tests {
             recovery(&Error::BrokenTransactionManager),
             Recovery::Reconnect
         );
+        let standby_conflict = Error::DatabaseError(
+            DatabaseErrorKind::SerializationFailure,
+            Box::new("terminating connection due to conflict with recovery".to_owned()),
+        );
+        assert_eq!(recovery(&standby_conflict), Recovery::Reconnect);
+        assert!(!is_lock_conflict(&standby_conflict));
         assert_eq!(
             recovery(&Error::RollbackErrorOnCommit {
                 rollback_error: Box::new(Error::BrokenTransactionManager),
