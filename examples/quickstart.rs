@@ -210,10 +210,14 @@ struct Tally {
 /// How many times in a row the consumer reconnects before it gives up.
 const RECONNECTS: u32 = 8;
 
+/// How many times a delivery that failed with `Recovery::Retry` is tried
+/// again at once before it is nacked.
+const RETRIES_AT_ONCE: u32 = 3;
+
 /// The consumer loop: ack on `Ok`, and on `Err` what the error's
-/// [`Recovery`] says: nack (the broker redelivers later), dead-letter, or get
-/// a new connection (waiting [`Backoff::DEFAULT`] between attempts) and
-/// deliver again.
+/// [`Recovery`] says: try again at once a few times, then nack (the broker
+/// redelivers later); dead-letter; or get a new connection (waiting
+/// [`Backoff::DEFAULT`] between attempts) and deliver again.
 fn consume<C>(
     conn: &mut C,
     connect: &dyn Fn() -> ConnectionResult<C>,
@@ -225,7 +229,7 @@ where
 {
     let mut tally = Tally::default();
     for delivery in deliveries {
-        let mut reconnects = 0;
+        let (mut retries, mut reconnects) = (0, 0);
         loop {
             let error = match apply_payment(conn, &delivery.message, delivery.fails) {
                 Ok(Outcome::Processed(())) => {
@@ -239,7 +243,13 @@ where
                 Err(error) => error,
             };
             match error.recovery() {
-                Recovery::Retry => tally.failed += 1, // nack: the broker redelivers it
+                // At once: a lock conflict (or a Galera commit refused by
+                // certification) usually settles on the next try.
+                Recovery::Retry if retries < RETRIES_AT_ONCE => {
+                    retries += 1;
+                    continue;
+                }
+                Recovery::Retry => tally.failed += 1, // nack: the broker redelivers it later
                 Recovery::Never => tally.dead_lettered += 1,
                 Recovery::Reconnect if reconnects < RECONNECTS => {
                     reconnects += 1;
