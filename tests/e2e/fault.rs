@@ -59,11 +59,17 @@ fn backend_killed_mid_body_leaves_nothing_and_redelivery_processes() {
     // The server's reason reaches the caller, not only the broken
     // transaction manager it left behind.
     assert!(
-        !matches!(err, AppError::Db(diesel::result::Error::BrokenTransactionManager)),
+        !matches!(
+            err,
+            AppError::Db(diesel::result::Error::BrokenTransactionManager)
+        ),
         "the cause is kept: {err:?}"
     );
     if let AppError::Db(error) = &err {
-        assert_eq!(inbox_runtime::recovery(error), inbox_runtime::Recovery::Reconnect);
+        assert_eq!(
+            inbox_runtime::recovery(error),
+            inbox_runtime::Recovery::Reconnect
+        );
     }
 
     // The dead connection keeps failing cleanly (no panic, no hang).
