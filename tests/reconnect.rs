@@ -19,8 +19,12 @@
 #![cfg(feature = "postgres")]
 #![allow(missing_docs)]
 
+// `AppError::Rejected` is the other suites' variant: never built here.
 #[path = "reconnect/app.rs"]
 mod app;
+#[allow(dead_code)]
+#[path = "common/app_error.rs"]
+mod app_error;
 #[path = "reconnect/consumer.rs"]
 mod consumer;
 #[path = "reconnect/read_only.rs"]

@@ -2,7 +2,7 @@
 //! kind of error type `#[idempotent]` is meant for, with a variant for
 //! Diesel's errors, one for the inbox's, and one of the application's own.
 
-use inbox_runtime::InboxError;
+use inbox_runtime::{InboxError, Recovery};
 
 /// An application error type of the kind the attribute is meant for.
 #[derive(Debug)]
@@ -25,6 +25,18 @@ impl From<InboxError> for AppError {
 }
 
 impl AppError {
+    /// What a consumer does next (the README's "When the database goes
+    /// away"): the inbox's answer for database and inbox errors; the
+    /// application's own rejection is "not done, try again".
+    #[allow(dead_code)] // not every suite asks
+    pub fn recovery(&self) -> Recovery {
+        match self {
+            AppError::Db(error) => inbox_runtime::recovery(error),
+            AppError::Inbox(error) => error.recovery(),
+            AppError::Rejected(_) => Recovery::Retry,
+        }
+    }
+
     /// The inbox error inside, if that is what this is.
     #[allow(dead_code)] // not every suite asks
     pub fn inbox(&self) -> Option<&InboxError> {

@@ -44,11 +44,10 @@ pub enum KillAt {
 
 /// What the caller of a handler does with its error: the inbox's answer.
 pub fn classify(error: &AppError) -> Recovery {
-    match error {
-        AppError::Db(error) => inbox_runtime::recovery(error),
-        AppError::Inbox(error) => error.recovery(),
-        AppError::Rejected(why) => panic!("an application error, not a database one: {why}"),
+    if let AppError::Rejected(why) = error {
+        panic!("an application error, not a database one: {why}");
     }
+    error.recovery()
 }
 
 /// The Diesel error a handler's error carries (for printing what the driver

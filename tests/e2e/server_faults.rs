@@ -92,12 +92,11 @@ macro_rules! server_fault_tests {
                 outcome
             });
             let error = result.expect_err("the COMMIT cannot reach the server");
-            let recovery = match &error {
-                AppError::Db(error) => inbox_runtime::recovery(error),
-                AppError::Inbox(error) => error.recovery(),
-                AppError::Rejected(_) => panic!("{error:?}"),
-            };
-            assert_eq!(recovery, inbox_runtime::Recovery::Reconnect, "{error:?}");
+            assert_eq!(
+                error.recovery(),
+                inbox_runtime::Recovery::Reconnect,
+                "{error:?}"
+            );
             drop(conn);
             let mut other = db.connect();
             assert_eq!(inbox_rows(&mut other), NO_ROWS);

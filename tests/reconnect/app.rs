@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use inbox_runtime::InboxError;
 
 pub use inbox_runtime::Recovery;
 
@@ -120,34 +119,8 @@ pub fn assert_exactly_once(urls: &[String], messages: usize) {
     assert_eq!(inbox, messages as i64, "one inbox row per message");
 }
 
-/// The application's error type, as in the README.
-#[derive(Debug)]
-pub enum AppError {
-    Db(diesel::result::Error),
-    Inbox(InboxError),
-}
-
-impl From<diesel::result::Error> for AppError {
-    fn from(error: diesel::result::Error) -> Self {
-        AppError::Db(error)
-    }
-}
-
-impl From<InboxError> for AppError {
-    fn from(error: InboxError) -> Self {
-        AppError::Inbox(error)
-    }
-}
-
-impl AppError {
-    /// What the consumer does next, as the README's error section says.
-    pub fn recovery(&self) -> Recovery {
-        match self {
-            AppError::Db(error) => inbox_runtime::recovery(error),
-            AppError::Inbox(error) => error.recovery(),
-        }
-    }
-}
+/// The application's error type, as in the README (with `recovery()`).
+pub use crate::app_error::AppError;
 
 /// The handler on a blocking `PgConnection` (r2d2's pooled connections
 /// dereference to one).
