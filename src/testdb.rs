@@ -54,6 +54,31 @@ fn report_unavailable(backend: &str, url: &str, error: &dyn std::fmt::Display) {
     );
 }
 
+/// Whether this process runs as root (the throwaway servers then run as
+/// their own system user, as their binaries require).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn running_as_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+}
+
+/// `count` distinct ports nobody listens on now, for the throwaway servers
+/// (the OS picks them; all are held until all are picked, then released).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn free_ports(count: usize) -> Result<Vec<u16>, String> {
+    let listeners = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("find a free port: {e}"))?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("find a free port: {e}"))
+}
+
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
@@ -499,10 +524,10 @@ mod throwaway {
         }
 
         fn try_start(bin: &Path) -> Result<Self, String> {
-            let as_postgres = running_as_root();
+            let as_postgres = super::running_as_root();
             let dir = std::env::temp_dir().join(super::unique_name("inbox_pg"));
             std::fs::create_dir(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-            let port = free_port()?;
+            let port = super::free_ports(1)?[0];
             // Dropped (stopped and removed) on every early return below.
             let server = PgServer {
                 bin: bin.to_owned(),
@@ -700,21 +725,6 @@ mod throwaway {
             .map(|(_, bin)| bin)
             .ok_or_else(|| format!("no initdb under {}/<version>/bin", root.display()))
     }
-
-    fn running_as_root() -> bool {
-        Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
-    }
-
-    /// A port nobody listens on now (the OS picks it; it is released at once).
-    fn free_port() -> Result<u16, String> {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .map(|addr| addr.port())
-            .map_err(|e| format!("find a free port: {e}"))
-    }
 }
 
 #[cfg(feature = "mysql")]
@@ -827,7 +837,7 @@ pub mod galera {
         }
 
         fn try_start() -> Result<Self, String> {
-            let as_mysql = running_as_root();
+            let as_mysql = super::running_as_root();
             let dir = std::env::temp_dir().join(super::unique_name("inbox_galera"));
             std::fs::create_dir(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
             // Dropped (killed and removed) on every early return below.
@@ -836,7 +846,7 @@ pub mod galera {
                 nodes: Vec::new(),
                 as_mysql,
             };
-            let ports = free_ports(4 * NODES)?;
+            let ports = super::free_ports(4 * NODES)?;
             for node in ports.chunks(4) {
                 let &[sql, gcomm, ist, sst] = node else {
                     unreachable!("four ports a node")
@@ -1096,26 +1106,5 @@ pub mod galera {
                 String::from_utf8_lossy(&output.stderr)
             ))
         }
-    }
-
-    fn running_as_root() -> bool {
-        Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
-    }
-
-    /// `count` distinct ports nobody listens on now (the OS picks them;
-    /// all are held until all are picked, then released).
-    fn free_ports(count: usize) -> Result<Vec<u16>, String> {
-        let listeners = (0..count)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("find a free port: {e}"))?;
-        listeners
-            .iter()
-            .map(|l| l.local_addr().map(|a| a.port()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("find a free port: {e}"))
     }
 }
