@@ -22,7 +22,7 @@ use crate::error::{into_handler_error, HandlerError, InboxError};
 use crate::key::ClaimKey;
 use crate::outcome::OnDuplicate;
 use crate::recovery::{recovery, retry_claim, Recovery};
-use crate::scope::{was_already_broken, Scope};
+use crate::scope::{either, report_after_failed_rollback, Scope};
 
 /// How long the server keeps the transaction of an async handler whose
 /// future was dropped, unless changed with
@@ -262,12 +262,9 @@ where
                 return Ok(None);
             }
             Err(error) => {
-                match transaction.roll_back().await {
-                    Err(rollback_error) if !was_already_broken(&rollback_error) => {
-                        return Err(rollback_error)
-                    }
-                    Err(_) => return Err(refused_or_database(key, error)),
-                    Ok(()) => {}
+                if let Err(rollback_error) = transaction.roll_back().await {
+                    let cause = refused_or_database(key, error);
+                    return Err(either(report_after_failed_rollback(cause, rollback_error)));
                 }
                 if !(transaction.scope.is_outermost() && retry_claim(&error, attempt)) {
                     return Err(refused_or_database(key, error));
@@ -360,8 +357,8 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
         match result {
             Ok(value) => self.commit().await.map(|()| Ok(value)),
             Err(error) => match self.roll_back().await {
-                Err(rollback_error) if !was_already_broken(&rollback_error) => Err(rollback_error),
-                _ => Ok(Err(error)),
+                Ok(()) => Ok(Err(error)),
+                Err(rollback_error) => report_after_failed_rollback(error, rollback_error).map(Err),
             },
         }
     }
@@ -396,10 +393,11 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
                 aborted = self.conn.batch_execute(probe).await.is_err();
             }
         }
-        match self.roll_back().await {
-            Err(rollback_error) if !was_already_broken(&rollback_error) => Err(rollback_error),
-            _ => Err(self.scope.failed_commit(aborted, commit_error)),
-        }
+        let failed = self.scope.failed_commit(aborted, commit_error);
+        Err(match self.roll_back().await {
+            Ok(()) => failed,
+            Err(rollback_error) => either(report_after_failed_rollback(failed, rollback_error)),
+        })
     }
 
     /// Rolls back the level and whatever the body left open above it; a

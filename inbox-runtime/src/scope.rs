@@ -206,16 +206,27 @@ impl Scope {
     }
 }
 
-/// Whether a rollback failed only because the transaction manager was
-/// already broken: Diesel marks it so itself when it sees the connection die
-/// (libpq's transaction status turns unknown). The failure that broke it
-/// (the body's error, the claim's, the commit's) then says more than
-/// `BrokenTransactionManager` does, and is what gets reported.
-pub(crate) fn was_already_broken(rollback_error: &InboxError) -> bool {
-    matches!(
-        rollback_error,
-        InboxError::Database(diesel::result::Error::BrokenTransactionManager)
-    )
+/// After a failure `cause`, the rollback failed with `rollback_error`:
+/// which of the two to report. The rollback's failure (a lost transaction,
+/// a broken connection) says more, unless it only says the transaction
+/// manager was already broken: Diesel marks it so itself when it sees the
+/// connection die (libpq's transaction status turns unknown), and then
+/// `cause` (the body's error, the claim's, the commit's) tells why.
+/// `Ok(cause)`: report the cause; `Err`: report the rollback's failure.
+pub(crate) fn report_after_failed_rollback<T>(
+    cause: T,
+    rollback_error: InboxError,
+) -> Result<T, InboxError> {
+    match rollback_error {
+        InboxError::Database(diesel::result::Error::BrokenTransactionManager) => Ok(cause),
+        rollback_error => Err(rollback_error),
+    }
+}
+
+/// The error either way (for [`report_after_failed_rollback`] when the cause
+/// is an inbox error too).
+pub(crate) fn either(report: Result<InboxError, InboxError>) -> InboxError {
+    report.unwrap_or_else(|error| error)
 }
 
 /// Diesel's transaction depth (0: no transaction).

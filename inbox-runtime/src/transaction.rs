@@ -10,7 +10,7 @@ use crate::error::{into_handler_error, HandlerError, InboxError};
 use crate::key::ClaimKey;
 use crate::outcome::OnDuplicate;
 use crate::recovery::{recovery, retry_claim, Recovery};
-use crate::scope::{was_already_broken, Scope};
+use crate::scope::{either, report_after_failed_rollback, Scope};
 
 /// Runs `body` inside one transaction that first claims `key`, unless the key
 /// was already claimed. This is what `#[idempotent]` expands to.
@@ -90,12 +90,11 @@ where
             commit(conn, &scope).map_err(into_handler_error::<E>)?;
             Ok(value)
         }
-        Ok(Err(error)) => match roll_back(conn, &scope) {
-            Err(rollback_error) if !was_already_broken(&rollback_error) => {
-                Err(into_handler_error(rollback_error))
-            }
-            _ => Err(error),
-        },
+        Ok(Err(error)) => Err(match roll_back(conn, &scope) {
+            Ok(()) => error,
+            Err(rollback_error) => report_after_failed_rollback(error, rollback_error)
+                .unwrap_or_else(into_handler_error),
+        }),
         Err(panic) => {
             // The panic matters more than a failed rollback, which marks
             // the connection broken anyway.
@@ -123,12 +122,8 @@ where
                 return Ok(Claim::Duplicate);
             }
             Err(error) => {
-                match roll_back(conn, scope) {
-                    Err(rollback_error) if !was_already_broken(&rollback_error) => {
-                        return Err(rollback_error)
-                    }
-                    Err(_) => return Err(error),
-                    Ok(()) => {}
+                if let Err(rollback_error) = roll_back(conn, scope) {
+                    return Err(either(report_after_failed_rollback(error, rollback_error)));
                 }
                 match error {
                     InboxError::Database(cause)
@@ -173,10 +168,11 @@ fn commit<C: Connection>(conn: &mut C, scope: &Scope) -> Result<(), InboxError> 
         && scope
             .aborted_probe_sql()
             .is_some_and(|probe| conn.batch_execute(probe).is_err());
-    match roll_back(conn, scope) {
-        Err(rollback_error) if !was_already_broken(&rollback_error) => Err(rollback_error),
-        _ => Err(scope.failed_commit(aborted, commit_error)),
-    }
+    let failed = scope.failed_commit(aborted, commit_error);
+    Err(match roll_back(conn, scope) {
+        Ok(()) => failed,
+        Err(rollback_error) => either(report_after_failed_rollback(failed, rollback_error)),
+    })
 }
 
 /// Rolls back the handler's level and whatever the body left open above
