@@ -1,0 +1,179 @@
+//! The text of the errors about the arguments, the id and the signature.
+
+use super::{assert_one_error, errors, HANDLER};
+
+#[test]
+fn accepts_rooted_ids() {
+    let item = "fn f(&self, conn: &mut C, msg: &Msg, (a, b): (u32, u32), Env { key, .. }: Env) -> Result<(), E> { Ok(()) }";
+    for id in [
+        "msg.id",
+        "&msg.id",
+        "*msg.id",
+        "msg.header(\"id\")?.as_str()",
+        "msg.ids[now()]",
+        "(msg.seq as u64)",
+        "msg.seq as u64",
+        "a",
+        "key.to_string()",
+        "self.id",
+        "format!(\"{}-{}\", msg.kind, b)",
+        "format!(\"{}-{n}\", msg.kind, n = b)",
+        "std::format!(\"{}\", msg.id)",
+        "\"msg.id\"",
+    ] {
+        assert_eq!(
+            errors(&format!("id = {id}, handler = \"h\""), item),
+            Vec::<String>::new(),
+            "id = {id}"
+        );
+    }
+}
+
+#[test]
+fn refuses_ids_the_consumer_generates() {
+    let prefix = "the message id must come from the message: ";
+    let cases: &[(&str, &str)] = &[
+        ("Uuid::new_v4()", "`Uuid::new_v4()` is not rooted in a handler parameter; deduplication must key on a stable, producer-assigned id, and a value the consumer generates is different on every delivery"),
+        ("now()", "`now()` is not rooted"),
+        ("rand::random::<u64>()", "`rand::random::<u64>()` is not rooted"),
+        ("SystemTime::now().elapsed()", "`SystemTime::now()` is not rooted"),
+        ("{ msg.id }", "`{ msg.id }` is not rooted"),
+        ("\"abc\".to_string()", "`\"abc\"` is a literal, and a literal is the same for every message"),
+        ("42", "`42` is a literal"),
+        ("ID", "`ID` is not a parameter of this handler"),
+        ("crate::ID", "`crate::ID` is a path to an item, not a handler parameter"),
+        ("conn.id", "`conn` is the database connection, not the message; read it from `msg`"),
+        ("self.id", "`self` is not a parameter of this handler"),
+        ("uuid!(\"x\")", "`uuid!(\"x\")` is a macro call"),
+        ("format!(\"{msg_id}\")", "this `format!` has no argument rooted in a handler parameter; inline `{name}` captures in the format string are not checked"),
+        ("format!(\"{}\", now())", "`now()` is not rooted"),
+    ];
+    for (id, message) in cases {
+        assert_one_error(&format!("id = {id}"), HANDLER, &[prefix, message]);
+    }
+}
+
+#[test]
+fn reports_argument_mistakes_together() {
+    let found = errors(
+        "id = msg.id, id = msg.id, colour = \"red\", handler = 42, conn = a.b, crate = 1",
+        HANDLER,
+    );
+    assert_eq!(
+        found,
+        [
+            "duplicate argument `id`: each argument may be given only once",
+            "unknown argument `colour`; `#[idempotent]` takes `id`, `handler`, `conn`, `crate` and `outside_transaction`",
+            "`handler` takes a string literal, e.g. `handler = \"billing.apply_payment\"`",
+            "`conn` takes the name of the connection parameter, e.g. `conn = db`",
+            "`crate` takes the path of the `inbox_runtime` crate, e.g. `crate = \"::my_inbox\"`",
+        ]
+    );
+}
+
+#[test]
+fn reports_missing_empty_and_unparsable_ids() {
+    assert_one_error("", HANDLER, &["missing `id = ...`"]);
+    assert_one_error("handler = \"x\"", HANDLER, &["missing `id = ...`"]);
+    assert_one_error("id = \"\"", HANDLER, &["`id` is empty"]);
+    assert_one_error(
+        "id = \"msg.\"",
+        HANDLER,
+        &["`id = \"msg.\"` is not a Rust expression"],
+    );
+    assert_one_error("id", HANDLER, &["`id` needs a value: write `id = ...`"]);
+    assert_eq!(errors("id = , handler = \"\"", HANDLER).len(), 2);
+}
+
+#[test]
+fn validates_literal_handler_names() {
+    assert_one_error(
+        "id = msg.id, handler = \"\"",
+        HANDLER,
+        &["the handler name is empty"],
+    );
+    let long = format!("id = msg.id, handler = \"{}\"", "h".repeat(256));
+    assert_one_error(
+        &long,
+        HANDLER,
+        &["the handler name is 256 bytes long; the inbox table stores at most 255 bytes"],
+    );
+    assert_one_error(
+        "id = msg.id, handler = \"a\\0b\"",
+        HANDLER,
+        &["NUL character"],
+    );
+    assert!(errors(
+        &format!("id = msg.id, handler = \"{}\"", "h".repeat(255)),
+        HANDLER
+    )
+    .is_empty());
+}
+
+#[test]
+fn checks_the_signature() {
+    assert_one_error(
+        "id = msg.id",
+        "fn f(conn: &mut C, msg: &M) { }",
+        &["an idempotent handler must return `Result<_, _>`"],
+    );
+    assert_one_error(
+        "id = msg.id",
+        "fn f(conn: &mut C, msg: &M) -> ! { loop {} }",
+        &["must return `Result<_, _>`"],
+    );
+    assert_one_error(
+        "id = msg.id",
+        "fn f(conn: &mut C, msg: &M) -> Result<impl Debug, E> { todo!() }",
+        &["`impl Trait` cannot appear in the return type"],
+    );
+    assert_one_error(
+        "id = msg.id",
+        "const fn f(conn: &mut C, msg: &M) -> Result<(), E> { Ok(()) }",
+        &["cannot be applied to a `const fn`"],
+    );
+    assert_one_error(
+        "id = msg.id, handler = \"h\"",
+        "fn f<'a, 'async_trait>(&'a self, conn: &'a mut C, msg: &'a M) -> Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'async_trait>> { Box::pin(async move { Ok(()) }) }",
+        &["cannot wrap a method rewritten by `#[async_trait]`"],
+    );
+    assert_one_error(
+        "id = msg.id",
+        "struct S;",
+        &["applies to a function with a body"],
+    );
+}
+
+#[test]
+fn methods_need_an_explicit_handler_name() {
+    let needs_name = "a method needs an explicit `handler = \"...\"`: the default scope (module path and function name) would be shared by a method of the same name on another type in this module, and the two would skip each other's messages";
+    for item in [
+        "fn f(&self, conn: &mut C, msg: &M) -> Result<(), E> { Ok(()) }",
+        "fn f(&mut self, conn: &mut C, msg: &M) -> Result<(), E> { Ok(()) }",
+        "fn f(self: Box<Self>, conn: &mut C, msg: &M) -> Result<(), E> { Ok(()) }",
+        "fn f(mut self, conn: &mut C, msg: &M) -> Result<(), E> { Ok(()) }",
+        "fn f(conn: &mut C, msg: &Self) -> Result<(), E> { Ok(()) }",
+        "fn f(conn: &mut C, msg: &M) -> Result<Outcome<Self>, E> { todo!() }",
+        "fn f(conn: &mut C, msg: &M) -> Result<(), Self::Error> { Ok(()) }",
+        "fn f<T>(conn: &mut C, msg: &M) -> Result<(), E> where T: From<Self> { Ok(()) }",
+        "fn f(conn: &mut C, msg: &M, other: ty!(Self)) -> Result<(), E> { Ok(()) }",
+    ] {
+        assert_one_error("id = msg.id", item, &[needs_name]);
+        assert!(
+            errors("id = msg.id, handler = \"billing.handle\"", item).is_empty(),
+            "{item}"
+        );
+    }
+    // `Self` in the body only is not a method's signature; the body is the user's.
+    assert!(errors(
+        "id = msg.id",
+        "fn f(conn: &mut C, msg: &M) -> Result<(), E> { let _ = Self::X; Ok(()) }"
+    )
+    .is_empty());
+    // An invalid `handler = ...` is reported once, not also as missing.
+    assert_one_error(
+        "id = msg.id, handler = \"\"",
+        "fn f(&self, conn: &mut C, msg: &M) -> Result<(), E> { Ok(()) }",
+        &["the handler name is empty"],
+    );
+}

@@ -1,0 +1,301 @@
+//! The code generated for a valid handler.
+
+use syn::{parse_quote, Expr, ReturnType, Type};
+
+use super::syntax::{binding, closures, local, named, runtime, runtime_roots, text};
+use super::{expand, Expanded, HANDLER};
+
+/// The function's return type.
+fn output(expanded: &Expanded) -> Type {
+    match &expanded.input.sig.output {
+        ReturnType::Type(_, ty) => (**ty).clone(),
+        ReturnType::Default => panic!("a handler returns a `Result`"),
+    }
+}
+
+/// Asserts the sync form: the signature kept, and the body one
+/// `KRATE::__private::run_sync::<_, RET, _>(CONN, KEY, |PARAM| -> RET { body })`
+/// whose key is the claimed one and whose closure is not `move` and returns
+/// the function's type around the body as written (so `return` and `?` in the
+/// body behave as they did in the function).
+fn assert_runs_sync(expanded: &Expanded, krate: &str) {
+    expanded.assert_function_kept();
+    let ret = output(expanded);
+    let run = expanded.run_sync();
+    assert_eq!(run.call.entry, runtime(krate, "run_sync"));
+    assert_eq!(
+        run.call.types,
+        [parse_quote!(_), ret.clone(), parse_quote!(_)]
+    );
+    assert_eq!(run.call.args.len(), 3, "connection, key, body");
+    assert_eq!(
+        run.call.args[1],
+        named(&expanded.claim().key),
+        "the claimed key"
+    );
+    let closure = &run.closure;
+    assert!(closure.capture.is_none(), "not `move`");
+    assert!(closure.asyncness.is_none(), "not `async`");
+    assert_eq!(
+        closure.output,
+        expanded.input.sig.output,
+        "returns {}",
+        text(&ret)
+    );
+    let Expr::Block(body) = &*closure.body else {
+        panic!("the body in braces: {}", text(&closure.body));
+    };
+    assert!(
+        body.attrs.is_empty(),
+        "inner attributes stay on the function"
+    );
+    assert_eq!(
+        body.block.stmts, expanded.input.block.stmts,
+        "the body as written"
+    );
+}
+
+/// Asserts that the body sees the connection as `param` and the runtime
+/// receives `arg`, with no statement in between.
+fn assert_lends(expanded: &Expanded, arg: Expr, param: syn::Pat) {
+    assert!(expanded.setup().is_empty(), "{}", text(&expanded.output));
+    let lent = expanded.lent();
+    assert_eq!(lent.arg, arg, "lent as {}", text(&lent.arg));
+    assert_eq!(lent.param, param, "received as {}", text(&lent.param));
+}
+
+/// Asserts that the sync handler `item` expands with its connection lent as
+/// `arg` and received by the body as `param`.
+fn assert_sync_lends(args: &str, item: &str, arg: Expr, param: syn::Pat) {
+    let out = expand(args, item);
+    assert_runs_sync(&out, "::inbox_runtime");
+    assert_lends(&out, arg, param);
+}
+
+/// Asserts that an owned `conn` without `mut` is moved into a `let mut`
+/// local of the expansion and lent as `&mut` to it, so the user's binding
+/// needs no `mut` (the signature stays as written, and gets no `unused_mut`).
+fn assert_moves_into_a_local(expanded: &Expanded, conn: &str) {
+    expanded.assert_function_kept();
+    let [setup] = expanded.setup() else {
+        panic!("one `let mut` before the call: {}", text(&expanded.output));
+    };
+    let (pat, value) = local(setup);
+    let (moved_to, is_mut) = binding(pat);
+    assert!(is_mut, "{}", text(setup));
+    assert_ne!(moved_to, conn, "a local of the expansion");
+    assert_eq!(text(value), conn, "moves the parameter");
+    let lent = expanded.lent();
+    assert_eq!(lent.arg, parse_quote!(&mut #moved_to));
+    assert_eq!(
+        text(&lent.param),
+        conn,
+        "the body sees the parameter's name"
+    );
+}
+
+#[test]
+fn expands_the_sync_shape() {
+    let out = expand("id = msg.id", HANDLER);
+    assert_runs_sync(&out, "::inbox_runtime");
+    let claim = out.claim();
+    assert_eq!(claim.entry, runtime("::inbox_runtime", "claim_key"));
+    // The default scope: module path and function name.
+    assert_eq!(
+        claim.handler,
+        parse_quote!(::core::concat!(::core::module_path!(), "::", "apply"))
+    );
+    assert_eq!(
+        claim.id,
+        parse_quote!(msg.id),
+        "borrowed without parentheses"
+    );
+    assert_lends(&out, parse_quote!(&mut *conn), parse_quote!(conn));
+}
+
+#[test]
+fn keeps_attributes_and_moves_inner_attributes_into_the_body() {
+    let out = expand(
+        "id = \"msg.id\", handler = \"billing.apply\", crate = \"::my_inbox\"",
+        "#[doc = \"a\"] #[inline] pub(crate) fn apply<'a, T: Clone>(&self, conn: &'a mut T, msg: &Payment) \
+         -> Result<(), E> where T: Send { #![allow(unused)] let x = 1; Ok(()) }",
+    );
+    // Outer and inner attributes, visibility, generics, receiver and
+    // `where` clause as written; the inner attribute stays the function's
+    // (the closure's body has none).
+    assert_runs_sync(&out, "::my_inbox");
+    let inner: syn::Attribute = parse_quote!(#![allow(unused)]);
+    assert!(out.output.attrs.contains(&inner), "{}", text(&out.output));
+    let claim = out.claim();
+    assert_eq!(claim.entry, runtime("::my_inbox", "claim_key"));
+    assert_eq!(claim.handler, parse_quote!("billing.apply"));
+    assert_eq!(claim.id, parse_quote!(msg.id), "`id = \"..\"` is parsed");
+    assert_lends(&out, parse_quote!(&mut *conn), parse_quote!(conn));
+}
+
+#[test]
+fn uses_the_crate_path_everywhere() {
+    for item in [
+        HANDLER,
+        "async fn apply(conn: &mut AsyncPgConnection, msg: &Payment) -> Result<(), E> { Ok(()) }",
+    ] {
+        let out = expand("id = msg.id, crate = \"::my_inbox\"", item);
+        let roots = runtime_roots(&out.output);
+        assert!(roots.len() >= 2, "{roots:?}");
+        assert!(roots.iter().all(|root| root == "::my_inbox"), "{roots:?}");
+        assert!(!text(&out.output).contains("inbox_runtime"), "{item}");
+    }
+}
+
+#[test]
+fn lends_owned_connections_without_new_mut_warnings() {
+    let owned = expand(
+        "id = msg.id",
+        "fn f(conn: PooledConnection<M>, msg: Msg) -> Result<(), E> { Ok(()) }",
+    );
+    assert_runs_sync(&owned, "::inbox_runtime");
+    assert_moves_into_a_local(&owned, "conn");
+    // `mut conn: T`: the binding's `mut` is used by the borrow.
+    assert_sync_lends(
+        "id = msg.id",
+        "fn f(mut conn: PooledConnection<M>, msg: Msg) -> Result<(), E> { Ok(()) }",
+        parse_quote!(&mut conn),
+        parse_quote!(conn),
+    );
+    // `mut conn: &mut C`: the binding is borrowed mutably (its `mut` used),
+    // and the closure parameter keeps the `mut`.
+    assert_sync_lends(
+        "id = msg.id",
+        "fn f(mut conn: &mut C, msg: Msg) -> Result<(), E> { Ok(()) }",
+        parse_quote!(::core::ops::DerefMut::deref_mut(&mut conn)),
+        parse_quote!(mut conn),
+    );
+}
+
+#[test]
+fn picks_the_connection() {
+    // `conn = ...` wins over detection.
+    assert_sync_lends(
+        "id = msg.id, conn = db",
+        "fn f(other: &mut Vec<u8>, db: &mut C, msg: &Msg) -> Result<(), E> { Ok(()) }",
+        parse_quote!(&mut *db),
+        parse_quote!(db),
+    );
+    // A by-value `...Connection` is found when there is no `&mut`.
+    let pooled = expand(
+        "id = msg.id",
+        "fn f(msg: &Msg, c: r2d2::PooledConnection<M>) -> Result<(), E> { Ok(()) }",
+    );
+    assert_moves_into_a_local(&pooled, "c");
+    // `&mut self` is never the connection.
+    let method = expand(
+        "id = self.id, handler = \"h\"",
+        "fn f(&mut self, conn: &mut C) -> Result<(), E> { Ok(()) }",
+    );
+    assert_eq!(method.claim().id, parse_quote!(self.id));
+    assert_lends(&method, parse_quote!(&mut *conn), parse_quote!(conn));
+}
+
+#[test]
+fn detects_connections_by_their_type() {
+    // deadpool's `Object<..>` by value.
+    for item in [
+        "async fn f(conn: Object<Manager>, msg: &M) -> Result<(), E> { Ok(()) }",
+        "async fn f(conn: deadpool::managed::Object<AsyncDieselConnectionManager<AsyncPgConnection>>, msg: &M) -> Result<(), E> { Ok(()) }",
+    ] {
+        assert_moves_into_a_local(&expand("id = msg.id", item), "conn");
+    }
+    // A `&mut` connection wins over an earlier `&mut` of another type.
+    assert_sync_lends(
+        "id = msg.id",
+        "fn f(buf: &mut Vec<u8>, db: &mut PgConnection, msg: &M) -> Result<(), E> { Ok(()) }",
+        parse_quote!(&mut *db),
+        parse_quote!(db),
+    );
+    // So does a type parameter bounded by a connection trait.
+    assert_sync_lends(
+        "id = msg.id",
+        "fn f<B, C>(buf: &mut B, conn: &mut C, msg: &M) -> Result<(), E> where C: Connection { Ok(()) }",
+        parse_quote!(&mut *conn),
+        parse_quote!(conn),
+    );
+}
+
+#[test]
+fn parenthesizes_casts_behind_the_borrow() {
+    let out = expand("id = msg.seq as u64", HANDLER);
+    // `&msg.seq as u64` would cast the borrow; the borrow must cover the id.
+    assert_eq!(out.claim().id, parse_quote!((msg.seq as u64)));
+}
+
+#[test]
+fn expands_the_async_shape_without_a_closure() {
+    let out = expand(
+        "id = msg.id, handler = \"billing.apply\"",
+        "async fn apply(conn: &mut AsyncPgConnection, msg: &Payment) -> Result<(), E> { Ok(()) }",
+    );
+    out.assert_function_kept();
+    let ret = output(&out);
+    let key = out.claim().key;
+    assert!(out.setup().is_empty());
+    let run = out.run_async();
+    let (transaction, transaction_mut) = &run.transaction;
+    assert!(transaction_mut, "`conn()` borrows the transaction mutably");
+    // `let mut T = match begin_async::<_, RET>(&mut *conn, KEY).await { .. }`
+    assert_eq!(run.begin.entry, runtime("::inbox_runtime", "begin_async"));
+    assert_eq!(run.begin.types, [parse_quote!(_), ret.clone()]);
+    assert_eq!(run.begin.args, [parse_quote!(&mut *conn), named(&key)]);
+    // `Ok(t) => t`: the transaction; `Err(done) => return done`: the outcome
+    // without running the body (a duplicate, an invalid id, a failure).
+    let [ok, err] = &run.begun.arms[..] else {
+        panic!("two arms: {}", text(&run.begun));
+    };
+    let (ok_variant, ok_bound, ok_body) = variant_arm(ok);
+    assert_eq!(ok_variant, "::core::result::Result::Ok");
+    assert_eq!(ok_body, named(&ok_bound));
+    let (err_variant, err_bound, err_body) = variant_arm(err);
+    assert_eq!(err_variant, "::core::result::Result::Err");
+    let returned = named(&err_bound);
+    assert_eq!(err_body, parse_quote!(return #returned));
+    // `let R = catch_unwind(typed::<RET, _>(async { let conn = T.conn(); { body } })).await`
+    assert_eq!(
+        run.catch_unwind.entry,
+        runtime("::inbox_runtime", "catch_unwind")
+    );
+    assert_eq!(run.typed.entry, runtime("::inbox_runtime", "typed"));
+    assert_eq!(run.typed.types, [ret.clone(), parse_quote!(_)]);
+    let [conn, syn::Stmt::Expr(Expr::Block(body), None)] = &run.body.stmts[..] else {
+        panic!("the connection, then the body: {}", text(&run.body));
+    };
+    let (param, source) = local(conn);
+    assert_eq!(*param, parse_quote!(conn));
+    assert_eq!(*source, parse_quote!(#transaction.conn()));
+    assert!(body.attrs.is_empty());
+    assert_eq!(
+        body.block.stmts, out.input.block.stmts,
+        "the body as written"
+    );
+    // `finish_async::<_, RET>(T, R).await` is the function's value.
+    assert_eq!(run.finish.entry, runtime("::inbox_runtime", "finish_async"));
+    assert_eq!(run.finish.types, [parse_quote!(_), ret]);
+    assert_eq!(run.finish.args, [named(transaction), named(&run.result)]);
+    // No closure: the handler's future holds nothing higher-ranked.
+    assert_eq!(closures(&out.output.block), 0, "{}", text(&out.output));
+}
+
+/// `PATH(x) => BODY`: the variant's path as text, `x` and the body.
+fn variant_arm(arm: &syn::Arm) -> (String, syn::Ident, Expr) {
+    let syn::Pat::TupleStruct(pat) = &arm.pat else {
+        panic!("not a variant pattern: {}", text(&arm.pat));
+    };
+    let [bound] = pat.elems.iter().collect::<Vec<_>>()[..] else {
+        panic!("one field: {}", text(pat));
+    };
+    let (bound, _) = binding(bound);
+    assert!(arm.guard.is_none());
+    (
+        text(&pat.path).replace(' ', ""),
+        bound.clone(),
+        (*arm.body).clone(),
+    )
+}
