@@ -1,0 +1,162 @@
+//! [`TestBackend`]: a database of a test's own on one backend, and what the
+//! suites need to know about that backend; [`ServerBackend`]: what only a
+//! database server (not embedded SQLite) has. One file per backend.
+
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+#[cfg(feature = "mysql")]
+pub use self::mysql::Mysql;
+#[cfg(feature = "postgres")]
+pub use self::postgres::{PgEncodedDatabase, Postgres};
+#[cfg(feature = "sqlite")]
+pub use self::sqlite::Sqlite;
+
+use diesel::connection::LoadConnection;
+use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use inbox_runtime::InboxBackend;
+
+/// Diesel's backend type of a [`TestBackend`]'s connections (`diesel::pg::Pg`, …).
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// let _: Option<inbox_tests::DieselBackend<inbox_tests::Sqlite>> = None::<diesel::sqlite::Sqlite>;
+/// # }
+/// ```
+pub type DieselBackend<B> = <<B as TestBackend>::Connection as diesel::Connection>::Backend;
+
+/// One backend's test database — a fresh PostgreSQL schema, MariaDB/MySQL
+/// database or SQLite file with the inbox table, removed on drop — and
+/// everything that differs between backends in the tests: connection types,
+/// pools, and the few SQL expressions that are not portable.
+///
+/// A test is a generic function over `B: TestBackend`, instantiated per
+/// backend by [`backend_tests!`](crate::backend_tests). Adding a backend is
+/// one file in `src/backend/` and one arm of that macro.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use inbox_tests::{Sqlite, TestBackend};
+///
+/// fn inbox_starts_empty<B: TestBackend>() {
+///     let Some(db) = B::open() else { return }; // `skipped:` printed
+///     let mut conn = db.connect();
+///     let _ = &mut conn;
+///     assert!(!B::NAME.is_empty());
+/// }
+/// inbox_starts_empty::<Sqlite>();
+/// # }
+/// ```
+pub trait TestBackend: Sized + Send + Sync + 'static {
+    /// The backend's blocking connection type.
+    type Connection: R2D2Connection + LoadConnection<Backend: InboxBackend> + Send + 'static;
+
+    /// The backend's diesel-async connection type (SQLite's is Diesel's
+    /// blocking connection in diesel-async's `SyncConnectionWrapper`).
+    #[cfg(feature = "async")]
+    type AsyncConnection: diesel_async::AsyncConnection<Backend = DieselBackend<Self>>
+        + diesel_async::pooled_connection::PoolableConnection
+        + Send
+        + 'static;
+
+    /// A short name for the backend, for test output (`postgres`, `mysql`,
+    /// `sqlite`): the name of its `backend_tests!` module and feature.
+    const NAME: &'static str;
+
+    /// Whether a failed statement aborts the whole transaction until it
+    /// rolls back (PostgreSQL), rather than being undone on its own while
+    /// the transaction goes on (MariaDB/MySQL, SQLite).
+    const FAILED_STATEMENT_ABORTS_TRANSACTION: bool;
+
+    /// The age of a row's `received_at` by the database clock, in
+    /// microseconds, as a `BIGINT` expression.
+    const RECEIVED_AGE_MICROS_SQL: &'static str;
+
+    /// A column type whose comparisons are exact whatever the server's
+    /// default collation, like the inbox's own columns (`TEXT`; bytes,
+    /// `VARBINARY(255)`, on MariaDB/MySQL).
+    const EXACT_TEXT_TYPE: &'static str;
+
+    /// How many threads a race of deliveries runs: SQLite has one writer at
+    /// a time, so more threads there only add busy-waiting.
+    const RACE_THREADS: usize;
+
+    /// Whether a storm of claims that keep rolling back can outlast the
+    /// runtime's claim retries (InnoDB: waiters on a rolled-back claim
+    /// deadlock on the key's gap lock; the victims' claims are retried, and
+    /// the retries can run out with a retryable `SerializationFailure`).
+    const ROLLBACK_STORMS_MAY_OUTLAST_CLAIM_RETRIES: bool;
+
+    /// A fresh database with the inbox table, or `None` (after a loud
+    /// `skipped:` line) when the server cannot be reached and
+    /// `INBOX_REQUIRE_DATABASES` is not set. SQLite never skips.
+    fn open() -> Option<Self>;
+
+    /// The URL of this database (a file path for SQLite).
+    fn url(&self) -> &str;
+
+    /// A new connection to this database.
+    fn connect(&self) -> Self::Connection;
+
+    /// An r2d2 pool of `size` connections to this database.
+    fn pool(&self, size: u32) -> Pool<ConnectionManager<Self::Connection>> {
+        Pool::builder()
+            .max_size(size)
+            .build(ConnectionManager::new(self.url()))
+            .expect("build a pool")
+    }
+
+    /// SQL for the database-clock time `seconds` ago, in `received_at`'s type.
+    fn ago_sql(seconds: i64) -> String;
+
+    /// A new diesel-async connection to this database.
+    #[cfg(feature = "async")]
+    fn connect_async(&self) -> impl std::future::Future<Output = Self::AsyncConnection> + Send {
+        let url = self.url().to_owned();
+        async move {
+            <Self::AsyncConnection as diesel_async::AsyncConnection>::establish(&url)
+                .await
+                .expect("connect (async)")
+        }
+    }
+}
+
+/// What only a database server has, not embedded SQLite: connections with
+/// ids that can be listed and ended. Tests bounded by it are instantiated
+/// with `backend_tests!(only [postgres, mysql]: …)`.
+///
+/// ```
+/// # #[cfg(feature = "postgres")] {
+/// use inbox_tests::{Postgres, ServerBackend};
+/// assert_eq!(Postgres::kill_sql(42), "SELECT pg_terminate_backend(42, 5000)");
+/// # }
+/// ```
+pub trait ServerBackend: TestBackend {
+    /// This connection's id on the server, as a `BIGINT` expression.
+    const CONNECTION_ID_SQL: &'static str;
+
+    /// Ends the server connection `id` (on PostgreSQL, waiting up to 5 s
+    /// until it is gone).
+    fn kill_sql(id: i64) -> String;
+
+    /// Whether the server still lists connection `id`: a `BIGINT`
+    /// expression, 0 or 1.
+    fn alive_sql(id: i64) -> String;
+
+    /// How many of the connections `ids` wait for the lock of a claim held
+    /// by another transaction: a `BIGINT` expression.
+    fn lock_waiters_sql(ids: &[i64]) -> String;
+}
+
+/// `id, id, …`, for an `IN (…)` list.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn id_list(ids: &[i64]) -> String {
+    ids.iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,108 @@
+//! MariaDB/MySQL: a database of a test's own on the server at
+//! `INBOX_TEST_MYSQL_URL`, and its SQL for the tests.
+
+use diesel::prelude::*;
+
+use super::{id_list, ServerBackend, TestBackend};
+
+/// A MariaDB/MySQL database of its own, with the inbox table, dropped on drop.
+///
+/// ```
+/// use inbox_tests::{Mysql, TestBackend};
+///
+/// let Some(db) = Mysql::open() else { return }; // `skipped:` printed
+/// let _conn = db.connect();
+/// assert_eq!(Mysql::NAME, "mysql");
+/// ```
+pub struct Mysql {
+    admin_url: String,
+    name: String,
+    url: String,
+}
+
+impl TestBackend for Mysql {
+    type Connection = MysqlConnection;
+    #[cfg(feature = "async")]
+    type AsyncConnection = diesel_async::AsyncMysqlConnection;
+
+    const NAME: &'static str = "mysql";
+    const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = false;
+    const RECEIVED_AGE_MICROS_SQL: &'static str =
+        "TIMESTAMPDIFF(MICROSECOND, received_at, UTC_TIMESTAMP(6))";
+    const EXACT_TEXT_TYPE: &'static str = "VARBINARY(255)";
+    const RACE_THREADS: usize = 16;
+    const ROLLBACK_STORMS_MAY_OUTLAST_CLAIM_RETRIES: bool = true;
+
+    /// A fresh database on the server at `INBOX_TEST_MYSQL_URL`.
+    fn open() -> Option<Self> {
+        let admin_url = crate::env_or("INBOX_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
+        let mut admin = match MysqlConnection::establish(&admin_url) {
+            Ok(conn) => conn,
+            Err(error) => {
+                crate::report_unavailable("MariaDB/MySQL", &admin_url, &error);
+                return None;
+            }
+        };
+        let name = crate::unique_name("inbox_test");
+        diesel::sql_query(format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .expect("create the test database");
+        let server = admin_url
+            .rsplit_once('/')
+            .map(|(server, _database)| server)
+            .expect("a mysql:// URL with a database path");
+        let url = format!("{server}/{name}");
+        let database = Mysql {
+            admin_url,
+            name,
+            url,
+        };
+        inbox_runtime::setup(&mut database.connect()).expect("create the inbox table");
+        Some(database)
+    }
+
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn connect(&self) -> MysqlConnection {
+        MysqlConnection::establish(&self.url).expect("connect to the test database")
+    }
+
+    fn ago_sql(seconds: i64) -> String {
+        format!("UTC_TIMESTAMP(6) - INTERVAL {seconds} SECOND")
+    }
+}
+
+impl ServerBackend for Mysql {
+    const CONNECTION_ID_SQL: &'static str = "CAST(CONNECTION_ID() AS SIGNED)";
+
+    fn kill_sql(id: i64) -> String {
+        format!("KILL {id}")
+    }
+
+    fn alive_sql(id: i64) -> String {
+        format!("(SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE id = {id})")
+    }
+
+    /// The connections inside their claim statement (blocked on the
+    /// holder's lock: it cannot finish before the holder). InnoDB's own view
+    /// (`INNODB_TRX`) lists only the first of several waiters on one key as
+    /// `LOCK WAIT`.
+    fn lock_waiters_sql(ids: &[i64]) -> String {
+        format!(
+            "(SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+             WHERE id IN ({}) AND info LIKE 'INSERT IGNORE INTO inbox_messages%')",
+            id_list(ids)
+        )
+    }
+}
+
+impl Drop for Mysql {
+    fn drop(&mut self) {
+        if let Ok(mut admin) = MysqlConnection::establish(&self.admin_url) {
+            let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {}", self.name))
+                .execute(&mut admin);
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! Ids held by a transaction that is still open are never removed, and the
+//! pruner does not wait for that transaction.
+
+use diesel::prelude::*;
+use inbox_runtime::{claim, Claim, ClaimKey, Prune, PruneError, PruneReport};
+
+use crate::common::*;
+
+/// Transaction A stays open holding: `open-0`, claimed and backdated inside
+/// A (uncommitted, so invisible to others); `locked-0`, an expired row A
+/// updated (row-locked); `dup-0`, an expired row A re-delivered (a duplicate
+/// claim, which MySQL protects with a shared lock). Meanwhile the pruner
+/// runs on its own connection (`run`: blocking or async): it must finish
+/// without waiting for A and remove none of A's uncommitted or locked rows.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn held_rows_survive<D: PruneDb>(
+    db: &D,
+    duplicate_is_locked: bool,
+    run: impl Fn(&Prune) -> Result<PruneReport, PruneError> + Sync,
+) {
+    use diesel::connection::SimpleConnection;
+    use std::sync::mpsc;
+    use std::thread;
+    use std::time::Duration;
+
+    /// Long enough for any healthy run, short enough to fail instead of
+    /// hanging if the pruner ever waited for the open transaction.
+    const LIVENESS: Duration = Duration::from_secs(60);
+
+    let mut conn = db.connect();
+    seed::<D>(&mut conn, "h", &ids("old", 300), Some(10 * DAY));
+    seed::<D>(
+        &mut conn,
+        "h",
+        &["locked-0".to_owned(), "dup-0".to_owned()],
+        Some(10 * DAY),
+    );
+
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    thread::scope(|scope| {
+        let holder = scope.spawn(move || {
+            let mut conn = db.connect();
+            conn.transaction(|conn| {
+                let open = ClaimKey::new(handler("h"), "open-0").unwrap();
+                assert_eq!(claim(conn, &open)?, Claim::Claimed);
+                backdate::<D>(conn, "h", &["open-0".to_owned()], 10 * DAY);
+                conn.batch_execute(
+                    "UPDATE inbox_messages SET received_at = received_at \
+                     WHERE handler = 'h' AND message_id = 'locked-0'",
+                )?;
+                let dup = ClaimKey::new(handler("h"), "dup-0").unwrap();
+                assert_eq!(claim(conn, &dup)?, Claim::Duplicate);
+                ready_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+                diesel::QueryResult::Ok(())
+            })
+            .expect("transaction A commits");
+        });
+        ready_rx.recv().expect("transaction A is open");
+
+        let (done_tx, done_rx) = mpsc::channel();
+        let run = &run;
+        scope.spawn(move || {
+            let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(64).unwrap();
+            let _ = done_tx.send(run(&prune));
+        });
+        let report = done_rx
+            .recv_timeout(LIVENESS)
+            .expect("the pruner must not wait for the open transaction")
+            .expect("pruning succeeds");
+
+        let left = D::stored_ids(&mut conn, "h");
+        assert!(
+            left.contains("locked-0"),
+            "a row locked by an open transaction was removed"
+        );
+        assert!(
+            !left.contains("open-0"),
+            "uncommitted rows are invisible to others"
+        );
+        assert!(!left.iter().any(|id| id.starts_with("old-")), "{left:?}");
+        if duplicate_is_locked {
+            assert!(
+                left.contains("dup-0"),
+                "a row share-locked by a duplicate claim was removed"
+            );
+            assert_eq!(report.rows_deleted, 300, "{report}");
+        } else {
+            assert_eq!(report.rows_deleted, 301, "{report}");
+        }
+
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+    });
+
+    // Committed now, and expired: the next run removes them.
+    assert!(D::stored_ids(&mut conn, "h").contains("open-0"));
+    let report = Prune::new(policy(7 * DAY, DAY)).run(&mut conn).unwrap();
+    assert_eq!(
+        report.rows_deleted,
+        if duplicate_is_locked { 3 } else { 2 },
+        "{report}"
+    );
+    assert_eq!(D::count(&mut conn), 0);
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_held_rows_survive() {
+    use inbox_tests::TestBackend as _;
+    if let Some(db) = inbox_tests::Postgres::open() {
+        // ON CONFLICT DO NOTHING takes no lock on the existing row.
+        held_rows_survive(&db, false, |prune| prune.run(&mut db.connect()));
+    }
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_held_rows_survive() {
+    use inbox_tests::TestBackend as _;
+    if let Some(db) = inbox_tests::Mysql::open() {
+        held_rows_survive(&db, true, |prune| prune.run(&mut db.connect()));
+    }
+}
+
+/// The same on PostgreSQL's generation layout, where claims go through its
+/// trigger.
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_held_rows_survive_in_the_generation_layout() {
+    use inbox_tests::TestBackend as _;
+    if let Some(db) = inbox_tests::Postgres::open() {
+        inbox_runtime::prune::partitioned::setup(&mut db.connect()).unwrap();
+        held_rows_survive(&db, false, |prune| prune.run(&mut db.connect()));
+    }
+}
+
+/// In the generation layout, a claim still open holds the rotation back: it
+/// cannot archive (nor a later drop remove) an id whose transaction has not
+/// ended. The rotation fails at its lock timeout, changing nothing; once
+/// the claim commits, it archives the id, which stays a duplicate.
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_open_claim_holds_back_a_rotation() {
+    use inbox_runtime::prune::partitioned;
+    use inbox_runtime::Outcome;
+    use inbox_tests::TestBackend as _;
+    use std::time::Duration;
+
+    let Some(db) = inbox_tests::Postgres::open() else {
+        return;
+    };
+    let mut conn = db.connect();
+    partitioned::setup(&mut conn).unwrap();
+    let mut holder = db.connect();
+    holder
+        .transaction(|holder| {
+            let open = ClaimKey::new(handler("h"), "open-0").unwrap();
+            assert_eq!(claim(holder, &open)?, Claim::Claimed);
+            let err = partitioned::rotate(&mut conn, Duration::from_millis(200)).unwrap_err();
+            assert!(err.is_retryable(), "a lock timeout: {err:?}");
+            assert_eq!(partitioned::generations(&mut conn).unwrap().len(), 1);
+            diesel::QueryResult::Ok(())
+        })
+        .unwrap();
+    assert_eq!(
+        partitioned::rotate(&mut conn, Duration::from_secs(5)).unwrap(),
+        2
+    );
+    assert_eq!(
+        deliver(&mut conn, "h", "open-0", false).unwrap(),
+        Outcome::Duplicate
+    );
+}
+
+/// SQLite has one writer: while a handler's transaction is open the pruner
+/// cannot write at all. It fails (busy) after its busy timeout, deleting
+/// nothing, and the next run does the work.
+#[cfg(feature = "sqlite")]
+#[test]
+fn sqlite_open_writer_makes_the_pruner_fail_not_lose_rows() {
+    use diesel::connection::SimpleConnection;
+    use inbox_tests::{Sqlite, TestBackend as _};
+
+    let Some(db) = Sqlite::open() else {
+        return;
+    };
+    let mut conn = db.connect();
+    seed::<Sqlite>(&mut conn, "h", &ids("old", 50), Some(10 * DAY));
+
+    let mut holder = db.connect();
+    holder
+        .transaction(|holder| {
+            let open = ClaimKey::new(handler("h"), "open-0").unwrap();
+            assert_eq!(claim(holder, &open)?, Claim::Claimed);
+            backdate::<Sqlite>(holder, "h", &["open-0".to_owned()], 10 * DAY);
+
+            conn.batch_execute("PRAGMA busy_timeout = 100").unwrap();
+            let err = Prune::new(policy(7 * DAY, DAY)).run(&mut conn).unwrap_err();
+            assert_eq!(err.report().rows_deleted, 0, "{err}");
+            assert_eq!(Sqlite::count(&mut conn), 50, "nothing was deleted");
+            diesel::QueryResult::Ok(())
+        })
+        .unwrap();
+
+    let report = Prune::new(policy(7 * DAY, DAY)).run(&mut conn).unwrap();
+    assert_eq!(report.rows_deleted, 51, "{report}");
+}
