@@ -20,12 +20,17 @@
 //! type their handlers return.
 
 mod app_error;
+#[cfg(feature = "async")]
+mod async_rows;
 mod backend;
 mod macros;
+mod rows;
 #[cfg(feature = "async")]
 pub mod runtime;
 
 pub use self::app_error::AppError;
+#[cfg(feature = "async")]
+pub use self::async_rows::AsyncSqlRows;
 #[cfg(feature = "mysql")]
 pub use self::backend::Mysql;
 #[cfg(feature = "sqlite")]
@@ -33,6 +38,7 @@ pub use self::backend::Sqlite;
 pub use self::backend::{DieselBackend, ServerBackend, TestBackend};
 #[cfg(feature = "postgres")]
 pub use self::backend::{PgEncodedDatabase, Postgres};
+pub use self::rows::SqlRows;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -20,6 +20,8 @@ use diesel::connection::LoadConnection;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use inbox_runtime::InboxBackend;
 
+use crate::SqlRows;
+
 /// Diesel's backend type of a [`TestBackend`]'s connections (`diesel::pg::Pg`, …).
 ///
 /// ```
@@ -52,14 +54,22 @@ pub type DieselBackend<B> = <<B as TestBackend>::Connection as diesel::Connectio
 /// # }
 /// ```
 pub trait TestBackend: Sized + Send + Sync + 'static {
-    /// The backend's blocking connection type.
-    type Connection: R2D2Connection + LoadConnection<Backend: InboxBackend> + Send + 'static;
+    /// The backend's blocking connection type ([`SqlRows`]: a generic test
+    /// reads back its own SQL's rows).
+    type Connection: R2D2Connection
+        + LoadConnection<Backend: InboxBackend>
+        + SqlRows
+        + Send
+        + 'static;
 
     /// The backend's diesel-async connection type (SQLite's is Diesel's
-    /// blocking connection in diesel-async's `SyncConnectionWrapper`).
+    /// blocking connection in diesel-async's `SyncConnectionWrapper`;
+    /// [`AsyncSqlRows`](crate::AsyncSqlRows): a generic async test reads
+    /// back its own SQL's rows).
     #[cfg(feature = "async")]
     type AsyncConnection: diesel_async::AsyncConnection<Backend = DieselBackend<Self>>
         + diesel_async::pooled_connection::PoolableConnection
+        + crate::AsyncSqlRows
         + Send
         + 'static;
 
@@ -150,7 +160,82 @@ pub trait ServerBackend: TestBackend {
     /// How many of the connections `ids` wait for the lock of a claim held
     /// by another transaction: a `BIGINT` expression.
     fn lock_waiters_sql(ids: &[i64]) -> String;
+
+    /// The server's port when a URL names none.
+    const DEFAULT_PORT: u16;
+
+    /// Whether a duplicate claim locks the row it found until its
+    /// transaction ends: MariaDB/MySQL's `INSERT IGNORE` takes a shared lock
+    /// on it, PostgreSQL's `ON CONFLICT DO NOTHING` none.
+    const DUPLICATE_CLAIM_LOCKS_ROW: bool;
+
+    /// This database's URL, marking the connections made from it with `tag`
+    /// where the server can tell connections apart that way (PostgreSQL's
+    /// `application_name`); unchanged on MariaDB/MySQL, see
+    /// [`tagged_connections_sql`](Self::tagged_connections_sql).
+    fn tagged_url(&self, tag: &str) -> String;
+
+    /// The ids (a `BIGINT` column `value`) of the server connections made
+    /// from [`tagged_url(tag)`](Self::tagged_url); on MariaDB/MySQL, of every
+    /// connection to this database but the caller's.
+    fn tagged_connections_sql(&self, tag: &str) -> String;
+
+    /// `url` for a diesel-async connection that must stay on TCP (through a
+    /// proxy, say): mysql_async moves a connection to a loopback address
+    /// onto the server's Unix socket unless told not to.
+    fn async_tcp_url(url: &str) -> String {
+        url.to_owned()
+    }
+
+    /// A deadpool pool of diesel-async connections.
+    #[cfg(feature = "async")]
+    type Deadpool: inbox_runtime::prune::AsyncPrunePool + Clone;
+
+    /// A bb8 pool of diesel-async connections.
+    #[cfg(feature = "async")]
+    type Bb8: inbox_runtime::prune::AsyncPrunePool;
+
+    /// A deadpool pool of at most `size` connections to `url`: this
+    /// database's [`url`](TestBackend::url), or a way to it (a proxy, a
+    /// [`tagged_url`](Self::tagged_url)).
+    #[cfg(feature = "async")]
+    fn deadpool(url: &str, size: usize) -> Self::Deadpool;
+
+    /// A bb8 pool of at most `size` connections to `url`.
+    #[cfg(feature = "async")]
+    fn bb8(url: &str, size: u32) -> impl std::future::Future<Output = Self::Bb8> + Send;
 }
+
+/// [`ServerBackend`]'s pools of the diesel-async connection type `$connection`.
+#[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
+macro_rules! async_pools {
+    ($connection:ty) => {
+        type Deadpool = diesel_async::pooled_connection::deadpool::Pool<$connection>;
+        type Bb8 = diesel_async::pooled_connection::bb8::Pool<$connection>;
+
+        fn deadpool(url: &str, size: usize) -> Self::Deadpool {
+            use diesel_async::pooled_connection::{deadpool, AsyncDieselConnectionManager};
+            deadpool::Pool::builder(AsyncDieselConnectionManager::new(url))
+                .max_size(size)
+                .build()
+                .expect("build a deadpool pool")
+        }
+
+        fn bb8(url: &str, size: u32) -> impl std::future::Future<Output = Self::Bb8> + Send {
+            use diesel_async::pooled_connection::{bb8, AsyncDieselConnectionManager};
+            let manager = AsyncDieselConnectionManager::new(url);
+            async move {
+                bb8::Pool::builder()
+                    .max_size(size)
+                    .build(manager)
+                    .await
+                    .expect("build a bb8 pool")
+            }
+        }
+    };
+}
+#[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
+use async_pools;
 
 /// `id, id, …`, for an `IN (…)` list.
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -96,6 +96,31 @@ impl ServerBackend for Mysql {
             id_list(ids)
         )
     }
+
+    #[cfg(feature = "async")]
+    super::async_pools!(diesel_async::AsyncMysqlConnection);
+
+    const DEFAULT_PORT: u16 = 3306;
+    const DUPLICATE_CLAIM_LOCKS_ROW: bool = true;
+
+    /// MariaDB/MySQL has no connection attribute to select by in
+    /// `PROCESSLIST`: a test's connections are told apart by its database.
+    fn tagged_url(&self, _tag: &str) -> String {
+        self.url.clone()
+    }
+
+    fn tagged_connections_sql(&self, _tag: &str) -> String {
+        format!(
+            "SELECT CAST(ID AS SIGNED) AS value FROM information_schema.PROCESSLIST \
+             WHERE DB = '{}' AND ID <> CONNECTION_ID()",
+            self.name
+        )
+    }
+
+    fn async_tcp_url(url: &str) -> String {
+        let separator = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{separator}prefer_socket=false")
+    }
 }
 
 impl Drop for Mysql {

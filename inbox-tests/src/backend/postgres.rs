@@ -106,6 +106,22 @@ impl ServerBackend for Postgres {
             id_list(ids)
         )
     }
+
+    #[cfg(feature = "async")]
+    super::async_pools!(diesel_async::AsyncPgConnection);
+
+    const DEFAULT_PORT: u16 = 5432;
+    const DUPLICATE_CLAIM_LOCKS_ROW: bool = false;
+
+    fn tagged_url(&self, tag: &str) -> String {
+        format!("{}&application_name={tag}", self.url)
+    }
+
+    fn tagged_connections_sql(&self, tag: &str) -> String {
+        format!(
+            "SELECT pid::bigint AS value FROM pg_stat_activity WHERE application_name = '{tag}'"
+        )
+    }
 }
 
 impl Drop for Postgres {
