@@ -8,19 +8,22 @@ use std::ops::ControlFlow;
 use diesel_async::AsyncConnection;
 use inbox_runtime::{InboxError, Prune};
 
-use crate::common::*;
+use crate::support::*;
+
+inbox_tests::backend_tests! {
+    async only [postgres, mysql]: run_async;
+    only [postgres, mysql]: held_rows_survive_run_async;
+}
 
 /// Seeds 250 expired and 5 fresh ids with the blocking connection, prunes
 /// asynchronously in batches of 100.
-async fn prunes_in_batches<D, A>(db: &D, url: &str)
-where
-    D: PruneDb,
-    A: AsyncConnection<Backend: inbox_runtime::InboxBackend>,
-{
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub async fn run_async<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
     let mut conn = db.connect();
-    seed::<D>(&mut conn, "h", &ids("old", 250), Some(30 * DAY));
-    seed::<D>(&mut conn, "h", &ids("new", 5), None);
-    let mut async_conn = A::establish(url).await.expect("connect");
+    seed::<B>(&mut conn, "h", &ids("old", 250), Some(30 * DAY));
+    seed::<B>(&mut conn, "h", &ids("new", 5), None);
+    let mut async_conn = db.connect_async().await;
     let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(100).unwrap();
 
     let mut batches = Vec::new();
@@ -36,10 +39,10 @@ where
         (report.rows_deleted, report.batches, report.caught_up),
         (250, 3, true)
     );
-    assert_eq!(D::stored_ids(&mut conn, "h"), set(&ids("new", 5)));
+    assert_eq!(stored_ids(&mut conn, "h"), set(&ids("new", 5)));
 
     // A cap on batches, and nothing left: one empty batch.
-    seed::<D>(&mut conn, "h", &ids("older", 30), Some(30 * DAY));
+    seed::<B>(&mut conn, "h", &ids("older", 30), Some(30 * DAY));
     let report = prune
         .clone()
         .max_batches(1)
@@ -51,9 +54,9 @@ where
     // A handler with a window of its own: everybody else's pass walks the
     // handlers one by one (each found by an index probe on this async
     // connection), skipping it.
-    seed::<D>(&mut conn, "keep", &ids("kept", 40), Some(10 * DAY));
-    seed::<D>(&mut conn, "a", &ids("old", 30), Some(10 * DAY));
-    seed::<D>(&mut conn, "z", &ids("old", 20), Some(10 * DAY));
+    seed::<B>(&mut conn, "keep", &ids("kept", 40), Some(10 * DAY));
+    seed::<B>(&mut conn, "a", &ids("old", 30), Some(10 * DAY));
+    seed::<B>(&mut conn, "z", &ids("old", 20), Some(10 * DAY));
     let per_handler = policy(7 * DAY, DAY)
         .with_handler(handler("keep"), secs(30 * DAY))
         .unwrap();
@@ -78,9 +81,9 @@ where
         ]
     );
     assert!(report.caught_up, "{report}");
-    assert_eq!(D::stored_ids(&mut conn, "keep").len(), 40);
-    assert!(D::stored_ids(&mut conn, "a").is_empty());
-    assert!(D::stored_ids(&mut conn, "z").is_empty());
+    assert_eq!(stored_ids(&mut conn, "keep").len(), 40);
+    assert!(stored_ids(&mut conn, "a").is_empty());
+    assert!(stored_ids(&mut conn, "z").is_empty());
 
     // Refused inside a transaction.
     let refused = async_conn
@@ -97,67 +100,15 @@ where
     );
 }
 
-#[cfg(feature = "postgres")]
-#[tokio::test]
-async fn postgres_run_async() {
-    use inbox_tests::{Postgres, TestBackend as _};
-    if let Some(db) = Postgres::open() {
-        let url = db.url().to_owned();
-        prunes_in_batches::<_, diesel_async::AsyncPgConnection>(&db, &url).await;
-    }
-}
-
-#[cfg(feature = "mysql")]
-#[tokio::test]
-async fn mysql_run_async() {
-    use inbox_tests::{Mysql, TestBackend as _};
-    if let Some(db) = Mysql::open() {
-        let url = db.url().to_owned();
-        prunes_in_batches::<_, diesel_async::AsyncMysqlConnection>(&db, &url).await;
-    }
-}
-
 /// Rows held by a transaction still open survive an async prune too (see
 /// `open_transactions`), which does not wait for them.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-fn held_rows_survive_run_async<D, A>(db: &D, duplicate_is_locked: bool, url: &str)
-where
-    D: PruneDb,
-    A: AsyncConnection<Backend: inbox_runtime::InboxBackend>,
-{
-    crate::open_transactions::held_rows_survive(db, duplicate_is_locked, |prune| {
-        block_on(async {
-            let mut conn = A::establish(url).await.expect("connect");
+pub fn held_rows_survive_run_async<B: ServerBackend>() {
+    let Some(db) = B::open() else { return };
+    crate::open_transactions::held_rows_survive_with(&db, |prune| {
+        inbox_tests::runtime::current_thread().block_on(async {
+            let mut conn = db.connect_async().await;
             prune.run_async(&mut conn).await
         })
     });
-}
-
-#[cfg(feature = "postgres")]
-#[test]
-fn postgres_held_rows_survive_run_async() {
-    use inbox_tests::{Postgres, TestBackend as _};
-    if let Some(db) = Postgres::open() {
-        let url = db.url().to_owned();
-        held_rows_survive_run_async::<_, diesel_async::AsyncPgConnection>(&db, false, &url);
-    }
-}
-
-#[cfg(feature = "mysql")]
-#[test]
-fn mysql_held_rows_survive_run_async() {
-    use inbox_tests::{Mysql, TestBackend as _};
-    if let Some(db) = Mysql::open() {
-        let url = db.url().to_owned();
-        held_rows_survive_run_async::<_, diesel_async::AsyncMysqlConnection>(&db, true, &url);
-    }
-}
-
-/// Runs `future` to completion on a runtime of its own.
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-        .block_on(future)
 }

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use inbox_runtime::prune::{BackgroundPruner, PruneRun};
 use inbox_runtime::Prune;
 
-use crate::common::*;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 use crate::proxy::Proxy;
+use crate::support::*;
 
 /// How long a test waits for something that should happen in well under a
 /// second, before failing rather than hanging.
@@ -22,6 +22,8 @@ pub(crate) struct Seen {
     pub(crate) run: u64,
     /// Rows deleted and caught up, or the error.
     pub(crate) outcome: Result<(u64, bool), String>,
+    /// Read by the `task` tests.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
     pub(crate) next_run_in: Duration,
 }
 
@@ -67,9 +69,10 @@ fn until(runs: &Receiver<Seen>, mut wanted: impl FnMut(&Seen) -> bool) -> Vec<Se
     }
 }
 
-fn stops_on_its_handle<D: PruneDb>(db: &D) {
+pub fn stops_on_its_handle<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
     let mut conn = db.connect();
-    seed::<D>(&mut conn, "h", &ids("old", 120), Some(30 * DAY));
+    seed::<B>(&mut conn, "h", &ids("old", 120), Some(30 * DAY));
     let (on_run, runs) = reporter();
     let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)).batch_size(50).unwrap())
         .every(Duration::from_secs(3_600))
@@ -80,7 +83,7 @@ fn stops_on_its_handle<D: PruneDb>(db: &D) {
     assert_eq!((first.run, first.outcome.unwrap()), (1, (120, true)));
 
     // The next run is an hour away; `run_now` starts it at once.
-    seed::<D>(&mut conn, "h", &ids("older", 30), Some(30 * DAY));
+    seed::<B>(&mut conn, "h", &ids("older", 30), Some(30 * DAY));
     handle.run_now();
     let second = next(&runs);
     assert_eq!((second.run, second.outcome.unwrap()), (2, (30, true)));
@@ -93,13 +96,14 @@ fn stops_on_its_handle<D: PruneDb>(db: &D) {
         runs.recv_timeout(LIVENESS).unwrap_err(),
         RecvTimeoutError::Disconnected
     );
-    assert_eq!(D::count(&mut conn), 0);
+    assert_eq!(count(&mut conn), 0);
 }
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-fn stop_interrupts_a_long_run<D: PruneDb>(db: &D) {
+pub fn stop_interrupts_a_long_run<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
     let mut conn = db.connect();
-    seed::<D>(&mut conn, "h", &ids("old", 1_000), Some(30 * DAY));
+    seed::<B>(&mut conn, "h", &ids("old", 1_000), Some(30 * DAY));
     let (on_run, runs) = reporter();
     // 100 batches with 50 ms pauses: a five-second run.
     let prune = Prune::new(policy(7 * DAY, DAY))
@@ -110,7 +114,7 @@ fn stop_interrupts_a_long_run<D: PruneDb>(db: &D) {
         .spawn(db.pool(1), on_run)
         .unwrap();
     let deadline = Instant::now() + LIVENESS;
-    while D::count(&mut conn) == 1_000 {
+    while count(&mut conn) == 1_000 {
         assert!(Instant::now() < deadline, "the pruner never started");
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -120,11 +124,12 @@ fn stop_interrupts_a_long_run<D: PruneDb>(db: &D) {
     let (rows, caught_up) = run.outcome.unwrap();
     assert!(!caught_up, "the run was cut short");
     assert!(rows > 0 && rows < 1_000, "{rows}");
-    assert_eq!(D::count(&mut conn), 1_000 - rows as i64);
+    assert_eq!(count(&mut conn), 1_000 - rows as i64);
     assert!(runs.recv_timeout(LIVENESS).is_err(), "no run after stop");
 }
 
-fn a_panicking_callback_does_not_stop_it<D: PruneDb>(db: &D) {
+pub fn a_panicking_callback_does_not_stop_it<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
     let (tx, runs) = mpsc::channel();
     let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)))
         .every(Duration::from_millis(20))
@@ -144,21 +149,23 @@ fn a_panicking_callback_does_not_stop_it<D: PruneDb>(db: &D) {
     handle.stop().unwrap();
 }
 
+/// The server goes away (every connection cut, new ones refused) and comes
+/// back: failed runs are reported and retried, then the pruner catches up.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-fn survives_a_restart<D: PruneDb>(db: &D, default_port: u16) {
+pub fn survives_a_restart<B: ServerBackend>() {
     use diesel::r2d2::{ConnectionManager, Pool};
 
-    let (template, upstream) =
-        Proxy::split_url(&db.server_url().expect("a server URL"), default_port);
+    let Some(db) = B::open() else { return };
+    let (template, upstream) = Proxy::split_url(db.url(), B::DEFAULT_PORT);
     let proxy = Proxy::start(&upstream);
     let pool = Pool::builder()
         .max_size(2)
-        .build(ConnectionManager::<D::Connection>::new(
+        .build(ConnectionManager::<B::Connection>::new(
             proxy.url(&template),
         ))
         .expect("a pool through the proxy");
     let mut conn = db.connect(); // direct, not through the proxy
-    seed::<D>(&mut conn, "h", &ids("before", 100), Some(30 * DAY));
+    seed::<B>(&mut conn, "h", &ids("before", 100), Some(30 * DAY));
 
     let (on_run, runs) = reporter();
     let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)))
@@ -176,7 +183,7 @@ fn survives_a_restart<D: PruneDb>(db: &D, default_port: u16) {
         failure.iter().all(|run| run.outcome.is_err()),
         "{failure:#?}"
     );
-    seed::<D>(&mut conn, "h", &ids("during", 50), Some(30 * DAY));
+    seed::<B>(&mut conn, "h", &ids("during", 50), Some(30 * DAY));
 
     // Back up: the next runs succeed and catch up.
     proxy.up();
@@ -187,14 +194,15 @@ fn survives_a_restart<D: PruneDb>(db: &D, default_port: u16) {
         }
         deleted == 50
     });
-    assert_eq!(D::count(&mut conn), 0);
+    assert_eq!(count(&mut conn), 0);
     assert!(!handle.is_finished());
     handle.stop().expect("the pruner never panics");
 }
 
 /// An interval "forever" (`Duration::MAX`): the thread waits for `run_now`
 /// instead of dying of an overflowing deadline after its first run.
-fn an_endless_interval_runs_on_request<D: PruneDb>(db: &D) {
+pub fn an_endless_interval_runs_on_request<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
     let (on_run, runs) = reporter();
     let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)))
         .every(Duration::MAX)
@@ -207,22 +215,22 @@ fn an_endless_interval_runs_on_request<D: PruneDb>(db: &D) {
     handle.stop().expect("the pruner thread does not panic");
 }
 
-crate::window::per_backend!(
-    stops_on_its_handle,
-    a_panicking_callback_does_not_stop_it,
-    an_endless_interval_runs_on_request
-);
+inbox_tests::backend_tests! {
+    stops_on_its_handle, a_panicking_callback_does_not_stop_it, an_endless_interval_runs_on_request;
+    only [postgres, sqlite]: stop_interrupts_a_long_run;
+    only [postgres, mysql]: survives_a_restart;
+    only [sqlite]: persistent_failures_back_off;
+    only [postgres]: survives_killed_backends;
+}
 
 /// A database that fails every run at once (here: no inbox table) with an
 /// interval of zero: the pruner backs off instead of spinning, and a
 /// success brings the interval back.
 #[cfg(feature = "sqlite")]
-#[test]
-fn sqlite_persistent_failures_back_off() {
+pub fn persistent_failures_back_off<B: TestBackend>() {
     use diesel::connection::SimpleConnection;
-    use inbox_tests::Sqlite;
 
-    let db = Sqlite::open().expect("SQLite is embedded");
+    let Some(db) = B::open() else { return };
     let mut conn = db.connect();
     conn.batch_execute("DROP TABLE inbox_messages").unwrap();
     let (tx, runs) = mpsc::channel();
@@ -268,59 +276,22 @@ fn sqlite_persistent_failures_back_off() {
     handle.stop().unwrap();
 }
 
-#[cfg(feature = "sqlite")]
-#[test]
-fn sqlite_stop_interrupts_a_long_run() {
-    stop_interrupts_a_long_run(&inbox_tests::Sqlite::open().expect("SQLite is embedded"));
-}
-
-#[cfg(feature = "postgres")]
-#[test]
-fn postgres_stop_interrupts_a_long_run() {
-    use inbox_tests::TestBackend as _;
-    if let Some(db) = inbox_tests::Postgres::open() {
-        stop_interrupts_a_long_run(&db);
-    }
-}
-
-#[cfg(feature = "postgres")]
-#[test]
-fn postgres_survives_a_restart() {
-    use inbox_tests::TestBackend as _;
-    if let Some(db) = inbox_tests::Postgres::open() {
-        survives_a_restart(&db, 5432);
-    }
-}
-
-#[cfg(feature = "mysql")]
-#[test]
-fn mysql_survives_a_restart() {
-    use inbox_tests::TestBackend as _;
-    if let Some(db) = inbox_tests::Mysql::open() {
-        survives_a_restart(&db, 3306);
-    }
-}
-
 /// The server kills the pool's connections (as on a failover or an admin's
 /// `pg_terminate_backend`): the pruner keeps working.
 #[cfg(feature = "postgres")]
-#[test]
-fn postgres_survives_killed_backends() {
-    use diesel::prelude::*;
+pub fn survives_killed_backends<B: ServerBackend>() {
     use diesel::r2d2::{ConnectionManager, Pool};
-    use inbox_tests::{Postgres, TestBackend as _};
 
-    let Some(db) = Postgres::open() else { return };
+    let Some(db) = B::open() else { return };
     let application = inbox_tests::unique_name("pruner");
     let pool = Pool::builder()
         .max_size(2)
-        .build(ConnectionManager::<PgConnection>::new(format!(
-            "{}&application_name={application}",
-            db.url()
-        )))
+        .build(ConnectionManager::<B::Connection>::new(
+            db.tagged_url(&application),
+        ))
         .unwrap();
     let mut conn = db.connect();
-    seed::<Postgres>(&mut conn, "h", &ids("before", 40), Some(30 * DAY));
+    seed::<B>(&mut conn, "h", &ids("before", 40), Some(30 * DAY));
     let (on_run, runs) = reporter();
     let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)))
         .every(Duration::from_millis(100))
@@ -329,13 +300,9 @@ fn postgres_survives_killed_backends() {
     until(&runs, |run| matches!(run.outcome, Ok((40, true))));
 
     for _ in 0..3 {
-        let killed = diesel::sql_query(format!(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{application}'"
-        ))
-        .execute(&mut conn)
-        .unwrap();
+        let killed = kill_tagged(&db, &mut conn, &application);
         assert!(killed > 0, "the pool had connections to kill");
-        seed::<Postgres>(
+        seed::<B>(
             &mut conn,
             "h",
             &ids(&inbox_tests::unique_name("after"), 20),
@@ -349,6 +316,6 @@ fn postgres_survives_killed_backends() {
             deleted == 20
         });
     }
-    assert_eq!(Postgres::count(&mut conn), 0);
+    assert_eq!(count(&mut conn), 0);
     handle.stop().unwrap();
 }

@@ -11,7 +11,7 @@
 //!   `(handler, received_at)`.
 //! - `override_backlog`: a handler with a longer window of its own holds a
 //!   large backlog that the default window has expired (1,000,000 rows on
-//!   PostgreSQL; 200,000 on MariaDB, see `MYSQL_BACKLOG`). The default pass
+//!   PostgreSQL; 200,000 on MariaDB, see `Server::BACKLOG`). The default pass
 //!   used to walk `received_at` past all of it in every batch (PostgreSQL:
 //!   "Rows Removed by Filter: 1000000" per batch; MariaDB: every backlog row
 //!   locked). Every batch of a real run is examined while it runs, through
@@ -28,14 +28,22 @@ use diesel::prelude::*;
 use inbox_runtime::prune::PruneBatchStatement;
 use inbox_runtime::Prune;
 
-use crate::common::*;
+use crate::support::*;
 
 const HANDLERS: usize = 100;
 const PER_HANDLER: usize = 60;
 const LIMIT: u32 = 10;
 
-/// What differs between the two servers.
-trait Server: PruneDb<Connection: Send + 'static> {
+inbox_tests::backend_tests!(
+    only [postgres, mysql]:
+    one_handler_batch_reads_the_index_and_locks_its_limit,
+    override_backlog_is_neither_read_nor_locked,
+);
+
+/// What differs between the two servers in how a batch is examined.
+pub trait Server: ServerBackend {
+    /// The rows of the backlog of `override_backlog_is_neither_read_nor_locked`.
+    const BACKLOG: i64;
     /// Refreshes the planner's statistics.
     const ANALYZE: &'static str;
     /// Makes the next transaction READ COMMITTED.
@@ -87,20 +95,21 @@ fn binds(debug: &str) -> (String, Vec<String>) {
 }
 
 /// The batch for one handler's rows, `LIMIT` at a time.
-fn one_handler_batch<D: Server>(db: &D) {
+pub fn one_handler_batch_reads_the_index_and_locks_its_limit<B: Server>() {
+    let Some(db) = B::open() else { return };
     let mut conn = db.connect();
     for h in 0..HANDLERS {
         let ids = ids(&format!("m{h}"), PER_HANDLER);
-        seed::<D>(&mut conn, &format!("h{h}"), &ids, Some(30 * DAY));
+        seed::<B>(&mut conn, &format!("h{h}"), &ids, Some(30 * DAY));
     }
-    conn.batch_execute(D::ANALYZE).unwrap();
+    conn.batch_execute(B::ANALYZE).unwrap();
 
     let prune = Prune::new(policy(7 * DAY, DAY).only(handler("h7")))
         .batch_size(LIMIT)
         .unwrap();
     let statements = prune.statements();
     let statement = &statements[0];
-    let (index, sorts) = D::plan(&mut conn, &D::inline(&D::debug(statement)));
+    let (index, sorts) = B::plan(&mut conn, &B::inline(&B::debug(statement)));
     assert_eq!(
         (index.as_str(), sorts),
         ("inbox_messages_handler_received_at_idx", false),
@@ -111,11 +120,11 @@ fn one_handler_batch<D: Server>(db: &D) {
     // but the ones it deletes, the handler's and everybody else's.
     let mut probe = db.connect();
     // As `Prune::run` does: at READ COMMITTED.
-    conn.batch_execute(D::READ_COMMITTED).unwrap();
+    conn.batch_execute(B::READ_COMMITTED).unwrap();
     let mut seen = None;
     let result = conn.transaction(|conn| {
         let deleted = statement.execute(conn)?;
-        seen = Some((deleted, D::lockable(&mut probe, "h7")));
+        seen = Some((deleted, B::lockable(&mut probe, "h7")));
         Err::<(), _>(diesel::result::Error::RollbackTransaction)
     });
     assert!(
@@ -167,17 +176,19 @@ struct Watcher<C> {
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
-fn override_backlog<D: Server + 'static>(db: &D, backlog: i64) {
+pub fn override_backlog_is_neither_read_nor_locked<B: Server>() {
+    let Some(db) = B::open() else { return };
+    let backlog = B::BACKLOG;
     let mut conn = db.connect();
-    D::fill(&mut conn, AUDIT, backlog, 20);
+    B::fill(&mut conn, AUDIT, backlog, 20);
     // The other handlers' expired ids are older than even the audit trail's
     // window, so that its own pass could walk past them too.
     for h in 0..OTHERS {
         let name = format!("h{h}");
-        seed::<D>(&mut conn, &name, &ids("old", EXPIRED), Some(40 * DAY));
-        seed::<D>(&mut conn, &name, &ids("new", LIVE), None);
+        seed::<B>(&mut conn, &name, &ids("old", EXPIRED), Some(40 * DAY));
+        seed::<B>(&mut conn, &name, &ids("new", LIVE), None);
     }
-    conn.batch_execute(D::ANALYZE).unwrap();
+    conn.batch_execute(B::ANALYZE).unwrap();
 
     // The audit trail keeps its ids for 30 days, everybody else for 7.
     let policy = policy(7 * DAY, DAY)
@@ -186,7 +197,7 @@ fn override_backlog<D: Server + 'static>(db: &D, backlog: i64) {
     let prune = Prune::new(policy).batch_size(BATCH).unwrap();
 
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let mut watcher = Watcher::<D::Connection> {
+    let mut watcher = Watcher::<B::Connection> {
         explain: db.connect(),
         probe: db.connect(),
         seen: Arc::clone(&seen),
@@ -195,7 +206,7 @@ fn override_backlog<D: Server + 'static>(db: &D, backlog: i64) {
         InstrumentationEvent::StartQuery { query, .. } => {
             let sql = query.to_string();
             if sql.starts_with("DELETE") {
-                let (index, problems) = D::examine(&mut watcher.explain, &D::inline(&sql));
+                let (index, problems) = B::examine(&mut watcher.explain, &B::inline(&sql));
                 watcher.seen.lock().unwrap().push(Seen {
                     sql,
                     index,
@@ -207,8 +218,8 @@ fn override_backlog<D: Server + 'static>(db: &D, backlog: i64) {
         InstrumentationEvent::FinishQuery {
             query, error: None, ..
         } if query.to_string().starts_with("DELETE") => {
-            let (backlog_lockable, others_lockable) = D::lockable(&mut watcher.probe, AUDIT);
-            let others_present = D::count(&mut watcher.probe) - backlog;
+            let (backlog_lockable, others_lockable) = B::lockable(&mut watcher.probe, AUDIT);
+            let others_present = count(&mut watcher.probe) - backlog;
             let mut seen = watcher.seen.lock().unwrap();
             let last = seen.last_mut().expect("the batch's start was seen");
             last.backlog_lockable = backlog_lockable;
@@ -239,7 +250,7 @@ fn override_backlog<D: Server + 'static>(db: &D, backlog: i64) {
     for (batch, ((scope, rows), seen)) in deleted.iter().zip(&seen).enumerate() {
         eprintln!(
             "{}: batch {batch} ({scope}) walked {}, deleted {rows}, held {} + {} of the backlog",
-            D::NAME,
+            B::NAME,
             seen.index,
             seen.others_present - seen.others_lockable,
             backlog - seen.backlog_lockable
@@ -251,7 +262,7 @@ fn override_backlog<D: Server + 'static>(db: &D, backlog: i64) {
             seen.sql
         );
         let held = seen.others_present - seen.others_lockable + (backlog - seen.backlog_lockable);
-        let past_the_end = D::LOCKS_THE_ROW_PAST_THE_END && *rows < i64::from(BATCH);
+        let past_the_end = B::LOCKS_THE_ROW_PAST_THE_END && *rows < i64::from(BATCH);
         assert_eq!(
             held,
             rows + i64::from(past_the_end),
@@ -270,11 +281,17 @@ fn override_backlog<D: Server + 'static>(db: &D, backlog: i64) {
         }
     }
     // The backlog is kept by its own window, the live ids by the default one.
-    assert_eq!(D::count(&mut conn), backlog + (OTHERS * LIVE) as i64);
+    assert_eq!(count(&mut conn), backlog + (OTHERS * LIVE) as i64);
 }
 
 #[cfg(feature = "mysql")]
 impl Server for inbox_tests::Mysql {
+    /// Any backlog row a batch locks fails the test, whatever the size, so
+    /// this is not about volume; 200,000 rows (2,000 times the batch) fill in
+    /// about a second, and each lock probe (one per batch) reads them all in a
+    /// fraction of one. The run's cost without the walk grows with it (every
+    /// batch walked the whole backlog).
+    const BACKLOG: i64 = 200_000;
     const ANALYZE: &'static str = "ANALYZE TABLE inbox_messages";
     const READ_COMMITTED: &'static str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
 
@@ -286,7 +303,7 @@ impl Server for inbox_tests::Mysql {
                         "SELECT COUNT(*) AS n FROM (SELECT message_id FROM inbox_messages \
                          FORCE INDEX (PRIMARY) WHERE {condition} FOR UPDATE SKIP LOCKED) AS free"
                     ))
-                    .get_result::<CountRow>(probe)
+                    .get_result::<Count>(probe)
                     .map(|row| row.n)
                 };
                 Ok::<_, diesel::result::Error>((
@@ -351,6 +368,12 @@ impl Server for inbox_tests::Mysql {
     const LOCKS_THE_ROW_PAST_THE_END: bool = true;
 }
 
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
 #[cfg(feature = "mysql")]
 #[derive(QueryableByName, Debug)]
 struct MysqlPlanRow {
@@ -394,6 +417,7 @@ fn postgres_plan(conn: &mut diesel::PgConnection, explain: &str) -> Vec<String> 
 
 #[cfg(feature = "postgres")]
 impl Server for inbox_tests::Postgres {
+    const BACKLOG: i64 = 1_000_000;
     const ANALYZE: &'static str = "ANALYZE inbox_messages";
     const READ_COMMITTED: &'static str =
         "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED";
@@ -406,7 +430,7 @@ impl Server for inbox_tests::Postgres {
                         "SELECT COUNT(*) AS n FROM (SELECT message_id FROM inbox_messages \
                          WHERE {condition} FOR UPDATE SKIP LOCKED) AS free"
                     ))
-                    .get_result::<CountRow>(probe)
+                    .get_result::<Count>(probe)
                     .map(|row| row.n)
                 };
                 Ok::<_, diesel::result::Error>((
@@ -492,48 +516,4 @@ impl Server for inbox_tests::Postgres {
     }
 
     const LOCKS_THE_ROW_PAST_THE_END: bool = false;
-}
-
-#[cfg(feature = "mysql")]
-#[test]
-fn mysql_one_handler_batch_reads_the_index_and_locks_its_limit() {
-    use inbox_tests::TestBackend as _;
-    if let Some(db) = inbox_tests::Mysql::open() {
-        one_handler_batch(&db);
-    }
-}
-
-#[cfg(feature = "postgres")]
-#[test]
-fn postgres_one_handler_batch_reads_the_index_and_locks_its_limit() {
-    use inbox_tests::TestBackend as _;
-    if let Some(db) = inbox_tests::Postgres::open() {
-        one_handler_batch(&db);
-    }
-}
-
-/// The backlog on MariaDB. Any backlog row a batch locks fails the test,
-/// whatever the size, so this is not about volume; 200,000 rows (2,000 times
-/// the batch) fill in about a second, and each lock probe (one per batch)
-/// reads them all in a fraction of one. The run's cost without the walk
-/// grows with it (every batch walked the whole backlog).
-#[cfg(feature = "mysql")]
-const MYSQL_BACKLOG: i64 = 200_000;
-
-#[cfg(feature = "mysql")]
-#[test]
-fn mysql_override_backlog_is_neither_read_nor_locked() {
-    use inbox_tests::TestBackend as _;
-    if let Some(db) = inbox_tests::Mysql::open() {
-        override_backlog(&db, MYSQL_BACKLOG);
-    }
-}
-
-#[cfg(feature = "postgres")]
-#[test]
-fn postgres_override_backlog_is_neither_read_nor_locked() {
-    use inbox_tests::TestBackend as _;
-    if let Some(db) = inbox_tests::Postgres::open() {
-        override_backlog(&db, 1_000_000);
-    }
 }

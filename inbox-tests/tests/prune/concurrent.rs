@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use inbox_runtime::{Outcome, Prune};
 
-use crate::common::*;
+use crate::support::*;
 
 const HANDLERS: usize = 4;
 const PRUNERS: usize = 2;
@@ -34,12 +34,16 @@ struct PrunerRun {
     errors: Vec<String>,
 }
 
-fn pruning_alongside_live_handlers<D: PruneDb>(db: &D) {
+inbox_tests::backend_tests!(only [postgres, mysql]: pruning_alongside_live_handlers);
+
+pub fn pruning_alongside_live_handlers<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let db = &db;
     let mut conn = db.connect();
     create_ledger(&mut conn);
     let kept = ids("kept", KEPT);
-    seed::<D>(&mut conn, "live", &ids("old", EXPIRED), Some(10 * DAY));
-    seed::<D>(&mut conn, "live", &kept, Some(6 * DAY));
+    seed::<B>(&mut conn, "live", &ids("old", EXPIRED), Some(10 * DAY));
+    seed::<B>(&mut conn, "live", &kept, Some(6 * DAY));
 
     let pruners_done = AtomicUsize::new(0);
     let started = Instant::now();
@@ -141,7 +145,7 @@ fn pruning_alongside_live_handlers<D: PruneDb>(db: &D) {
     eprintln!(
         "{}: {} claims ({during} while pruning) and {} redeliveries by {HANDLERS} handlers while {PRUNERS} \
          pruners deleted {pruned} rows in {} batches ({} runs), {:.2?}",
-        D::NAME,
+        B::NAME,
         claimed.len(),
         handlers.iter().map(|h| h.duplicates).sum::<usize>(),
         pruners.iter().map(|p| p.batches).sum::<u64>(),
@@ -159,29 +163,11 @@ fn pruning_alongside_live_handlers<D: PruneDb>(db: &D) {
     assert_eq!(report.rows_deleted, 0, "{report}");
     let mut expected = set(&kept);
     expected.extend(claimed.iter().cloned());
-    assert_eq!(D::stored_ids(&mut conn, "live"), expected);
+    assert_eq!(stored_ids(&mut conn, "live"), expected);
 
     // Every new id's effect exactly once; redeliveries of kept ids none.
-    let mut effects = D::ledger(&mut conn);
+    let mut effects = ledger(&mut conn);
     effects.sort();
     let claimed_sorted: Vec<String> = claimed.into_iter().collect();
     assert_eq!(effects, claimed_sorted);
-}
-
-#[cfg(feature = "postgres")]
-#[test]
-fn postgres_pruning_alongside_live_handlers() {
-    use inbox_tests::TestBackend as _;
-    if let Some(db) = inbox_tests::Postgres::open() {
-        pruning_alongside_live_handlers(&db);
-    }
-}
-
-#[cfg(feature = "mysql")]
-#[test]
-fn mysql_pruning_alongside_live_handlers() {
-    use inbox_tests::TestBackend as _;
-    if let Some(db) = inbox_tests::Mysql::open() {
-        pruning_alongside_live_handlers(&db);
-    }
 }

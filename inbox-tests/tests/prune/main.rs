@@ -1,5 +1,7 @@
 //! Retention and pruning against real databases: PostgreSQL, MariaDB/MySQL
-//! and SQLite (see `inbox_tests::testdb`).
+//! and SQLite (see `inbox_tests`). Each test is a function generic over the
+//! backend, instantiated per backend by `inbox_tests::backend_tests!`: test
+//! names read `<module>::<backend>::<test>`.
 //!
 //! - `window`: rows inside the window stay, rows outside go, on every backend,
 //!   by batches, per handler scope;
@@ -17,17 +19,18 @@
 //!   window keeps a large backlog (EXPLAIN ANALYZE and lock probes of every
 //!   batch of a run);
 //! - `schema`: `setup()` and the migrations make the same schema, and
-//!   upgrade an inbox of the first version (its ids kept); on PostgreSQL a
-//!   claim late in a long transaction is dated by its statement;
+//!   upgrade an inbox of the first version (its ids kept);
 //! - `partitioned`: PostgreSQL's generation layout: duplicates across
-//!   generations, expired generations dropped, rotation under concurrency;
+//!   generations, expired generations dropped, rotation under concurrency,
+//!   open transactions, its migrations; and on PostgreSQL a claim late in a
+//!   long transaction is dated by its statement;
 //! - `policy`: bad policies are rejected with clear errors;
 //! - `asynchronous`: the same pruning on diesel-async connections.
 //!
 //! `window` also covers the longest window (`MAX_RETENTION`) and fractions of
 //! a second; `partitioned` races claims against rotations deterministically
-//! (READ COMMITTED and REPEATABLE READ); `open_transactions` covers the
-//! async run and the generation layout too.
+//! (READ COMMITTED and REPEATABLE READ); `asynchronous` covers open
+//! transactions in the async run too.
 //!
 //! Rows are backdated by writing `received_at` directly: the tests never
 //! sleep for a retention window. No assertion depends on timing.
@@ -36,29 +39,17 @@
 
 #![allow(missing_docs)]
 
-#[path = "prune/common.rs"]
-mod common;
-#[path = "prune/proxy.rs"]
 mod proxy;
+mod support;
 
-#[path = "prune/asynchronous.rs"]
 mod asynchronous;
-#[path = "prune/background.rs"]
 mod background;
-#[path = "prune/batch_bounds.rs"]
 mod batch_bounds;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-#[path = "prune/concurrent.rs"]
 mod concurrent;
-#[path = "prune/open_transactions.rs"]
 mod open_transactions;
-#[path = "prune/partitioned.rs"]
 mod partitioned;
-#[path = "prune/policy.rs"]
 mod policy;
-#[path = "prune/schema.rs"]
 mod schema;
-#[path = "prune/task.rs"]
 mod task;
-#[path = "prune/window.rs"]
 mod window;

@@ -2,9 +2,9 @@
 //! pruner does not wait for that transaction.
 
 use diesel::prelude::*;
-use inbox_runtime::{claim, Claim, ClaimKey, Prune, PruneError, PruneReport};
+use inbox_runtime::{claim, Claim, ClaimKey, Prune};
 
-use crate::common::*;
+use crate::support::*;
 
 /// Transaction A stays open holding: `open-0`, claimed and backdated inside
 /// A (uncommitted, so invisible to others); `locked-0`, an expired row A
@@ -13,11 +13,11 @@ use crate::common::*;
 /// runs on its own connection (`run`: blocking or async): it must finish
 /// without waiting for A and remove none of A's uncommitted or locked rows.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) fn held_rows_survive<D: PruneDb>(
-    db: &D,
-    duplicate_is_locked: bool,
-    run: impl Fn(&Prune) -> Result<PruneReport, PruneError> + Sync,
+pub(crate) fn held_rows_survive_with<B: ServerBackend>(
+    db: &B,
+    run: impl Fn(&Prune) -> Result<inbox_runtime::PruneReport, inbox_runtime::PruneError> + Sync,
 ) {
+    let duplicate_is_locked = B::DUPLICATE_CLAIM_LOCKS_ROW;
     use diesel::connection::SimpleConnection;
     use std::sync::mpsc;
     use std::thread;
@@ -28,8 +28,8 @@ pub(crate) fn held_rows_survive<D: PruneDb>(
     const LIVENESS: Duration = Duration::from_secs(60);
 
     let mut conn = db.connect();
-    seed::<D>(&mut conn, "h", &ids("old", 300), Some(10 * DAY));
-    seed::<D>(
+    seed::<B>(&mut conn, "h", &ids("old", 300), Some(10 * DAY));
+    seed::<B>(
         &mut conn,
         "h",
         &["locked-0".to_owned(), "dup-0".to_owned()],
@@ -44,7 +44,7 @@ pub(crate) fn held_rows_survive<D: PruneDb>(
             conn.transaction(|conn| {
                 let open = ClaimKey::new(handler("h"), "open-0").unwrap();
                 assert_eq!(claim(conn, &open)?, Claim::Claimed);
-                backdate::<D>(conn, "h", &["open-0".to_owned()], 10 * DAY);
+                backdate::<B>(conn, "h", &["open-0".to_owned()], 10 * DAY);
                 conn.batch_execute(
                     "UPDATE inbox_messages SET received_at = received_at \
                      WHERE handler = 'h' AND message_id = 'locked-0'",
@@ -70,7 +70,7 @@ pub(crate) fn held_rows_survive<D: PruneDb>(
             .expect("the pruner must not wait for the open transaction")
             .expect("pruning succeeds");
 
-        let left = D::stored_ids(&mut conn, "h");
+        let left = stored_ids(&mut conn, "h");
         assert!(
             left.contains("locked-0"),
             "a row locked by an open transaction was removed"
@@ -95,115 +95,60 @@ pub(crate) fn held_rows_survive<D: PruneDb>(
     });
 
     // Committed now, and expired: the next run removes them.
-    assert!(D::stored_ids(&mut conn, "h").contains("open-0"));
+    assert!(stored_ids(&mut conn, "h").contains("open-0"));
     let report = Prune::new(policy(7 * DAY, DAY)).run(&mut conn).unwrap();
     assert_eq!(
         report.rows_deleted,
         if duplicate_is_locked { 3 } else { 2 },
         "{report}"
     );
-    assert_eq!(D::count(&mut conn), 0);
+    assert_eq!(count(&mut conn), 0);
 }
 
-#[cfg(feature = "postgres")]
-#[test]
-fn postgres_held_rows_survive() {
-    use inbox_tests::TestBackend as _;
-    if let Some(db) = inbox_tests::Postgres::open() {
-        // ON CONFLICT DO NOTHING takes no lock on the existing row.
-        held_rows_survive(&db, false, |prune| prune.run(&mut db.connect()));
-    }
+inbox_tests::backend_tests!(only [postgres, mysql]: held_rows_survive);
+
+/// On PostgreSQL, ON CONFLICT DO NOTHING takes no lock on the existing row;
+/// on MariaDB/MySQL a duplicate claim share-locks it.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub fn held_rows_survive<B: ServerBackend>() {
+    let Some(db) = B::open() else { return };
+    held_rows_survive_with(&db, |prune| prune.run(&mut db.connect()));
 }
 
-#[cfg(feature = "mysql")]
-#[test]
-fn mysql_held_rows_survive() {
-    use inbox_tests::TestBackend as _;
-    if let Some(db) = inbox_tests::Mysql::open() {
-        held_rows_survive(&db, true, |prune| prune.run(&mut db.connect()));
-    }
-}
-
-/// The same on PostgreSQL's generation layout, where claims go through its
-/// trigger.
-#[cfg(feature = "postgres")]
-#[test]
-fn postgres_held_rows_survive_in_the_generation_layout() {
-    use inbox_tests::TestBackend as _;
-    if let Some(db) = inbox_tests::Postgres::open() {
-        inbox_runtime::prune::partitioned::setup(&mut db.connect()).unwrap();
-        held_rows_survive(&db, false, |prune| prune.run(&mut db.connect()));
-    }
-}
-
-/// In the generation layout, a claim still open holds the rotation back: it
-/// cannot archive (nor a later drop remove) an id whose transaction has not
-/// ended. The rotation fails at its lock timeout, changing nothing; once
-/// the claim commits, it archives the id, which stays a duplicate.
-#[cfg(feature = "postgres")]
-#[test]
-fn postgres_open_claim_holds_back_a_rotation() {
-    use inbox_runtime::prune::partitioned;
-    use inbox_runtime::Outcome;
-    use inbox_tests::TestBackend as _;
-    use std::time::Duration;
-
-    let Some(db) = inbox_tests::Postgres::open() else {
-        return;
-    };
-    let mut conn = db.connect();
-    partitioned::setup(&mut conn).unwrap();
-    let mut holder = db.connect();
-    holder
-        .transaction(|holder| {
-            let open = ClaimKey::new(handler("h"), "open-0").unwrap();
-            assert_eq!(claim(holder, &open)?, Claim::Claimed);
-            let err = partitioned::rotate(&mut conn, Duration::from_millis(200)).unwrap_err();
-            assert!(err.is_retryable(), "a lock timeout: {err:?}");
-            assert_eq!(partitioned::generations(&mut conn).unwrap().len(), 1);
-            diesel::QueryResult::Ok(())
-        })
-        .unwrap();
-    assert_eq!(
-        partitioned::rotate(&mut conn, Duration::from_secs(5)).unwrap(),
-        2
-    );
-    assert_eq!(
-        deliver(&mut conn, "h", "open-0", false).unwrap(),
-        Outcome::Duplicate
-    );
-}
-
-/// SQLite has one writer: while a handler's transaction is open the pruner
-/// cannot write at all. It fails (busy) after its busy timeout, deleting
-/// nothing, and the next run does the work.
 #[cfg(feature = "sqlite")]
-#[test]
-fn sqlite_open_writer_makes_the_pruner_fail_not_lose_rows() {
-    use diesel::connection::SimpleConnection;
-    use inbox_tests::{Sqlite, TestBackend as _};
+mod sqlite {
+    use super::*;
 
-    let Some(db) = Sqlite::open() else {
-        return;
-    };
-    let mut conn = db.connect();
-    seed::<Sqlite>(&mut conn, "h", &ids("old", 50), Some(10 * DAY));
+    /// SQLite has one writer: while a handler's transaction is open the pruner
+    /// cannot write at all. It fails (busy) after its busy timeout, deleting
+    /// nothing, and the next run does the work.
+    #[test]
+    fn open_writer_makes_the_pruner_fail_not_lose_rows() {
+        use diesel::connection::SimpleConnection;
+        use inbox_tests::Sqlite;
 
-    let mut holder = db.connect();
-    holder
-        .transaction(|holder| {
-            let open = ClaimKey::new(handler("h"), "open-0").unwrap();
-            assert_eq!(claim(holder, &open)?, Claim::Claimed);
-            backdate::<Sqlite>(holder, "h", &["open-0".to_owned()], 10 * DAY);
+        let Some(db) = Sqlite::open() else {
+            return;
+        };
+        let mut conn = db.connect();
+        seed::<Sqlite>(&mut conn, "h", &ids("old", 50), Some(10 * DAY));
 
-            conn.batch_execute("PRAGMA busy_timeout = 100").unwrap();
-            let err = Prune::new(policy(7 * DAY, DAY)).run(&mut conn).unwrap_err();
-            assert_eq!(err.report().rows_deleted, 0, "{err}");
-            assert_eq!(Sqlite::count(&mut conn), 50, "nothing was deleted");
-            diesel::QueryResult::Ok(())
-        })
-        .unwrap();
+        let mut holder = db.connect();
+        holder
+            .transaction(|holder| {
+                let open = ClaimKey::new(handler("h"), "open-0").unwrap();
+                assert_eq!(claim(holder, &open)?, Claim::Claimed);
+                backdate::<Sqlite>(holder, "h", &["open-0".to_owned()], 10 * DAY);
 
-    let report = Prune::new(policy(7 * DAY, DAY)).run(&mut conn).unwrap();
-    assert_eq!(report.rows_deleted, 51, "{report}");
+                conn.batch_execute("PRAGMA busy_timeout = 100").unwrap();
+                let err = Prune::new(policy(7 * DAY, DAY)).run(&mut conn).unwrap_err();
+                assert_eq!(err.report().rows_deleted, 0, "{err}");
+                assert_eq!(count(&mut conn), 50, "nothing was deleted");
+                diesel::QueryResult::Ok(())
+            })
+            .unwrap();
+
+        let report = Prune::new(policy(7 * DAY, DAY)).run(&mut conn).unwrap();
+        assert_eq!(report.rows_deleted, 51, "{report}");
+    }
 }

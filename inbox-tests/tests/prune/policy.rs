@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use inbox_runtime::{parse_duration, InboxError, Prune, RetentionPolicy, RetentionProblem};
 
-use crate::common::*;
+use crate::support::*;
 
 fn problem<T: std::fmt::Debug>(result: Result<T, InboxError>) -> (RetentionProblem, String) {
     match result {
@@ -117,30 +117,6 @@ fn bad_batch_sizes_are_rejected() {
     assert!(prune.batch_size(100_000).is_ok());
 }
 
-#[cfg(feature = "postgres")]
-#[test]
-fn bad_generation_settings_are_rejected() {
-    use inbox_runtime::prune::partitioned::Maintenance;
-    let (found, _) = problem(Maintenance::new(policy(7 * DAY, DAY), Duration::ZERO));
-    assert_eq!(found, RetentionProblem::ZeroPeriod);
-    let (found, text) = problem(Maintenance::new(
-        policy(7 * DAY, DAY).only(handler("h")),
-        secs(DAY),
-    ));
-    assert_eq!(found, RetentionProblem::HandlerScopeNeedsBatches);
-    assert!(text.contains("cannot prune one handler only"), "{text}");
-    // A period the database's interval arithmetic cannot hold.
-    let (found, _) = problem(Maintenance::new(
-        policy(7 * DAY, DAY),
-        inbox_runtime::MAX_RETENTION + secs(1),
-    ));
-    assert!(
-        matches!(found, RetentionProblem::TooLong { .. }),
-        "{found:?}"
-    );
-    assert!(Maintenance::new(policy(7 * DAY, DAY), inbox_runtime::MAX_RETENTION).is_ok());
-}
-
 #[test]
 fn good_policies_read_back() {
     let policy = RetentionPolicy::parse("7d", "36h").unwrap();
@@ -154,4 +130,33 @@ fn good_policies_read_back() {
 
 fn problem_of_text(keep: &str, redelivery_window: &str) -> RetentionProblem {
     problem(RetentionPolicy::parse(keep, redelivery_window)).0
+}
+
+/// The generation layout's settings (PostgreSQL only).
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+
+    #[test]
+    fn bad_generation_settings_are_rejected() {
+        use inbox_runtime::prune::partitioned::Maintenance;
+        let (found, _) = problem(Maintenance::new(policy(7 * DAY, DAY), Duration::ZERO));
+        assert_eq!(found, RetentionProblem::ZeroPeriod);
+        let (found, text) = problem(Maintenance::new(
+            policy(7 * DAY, DAY).only(handler("h")),
+            secs(DAY),
+        ));
+        assert_eq!(found, RetentionProblem::HandlerScopeNeedsBatches);
+        assert!(text.contains("cannot prune one handler only"), "{text}");
+        // A period the database's interval arithmetic cannot hold.
+        let (found, _) = problem(Maintenance::new(
+            policy(7 * DAY, DAY),
+            inbox_runtime::MAX_RETENTION + secs(1),
+        ));
+        assert!(
+            matches!(found, RetentionProblem::TooLong { .. }),
+            "{found:?}"
+        );
+        assert!(Maintenance::new(policy(7 * DAY, DAY), inbox_runtime::MAX_RETENTION).is_ok());
+    }
 }

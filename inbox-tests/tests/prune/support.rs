@@ -6,12 +6,12 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use diesel::connection::{LoadConnection, SimpleConnection};
+use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use inbox_runtime::{
     run_idempotent, ClaimKey, HandlerName, InboxBackend, InboxError, Outcome, RetentionPolicy,
 };
-pub use inbox_tests::TestBackend;
+pub use inbox_tests::{ServerBackend, SqlRows, TestBackend};
 
 pub const HOUR: i64 = 3_600;
 pub const DAY: i64 = 86_400;
@@ -36,108 +36,48 @@ pub fn ids(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
 
-/// A test database whose connections the inbox supports, plus what differs
-/// between backends in the tests themselves.
-pub trait PruneDb: TestBackend<Connection: LoadConnection<Backend: InboxBackend>> {
-    /// SQL for the database-clock time `seconds` ago, in the column's type.
-    fn ago(seconds: i64) -> String;
-
-    /// The message ids stored for `handler`.
-    fn stored_ids(conn: &mut Self::Connection, handler: &str) -> BTreeSet<String>;
-
-    /// Rows in the inbox.
-    fn count(conn: &mut Self::Connection) -> i64;
-
-    /// Effects recorded in `prune_ledger`, one message id per effect.
-    fn ledger(conn: &mut Self::Connection) -> Vec<String>;
-
-    /// The server URL (to route it through a proxy); `None` for SQLite.
-    fn server_url(&self) -> Option<String>;
+/// The message ids stored for `handler`.
+pub fn stored_ids(conn: &mut impl SqlRows, handler: &str) -> BTreeSet<String> {
+    conn.texts(&format!(
+        "SELECT message_id AS value FROM inbox_messages WHERE handler = '{handler}'"
+    ))
+    .into_iter()
+    .collect()
 }
 
-#[derive(QueryableByName)]
-pub struct IdRow {
-    #[diesel(sql_type = diesel::sql_types::Text)]
-    pub message_id: String,
+/// Rows in the inbox.
+pub fn count(conn: &mut impl SqlRows) -> i64 {
+    conn.bigint("SELECT COUNT(*) AS value FROM inbox_messages")
 }
 
-#[derive(QueryableByName)]
-pub struct CountRow {
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    pub n: i64,
+/// Effects recorded in `prune_ledger`, one message id per effect.
+pub fn ledger(conn: &mut impl SqlRows) -> Vec<String> {
+    conn.texts("SELECT message_id AS value FROM prune_ledger")
 }
 
-macro_rules! prune_db {
-    ($database:ty, $connection:ty, |$seconds:ident| $ago:expr, |$db:ident| $url:expr) => {
-        impl PruneDb for $database {
-            fn ago($seconds: i64) -> String {
-                $ago
-            }
-
-            fn stored_ids(conn: &mut $connection, handler: &str) -> BTreeSet<String> {
-                diesel::sql_query(format!(
-                    "SELECT message_id FROM inbox_messages WHERE handler = '{handler}'"
-                ))
-                .load::<IdRow>(conn)
-                .expect("read the inbox")
-                .into_iter()
-                .map(|row| row.message_id)
-                .collect()
-            }
-
-            fn count(conn: &mut $connection) -> i64 {
-                diesel::sql_query("SELECT COUNT(*) AS n FROM inbox_messages")
-                    .get_result::<CountRow>(conn)
-                    .expect("count the inbox")
-                    .n
-            }
-
-            fn ledger(conn: &mut $connection) -> Vec<String> {
-                diesel::sql_query("SELECT message_id FROM prune_ledger")
-                    .load::<IdRow>(conn)
-                    .expect("read the ledger")
-                    .into_iter()
-                    .map(|row| row.message_id)
-                    .collect()
-            }
-
-            fn server_url(&self) -> Option<String> {
-                let $db = self;
-                $url
-            }
-        }
-    };
+/// Ends the server connections made from `db.tagged_url(tag)` (on
+/// MariaDB/MySQL: every connection to `db` but `conn`); returns how many.
+pub fn kill_tagged<B: ServerBackend>(db: &B, conn: &mut B::Connection, tag: &str) -> usize {
+    let ids = conn.bigints(&db.tagged_connections_sql(tag));
+    for id in &ids {
+        // Gone already is fine.
+        let _ = conn.batch_execute(&B::kill_sql(*id));
+    }
+    ids.len()
 }
-
-#[cfg(feature = "postgres")]
-prune_db!(
-    inbox_tests::Postgres,
-    diesel::PgConnection,
-    |seconds| format!("now() - interval '{seconds} seconds'"),
-    |db| Some(db.url().to_owned())
-);
-#[cfg(feature = "mysql")]
-prune_db!(
-    inbox_tests::Mysql,
-    diesel::MysqlConnection,
-    |seconds| format!("UTC_TIMESTAMP(6) - INTERVAL {seconds} SECOND"),
-    |db| Some(db.url().to_owned())
-);
-#[cfg(feature = "sqlite")]
-prune_db!(
-    inbox_tests::Sqlite,
-    diesel::SqliteConnection,
-    |seconds| format!("strftime('%Y-%m-%d %H:%M:%f', 'now', '-{seconds} seconds')"),
-    |_db| None
-);
 
 /// Inserts `(handler, id)` rows received `ago` seconds ago (by the database
 /// clock), or now.
-pub fn seed<D: PruneDb>(conn: &mut D::Connection, handler: &str, ids: &[String], ago: Option<i64>) {
+pub fn seed<B: TestBackend>(
+    conn: &mut B::Connection,
+    handler: &str,
+    ids: &[String],
+    ago: Option<i64>,
+) {
     for chunk in ids.chunks(500) {
         // SQLite has no `DEFAULT` in a VALUES list: leave the column out.
         let (column, at) = match ago {
-            Some(seconds) => (", received_at", format!(", {}", D::ago(seconds))),
+            Some(seconds) => (", received_at", format!(", {}", B::ago_sql(seconds))),
             None => ("", String::new()),
         };
         let values: Vec<String> = chunk
@@ -153,11 +93,11 @@ pub fn seed<D: PruneDb>(conn: &mut D::Connection, handler: &str, ids: &[String],
 }
 
 /// Moves `ids`' `received_at` to `ago` seconds ago.
-pub fn backdate<D: PruneDb>(conn: &mut D::Connection, handler: &str, ids: &[String], ago: i64) {
+pub fn backdate<B: TestBackend>(conn: &mut B::Connection, handler: &str, ids: &[String], ago: i64) {
     let list: Vec<String> = ids.iter().map(|id| format!("'{id}'")).collect();
     let sql = format!(
         "UPDATE inbox_messages SET received_at = {} WHERE handler = '{handler}' AND message_id IN ({})",
-        D::ago(ago),
+        B::ago_sql(ago),
         list.join(", ")
     );
     conn.batch_execute(&sql).expect("backdate rows");

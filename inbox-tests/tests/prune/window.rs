@@ -7,47 +7,9 @@ use diesel::Connection;
 use inbox_runtime::prune::PruneScope;
 use inbox_runtime::{InboxError, Outcome, Prune, RetentionPolicy, MAX_RETENTION};
 
-use crate::common::*;
+use crate::support::*;
 
-/// Expands each generic test once per backend, skipping (loudly) when the
-/// server is not reachable.
-macro_rules! per_backend {
-    ($($test:ident),* $(,)?) => {
-        #[cfg(feature = "postgres")]
-        mod postgres {
-            $(#[test]
-            fn $test() {
-                use inbox_tests::TestBackend as _;
-                if let Some(db) = inbox_tests::Postgres::open() {
-                    super::$test(&db);
-                }
-            })*
-        }
-        #[cfg(feature = "mysql")]
-        mod mysql {
-            $(#[test]
-            fn $test() {
-                use inbox_tests::TestBackend as _;
-                if let Some(db) = inbox_tests::Mysql::open() {
-                    super::$test(&db);
-                }
-            })*
-        }
-        #[cfg(feature = "sqlite")]
-        mod sqlite {
-            $(#[test]
-            fn $test() {
-                use inbox_tests::TestBackend as _;
-                if let Some(db) = inbox_tests::Sqlite::open() {
-                    super::$test(&db);
-                }
-            })*
-        }
-    };
-}
-pub(crate) use per_backend;
-
-per_backend!(
+inbox_tests::backend_tests!(
     inside_stays_outside_goes,
     handler_windows_and_scopes,
     progress_and_limits,
@@ -55,16 +17,17 @@ per_backend!(
     extreme_and_fractional_windows,
 );
 
-fn inside_stays_outside_goes<D: PruneDb>(db: &D) {
+pub fn inside_stays_outside_goes<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
     let mut conn = db.connect();
     let old_a = ids("old-a", 230);
     let old_b = ids("old-b", 120);
     let just_outside = ids("edge-out", 5);
     let just_inside = ids("edge-in", 5);
-    seed::<D>(&mut conn, "a", &old_a, Some(10 * DAY));
-    seed::<D>(&mut conn, "b", &old_b, Some(8 * DAY));
-    seed::<D>(&mut conn, "a", &just_outside, Some(7 * DAY + 120));
-    seed::<D>(&mut conn, "a", &just_inside, Some(7 * DAY - HOUR));
+    seed::<B>(&mut conn, "a", &old_a, Some(10 * DAY));
+    seed::<B>(&mut conn, "b", &old_b, Some(8 * DAY));
+    seed::<B>(&mut conn, "a", &just_outside, Some(7 * DAY + 120));
+    seed::<B>(&mut conn, "a", &just_inside, Some(7 * DAY - HOUR));
     // Fresh ids claimed through the inbox itself.
     let fresh = ids("fresh", 20);
     for id in &fresh {
@@ -82,8 +45,8 @@ fn inside_stays_outside_goes<D: PruneDb>(db: &D) {
 
     let mut kept = set(&just_inside);
     kept.extend(fresh.iter().cloned());
-    assert_eq!(D::stored_ids(&mut conn, "a"), kept);
-    assert!(D::stored_ids(&mut conn, "b").is_empty());
+    assert_eq!(stored_ids(&mut conn, "a"), kept);
+    assert!(stored_ids(&mut conn, "b").is_empty());
 
     // Nothing left to do: one empty batch.
     let again = prune.run(&mut conn).unwrap();
@@ -91,7 +54,7 @@ fn inside_stays_outside_goes<D: PruneDb>(db: &D) {
         (again.rows_deleted, again.batches, again.caught_up),
         (0, 1, true)
     );
-    assert_eq!(D::count(&mut conn), 25);
+    assert_eq!(count(&mut conn), 25);
 
     // The kept ids still deduplicate; a pruned one is processed again.
     assert_eq!(
@@ -108,13 +71,14 @@ fn inside_stays_outside_goes<D: PruneDb>(db: &D) {
     );
 }
 
-fn handler_windows_and_scopes<D: PruneDb>(db: &D) {
+pub fn handler_windows_and_scopes<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
     let mut conn = db.connect();
-    seed::<D>(&mut conn, "a", &ids("a10", 50), Some(10 * DAY));
-    seed::<D>(&mut conn, "b", &ids("b10", 50), Some(10 * DAY));
-    seed::<D>(&mut conn, "b", &ids("b40", 20), Some(40 * DAY));
-    seed::<D>(&mut conn, "c", &ids("c10", 30), Some(10 * DAY));
-    seed::<D>(&mut conn, "c", &ids("c1", 10), Some(DAY));
+    seed::<B>(&mut conn, "a", &ids("a10", 50), Some(10 * DAY));
+    seed::<B>(&mut conn, "b", &ids("b10", 50), Some(10 * DAY));
+    seed::<B>(&mut conn, "b", &ids("b40", 20), Some(40 * DAY));
+    seed::<B>(&mut conn, "c", &ids("c10", 30), Some(10 * DAY));
+    seed::<B>(&mut conn, "c", &ids("c1", 10), Some(DAY));
 
     // `b` keeps its ids for 30 days, everybody else for 7.
     let policy = policy(7 * DAY, DAY)
@@ -127,9 +91,9 @@ fn handler_windows_and_scopes<D: PruneDb>(db: &D) {
         .unwrap();
     let report = only_a.run(&mut conn).unwrap();
     assert_eq!((report.rows_deleted, report.batches), (50, 2), "{report}");
-    assert!(D::stored_ids(&mut conn, "a").is_empty());
-    assert_eq!(D::stored_ids(&mut conn, "b").len(), 70);
-    assert_eq!(D::stored_ids(&mut conn, "c").len(), 40);
+    assert!(stored_ids(&mut conn, "a").is_empty());
+    assert_eq!(stored_ids(&mut conn, "b").len(), 70);
+    assert_eq!(stored_ids(&mut conn, "c").len(), 40);
 
     // The whole policy: b by its own window, the rest by the default one.
     let prune = Prune::new(policy).batch_size(40).unwrap();
@@ -150,14 +114,15 @@ fn handler_windows_and_scopes<D: PruneDb>(db: &D) {
             ("handler `c`".to_owned(), 30)
         ]
     );
-    assert_eq!(D::stored_ids(&mut conn, "b"), set(&ids("b10", 50)));
-    assert_eq!(D::stored_ids(&mut conn, "c"), set(&ids("c1", 10)));
+    assert_eq!(stored_ids(&mut conn, "b"), set(&ids("b10", 50)));
+    assert_eq!(stored_ids(&mut conn, "c"), set(&ids("c1", 10)));
     assert!(report.caught_up);
 }
 
-fn progress_and_limits<D: PruneDb>(db: &D) {
+pub fn progress_and_limits<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
     let mut conn = db.connect();
-    seed::<D>(&mut conn, "h", &ids("old", 250), Some(30 * DAY));
+    seed::<B>(&mut conn, "h", &ids("old", 250), Some(30 * DAY));
     let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(100).unwrap();
 
     // A cap on batches: stops early, says so.
@@ -168,7 +133,7 @@ fn progress_and_limits<D: PruneDb>(db: &D) {
     );
 
     // Progress after every batch; `Break` stops the run.
-    seed::<D>(&mut conn, "h", &ids("older", 250), Some(40 * DAY));
+    seed::<B>(&mut conn, "h", &ids("older", 250), Some(40 * DAY));
     let mut seen = Vec::new();
     let report = prune
         .run_with_progress(&mut conn, |batch| {
@@ -186,19 +151,20 @@ fn progress_and_limits<D: PruneDb>(db: &D) {
         .unwrap();
     assert_eq!(seen, [(1, 100, 100), (2, 100, 200)]);
     assert!(!report.caught_up);
-    assert_eq!(D::count(&mut conn), 100);
+    assert_eq!(count(&mut conn), 100);
     // Oldest first: the 40-day rows went before the 30-day ones.
-    let left = D::stored_ids(&mut conn, "h");
+    let left = stored_ids(&mut conn, "h");
     assert_eq!(left.iter().filter(|id| id.starts_with("old-")).count(), 50);
 
     let report = prune.run(&mut conn).unwrap();
     assert_eq!((report.rows_deleted, report.caught_up), (100, true));
-    assert_eq!(D::count(&mut conn), 0);
+    assert_eq!(count(&mut conn), 0);
 }
 
-fn refuses_to_run_inside_a_transaction<D: PruneDb>(db: &D) {
+pub fn refuses_to_run_inside_a_transaction<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
     let mut conn = db.connect();
-    seed::<D>(&mut conn, "h", &ids("old", 3), Some(30 * DAY));
+    seed::<B>(&mut conn, "h", &ids("old", 3), Some(30 * DAY));
     let prune = Prune::new(policy(7 * DAY, DAY));
     let result = conn.transaction(|conn| Ok::<_, diesel::result::Error>(prune.run(conn)));
     let err = result.unwrap().unwrap_err();
@@ -209,32 +175,33 @@ fn refuses_to_run_inside_a_transaction<D: PruneDb>(db: &D) {
         ),
         "{err}"
     );
-    assert_eq!(D::count(&mut conn), 3, "nothing was deleted");
+    assert_eq!(count(&mut conn), 3, "nothing was deleted");
 }
 
 /// The longest window accepted (a hundred years) works on every backend's
 /// clock arithmetic without overflow, and a window with a fraction of a
 /// second is measured to the microsecond (bound as such), not rounded to
 /// days or seconds.
-fn extreme_and_fractional_windows<D: PruneDb>(db: &D) {
+pub fn extreme_and_fractional_windows<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
     let mut conn = db.connect();
     let max = MAX_RETENTION.as_secs() as i64;
-    seed::<D>(
+    seed::<B>(
         &mut conn,
         "h",
         &ids("older-than-max", 3),
         Some(max + 2 * DAY),
     );
-    seed::<D>(&mut conn, "h", &ids("inside-max", 4), Some(max - 2 * DAY));
+    seed::<B>(&mut conn, "h", &ids("inside-max", 4), Some(max - 2 * DAY));
     let longest = RetentionPolicy::new(MAX_RETENTION, secs(DAY)).unwrap();
     let report = Prune::new(longest).run(&mut conn).unwrap();
     assert_eq!(report.rows_deleted, 3, "{report}");
-    assert_eq!(D::count(&mut conn), 4);
+    assert_eq!(count(&mut conn), 4);
 
     // 7 days and 0.25 s: 7 days + 2 minutes ago is out, 7 days - 2 minutes
     // ago is in.
-    seed::<D>(&mut conn, "h", &ids("out", 5), Some(7 * DAY + 120));
-    seed::<D>(&mut conn, "h", &ids("in", 6), Some(7 * DAY - 120));
+    seed::<B>(&mut conn, "h", &ids("out", 5), Some(7 * DAY + 120));
+    seed::<B>(&mut conn, "h", &ids("in", 6), Some(7 * DAY - 120));
     let keep = secs(7 * DAY) + std::time::Duration::from_micros(250_000);
     let fractional = RetentionPolicy::new(keep, secs(DAY)).unwrap();
     let prune = Prune::new(fractional);
@@ -245,5 +212,5 @@ fn extreme_and_fractional_windows<D: PruneDb>(db: &D) {
         4 + 5,
         "the century-old rows and `out`: {report}"
     );
-    assert_eq!(D::stored_ids(&mut conn, "h"), set(&ids("in", 6)));
+    assert_eq!(stored_ids(&mut conn, "h"), set(&ids("in", 6)));
 }
