@@ -4,9 +4,11 @@ use diesel::dsl::sql;
 use diesel::prelude::*;
 use diesel::sql_types::Bool;
 use inbox_runtime::{idempotent, Outcome};
-use inbox_tests::TestBackend as _;
+use inbox_tests::{Postgres, TestBackend as _};
 
-use crate::postgres::{all_effects, fresh, inbox_count, inbox_rows, record_effect, AppError};
+use crate::handlers::{apply, APPLY};
+use crate::server_faults::connection_id;
+use crate::support::*;
 
 /// A delivery whose body, when `kill_pid` is set, has the handler's own
 /// backend terminated between its two effects.
@@ -23,7 +25,7 @@ fn killed_mid_body(
     conn: &mut PgConnection,
     msg: &Doomed,
 ) -> Result<Outcome<()>, AppError> {
-    record_effect(conn, "e2e.fault", &msg.id, 0, "step 1")?;
+    conn.record_effect("e2e.fault", &msg.id, 0, "step 1")?;
     if let Some(pid) = msg.kill_pid {
         // Waits (up to 5 s) until the backend is gone.
         let terminated: bool =
@@ -35,17 +37,17 @@ fn killed_mid_body(
             ));
         }
     }
-    record_effect(conn, "e2e.fault", &msg.id, 0, "step 2")?;
+    conn.record_effect("e2e.fault", &msg.id, 0, "step 2")?;
     Ok(Outcome::Processed(()))
 }
 
 #[test]
 fn backend_killed_mid_body_leaves_nothing_and_redelivery_processes() {
-    let Some((db, mut conn)) = fresh() else {
+    let Some((db, mut conn)) = fresh::<Postgres>() else {
         return;
     };
     let mut killer = db.connect();
-    let pid = crate::postgres_faults::connection_id(&mut conn);
+    let pid = connection_id::<Postgres>(&mut conn);
     let doomed = Doomed {
         id: "fault-1".to_owned(),
         kill_pid: Some(pid),
@@ -88,8 +90,8 @@ fn backend_killed_mid_body_leaves_nothing_and_redelivery_processes() {
 
     // Nothing was committed: no claim, no effect.
     let mut fresh_conn = db.connect();
-    assert_eq!(inbox_rows(&mut fresh_conn), crate::support::NO_ROWS);
-    assert_eq!(all_effects(&mut fresh_conn), crate::support::NO_EFFECTS);
+    assert_eq!(fresh_conn.inbox_rows(), NO_ROWS);
+    assert_eq!(fresh_conn.all_effects(), NO_EFFECTS);
     let gone: i64 = diesel::select(sql::<diesel::sql_types::BigInt>(&format!(
         "(SELECT count(*) FROM pg_stat_activity WHERE pid = {pid})"
     )))
@@ -110,8 +112,9 @@ fn backend_killed_mid_body_leaves_nothing_and_redelivery_processes() {
         killed_mid_body(&mut killer, &mut fresh_conn, &redelivery).unwrap(),
         Outcome::Duplicate
     );
-    assert_eq!(inbox_count(&mut fresh_conn, "e2e.fault", "fault-1"), 1);
-    let notes: Vec<String> = all_effects(&mut fresh_conn)
+    assert_eq!(fresh_conn.inbox_count("e2e.fault", "fault-1"), 1);
+    let notes: Vec<String> = fresh_conn
+        .all_effects()
         .into_iter()
         .map(|(_, _, note)| note)
         .collect();
@@ -131,11 +134,10 @@ fn an_id_the_server_encoding_cannot_store_is_an_invalid_message() {
         return;
     };
     let mut conn = db.connect();
-    diesel::sql_query(crate::dialect::postgres::EFFECTS_DDL)
-        .execute(&mut conn)
+    conn.run_sql(&effects_ddl::<Postgres>())
         .expect("create the effects table");
-    let msg = crate::postgres::Msg::new("price-in-€");
-    let error = crate::postgres::apply(&mut conn, &msg).expect_err("LATIN1 has no euro sign");
+    let msg = Msg::new("price-in-€");
+    let error = apply(&mut conn, &msg).expect_err("LATIN1 has no euro sign");
     let inbox = error.inbox().expect("an inbox error, not a database one");
     assert!(
         matches!(
@@ -150,12 +152,9 @@ fn an_id_the_server_encoding_cannot_store_is_an_invalid_message() {
     assert_eq!(inbox.recovery(), inbox_runtime::Recovery::Never);
     assert!(!inbox.is_retryable());
     assert_eq!(msg.runs.get(), 0, "the body did not run");
-    assert_eq!(inbox_rows(&mut conn), crate::support::NO_ROWS);
+    assert_eq!(conn.inbox_rows(), NO_ROWS);
     // The connection goes on: an id the server can store is processed.
-    let fine = crate::postgres::Msg::new("price-in-eur");
-    crate::postgres::apply(&mut conn, &fine).expect("processed");
-    assert_eq!(
-        inbox_count(&mut conn, crate::postgres::APPLY, "price-in-eur"),
-        1
-    );
+    let fine = Msg::new("price-in-eur");
+    apply(&mut conn, &fine).expect("processed");
+    assert_eq!(conn.inbox_count(APPLY, "price-in-eur"), 1);
 }

@@ -2,114 +2,111 @@
 //! it (PostgreSQL and MariaDB/MySQL), and, on MariaDB/MySQL, a deadlock that
 //! makes the server roll back the caller's whole transaction.
 
-/// Expands, inside the `postgres` and `mysql` suites, the tests that kill
-/// connections.
-macro_rules! server_fault_tests {
-    () => {
-        use diesel::prelude::*;
-        use inbox_runtime::{idempotent, Outcome};
-        use inbox_tests::TestBackend as _;
-        use std::cell::RefCell;
+use std::cell::RefCell;
 
-        /// A delivery whose body has its own connection killed by `killer`,
-        /// then panics: the rollback after the panic fails too.
-        pub struct Doomed {
-            pub id: String,
-            pub victim: i64,
-            pub killer: RefCell<Conn>,
-        }
+use diesel::prelude::*;
+use inbox_runtime::{idempotent, Outcome};
+use inbox_tests::ServerBackend;
 
-        #[idempotent(id = msg.id, handler = "e2e.killed_then_panics")]
-        fn killed_then_panics(conn: &mut Conn, msg: &Doomed) -> Result<(), AppError> {
-            record_effect(
-                conn,
-                "e2e.killed_then_panics",
-                &msg.id,
-                0,
-                "before the kill",
-            )?;
-            diesel::sql_query(dialect::kill_sql(msg.victim))
-                .execute(&mut *msg.killer.borrow_mut())?;
-            std::panic::panic_any(DeliberatePanic("after the connection was killed"))
-        }
+use crate::handlers::*;
+use crate::support::*;
 
-        /// This connection's id on the server.
-        pub fn connection_id(conn: &mut Conn) -> i64 {
-            diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
-                dialect::CONNECTION_ID_SQL,
-            ))
-            .get_result(conn)
-            .expect("read the connection id")
-        }
-
-        #[test]
-        fn a_panic_is_resumed_even_when_the_rollback_fails() {
-            let Some((db, mut conn)) = fresh() else {
-                return;
-            };
-            let doomed = Doomed {
-                id: "kp-1".to_owned(),
-                victim: connection_id(&mut conn),
-                killer: RefCell::new(db.connect()),
-            };
-            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                killed_then_panics(&mut conn, &doomed)
-            }));
-            match caught {
-                Err(payload) => assert!(payload.downcast_ref::<DeliberatePanic>().is_some()),
-                Ok(returned) => panic!("the panic became a return value: {returned:?}"),
-            }
-            // The connection refuses further transactions rather than
-            // running anything outside one.
-            let next = Msg::new("kp-2");
-            let refused = apply(&mut conn, &next).expect_err("the connection is broken");
-            assert_eq!(next.runs.get(), 0, "the body did not run");
-            assert!(
-                matches!(
-                    refused,
-                    AppError::Db(diesel::result::Error::BrokenTransactionManager)
-                ),
-                "{refused:?}"
-            );
-            drop(conn);
-            let mut other = db.connect();
-            assert_eq!(inbox_rows(&mut other), NO_ROWS);
-            assert_eq!(all_effects(&mut other), NO_EFFECTS);
-        }
-
-        #[test]
-        fn a_connection_killed_before_commit_commits_nothing_and_says_reconnect() {
-            let Some((db, mut conn)) = fresh() else {
-                return;
-            };
-            let victim = connection_id(&mut conn);
-            let mut killer = db.connect();
-            let msg = Msg::new("kc-1");
-            let result = conn.transaction(|conn| {
-                let outcome = valued(conn, &msg);
-                // Killed between the handler's savepoint release and the
-                // caller's COMMIT.
-                diesel::sql_query(dialect::kill_sql(victim)).execute(&mut killer)?;
-                outcome
-            });
-            let error = result.expect_err("the COMMIT cannot reach the server");
-            assert_eq!(
-                error.recovery(),
-                inbox_runtime::Recovery::Reconnect,
-                "{error:?}"
-            );
-            drop(conn);
-            let mut other = db.connect();
-            assert_eq!(inbox_rows(&mut other), NO_ROWS);
-            assert_eq!(all_effects(&mut other), NO_EFFECTS);
-            let redelivery = Msg::new("kc-1");
-            assert_eq!(
-                valued(&mut other, &redelivery).expect("redelivery"),
-                Outcome::Processed(4)
-            );
-        }
-    };
+/// A delivery whose body has its own connection killed by `killer`
+/// (running `kill_sql`), then panics: the rollback after the panic fails
+/// too.
+pub struct Doomed<C> {
+    pub id: String,
+    pub kill_sql: String,
+    pub killer: RefCell<C>,
 }
+
+#[idempotent(id = msg.id, handler = "e2e.killed_then_panics")]
+fn killed_then_panics<C: Effects>(conn: &mut C, msg: &Doomed<C>) -> Result<(), AppError> {
+    conn.record_effect("e2e.killed_then_panics", &msg.id, 0, "before the kill")?;
+    msg.killer.borrow_mut().run_sql(&msg.kill_sql)?;
+    std::panic::panic_any(DeliberatePanic("after the connection was killed"))
+}
+
+/// This connection's id on the server.
+pub fn connection_id<B: ServerBackend>(conn: &mut B::Connection) -> i64
+where
+    B::Connection: Effects,
+{
+    conn.select_i64(B::CONNECTION_ID_SQL)
+        .expect("read the connection id")
+}
+
+pub fn a_panic_is_resumed_even_when_the_rollback_fails<B: E2e + ServerBackend>() {
+    let Some((db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let doomed = Doomed {
+        id: "kp-1".to_owned(),
+        kill_sql: B::kill_sql(connection_id::<B>(&mut conn)),
+        killer: RefCell::new(db.connect()),
+    };
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        killed_then_panics(&mut conn, &doomed)
+    }));
+    match caught {
+        Err(payload) => assert!(payload.downcast_ref::<DeliberatePanic>().is_some()),
+        Ok(returned) => panic!("the panic became a return value: {returned:?}"),
+    }
+    // The connection refuses further transactions rather than
+    // running anything outside one.
+    let next = Msg::new("kp-2");
+    let refused = apply(&mut conn, &next).expect_err("the connection is broken");
+    assert_eq!(next.runs.get(), 0, "the body did not run");
+    assert!(
+        matches!(
+            refused,
+            AppError::Db(diesel::result::Error::BrokenTransactionManager)
+        ),
+        "{refused:?}"
+    );
+    drop(conn);
+    let mut other = db.connect();
+    assert_eq!(other.inbox_rows(), NO_ROWS);
+    assert_eq!(other.all_effects(), NO_EFFECTS);
+}
+
+pub fn a_connection_killed_before_commit_commits_nothing_and_says_reconnect<
+    B: E2e + ServerBackend,
+>() {
+    let Some((db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let victim = connection_id::<B>(&mut conn);
+    let mut killer = db.connect();
+    let msg = Msg::new("kc-1");
+    let result = conn.transaction(|conn| {
+        let outcome = valued(conn, &msg);
+        // Killed between the handler's savepoint release and the
+        // caller's COMMIT.
+        killer.run_sql(&B::kill_sql(victim))?;
+        outcome
+    });
+    let error = result.expect_err("the COMMIT cannot reach the server");
+    assert_eq!(
+        error.recovery(),
+        inbox_runtime::Recovery::Reconnect,
+        "{error:?}"
+    );
+    drop(conn);
+    let mut other = db.connect();
+    assert_eq!(other.inbox_rows(), NO_ROWS);
+    assert_eq!(other.all_effects(), NO_EFFECTS);
+    let redelivery = Msg::new("kc-1");
+    assert_eq!(
+        valued(&mut other, &redelivery).expect("redelivery"),
+        Outcome::Processed(4)
+    );
+}
+
+inbox_tests::backend_tests!(only [postgres, mysql]:
+    a_panic_is_resumed_even_when_the_rollback_fails,
+    a_connection_killed_before_commit_commits_nothing_and_says_reconnect,
+);
 
 /// MariaDB/MySQL: a deadlock rolls back the whole transaction, the caller's
 /// outer one included, while Diesel still counts it open.
@@ -121,17 +118,20 @@ pub mod mysql_deadlock {
     use diesel::connection::SimpleConnection;
     use diesel::prelude::*;
     use inbox_runtime::{idempotent, InboxError};
-    use inbox_tests::TestBackend as _;
+    use inbox_tests::{Mysql, TestBackend};
 
-    use crate::mysql::*;
-    use crate::mysql_faults::connection_id;
+    use super::connection_id;
+    use crate::handlers::*;
+    use crate::support::*;
+
+    type Conn = <Mysql as TestBackend>::Connection;
 
     /// Waits for `UPDATE locks … WHERE k = 2`, which the other transaction
     /// holds while it waits for the caller: a deadlock.
     #[idempotent(id = msg.id, handler = "e2e.deadlock")]
     fn takes_the_other_row(conn: &mut Conn, msg: &Msg) -> Result<(), AppError> {
         msg.ran();
-        record_effect(conn, "e2e.deadlock", &msg.id, 0, "before the deadlock")?;
+        conn.record_effect("e2e.deadlock", &msg.id, 0, "before the deadlock")?;
         diesel::sql_query("UPDATE locks SET v = v + 1 WHERE k = 2").execute(conn)?;
         Ok(())
     }
@@ -163,7 +163,7 @@ pub mod mysql_deadlock {
 
     #[test]
     fn a_deadlock_in_a_nested_handler_breaks_the_connection_instead_of_autocommitting() {
-        let Some((db, mut conn)) = fresh() else {
+        let Some((db, mut conn)) = fresh::<Mysql>() else {
             return;
         };
         conn.batch_execute(
@@ -184,7 +184,7 @@ pub mod mysql_deadlock {
             // the caller as the victim), then waits for row 1.
             let other = std::thread::spawn(move || {
                 let mut other = diesel::MysqlConnection::establish(&url).expect("connect");
-                let id = connection_id(&mut other);
+                let id = connection_id::<Mysql>(&mut other);
                 other.transaction(|other| {
                     diesel::sql_query("UPDATE locks SET v = v + 1 WHERE k = 2").execute(other)?;
                     diesel::sql_query(
@@ -235,8 +235,8 @@ pub mod mysql_deadlock {
         drop(conn);
 
         let mut other = db.connect();
-        assert_eq!(inbox_rows(&mut other), NO_ROWS, "no claim committed");
-        assert_eq!(all_effects(&mut other), NO_EFFECTS, "no effect committed");
+        assert_eq!(other.inbox_rows(), NO_ROWS, "no claim committed");
+        assert_eq!(other.all_effects(), NO_EFFECTS, "no effect committed");
         let row_one: i32 = diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>(
             "(SELECT v FROM locks WHERE k = 1)",
         ))
@@ -250,6 +250,6 @@ pub mod mysql_deadlock {
         // Redelivered on a new connection, both messages are processed.
         let redelivery = Msg::new("dl-2");
         apply(&mut other, &redelivery).expect("redelivery");
-        assert_eq!(inbox_count(&mut other, APPLY, "dl-2"), 1);
+        assert_eq!(other.inbox_count(APPLY, "dl-2"), 1);
     }
 }

@@ -1,10 +1,22 @@
-//! What every backend's suite shares: the messages, the error type, the
-//! effects table, a std-only shuffle, and `backend_support!`, which expands
-//! the small per-backend helpers (fresh database, effect and inbox queries).
+//! What every test shares: the messages, the error type, the effects
+//! table and the queries on it and on the inbox ([`Effects`]), a fresh
+//! database per test ([`fresh`]), a std-only shuffle.
 
 use std::cell::Cell;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
+
+use diesel::connection::{LoadConnection, SimpleConnection, TransactionManager};
+use diesel::prelude::*;
+use diesel::query_builder::SqlQuery;
+use diesel::query_dsl::methods::ExecuteDsl;
+use diesel::query_dsl::LoadQuery;
+use diesel::r2d2::{ConnectionManager, PooledConnection, R2D2Connection};
+use diesel::sql_types::{BigInt, Integer};
+use diesel_migrations::MigrationHarness;
+use inbox_runtime::migrations::EmbeddedInboxMigrations;
+use inbox_runtime::InboxBackend;
+use inbox_tests::{DieselBackend, TestBackend};
 
 diesel::table! {
     /// What handler bodies write. Deliberately without any unique constraint
@@ -150,146 +162,323 @@ pub const TRICKY_IDS: &[&str] = &[
     "/* comment */ -- end",
 ];
 
-/// Expands, inside a backend module that defines `Db` and `dialect`, the
-/// connection types and the helpers the tests use.
-macro_rules! backend_support {
-    () => {
-        use diesel::connection::{SimpleConnection, TransactionManager};
-        use diesel::prelude::*;
-        use diesel::r2d2::{ConnectionManager, PooledConnection};
-        use inbox_tests::TestBackend;
+diesel::table! {
+    /// The inbox's columns the tests read (the table is the runtime's).
+    inbox_messages (handler, message_id) {
+        handler -> Text,
+        message_id -> Text,
+    }
+}
 
-        pub use dialect::inbox_messages;
-        pub use $crate::support::*;
+/// The queries the tests run, written once with Diesel's query builder
+/// (`#[auto_type]` names their types for [`Effects`]' bounds).
+mod queries {
+    use diesel::dsl::auto_type;
+    use diesel::prelude::*;
+    use diesel::sql_types::BigInt;
 
-        /// This backend's connection.
-        pub type Conn = <Db as TestBackend>::Connection;
-        /// A connection from an r2d2 pool.
-        pub type Pooled = PooledConnection<ConnectionManager<Conn>>;
+    use super::{effects, inbox_messages};
 
-        /// A fresh database (inbox and effects tables) and a connection to
-        /// it, or `None` after the harness's `skipped:` line.
-        pub fn fresh() -> Option<(Db, Conn)> {
-            quiet_deliberate_panics();
-            let db = Db::open()?;
-            let mut conn = db.connect();
-            conn.batch_execute(dialect::EFFECTS_DDL)
-                .expect("create the effects table");
-            Some((db, conn))
-        }
+    /// `INSERT INTO effects …` of one row.
+    pub type InsertEffect = diesel::dsl::Values<
+        diesel::dsl::insert_into<effects::table>,
+        (
+            diesel::dsl::Eq<effects::handler, String>,
+            diesel::dsl::Eq<effects::message_id, String>,
+            diesel::dsl::Eq<effects::worker, i32>,
+            diesel::dsl::Eq<effects::note, String>,
+        ),
+    >;
 
-        /// The effect of a handler body: one row in `effects`.
-        pub fn record_effect(
-            conn: &mut Conn,
-            handler: &str,
-            id: &str,
-            worker: i32,
-            note: &str,
-        ) -> QueryResult<()> {
-            diesel::insert_into(effects::table)
-                .values((
-                    effects::handler.eq(handler),
-                    effects::message_id.eq(id),
-                    effects::worker.eq(worker),
-                    effects::note.eq(note),
-                ))
-                .execute(conn)
-                .map(drop)
-        }
+    pub fn insert_effect(handler: &str, id: &str, worker: i32, note: &str) -> InsertEffect {
+        diesel::insert_into(effects::table).values((
+            effects::handler.eq(handler.to_owned()),
+            effects::message_id.eq(id.to_owned()),
+            effects::worker.eq(worker),
+            effects::note.eq(note.to_owned()),
+        ))
+    }
 
-        /// How many effects were recorded for `id` (by any handler).
-        pub fn effects_for(conn: &mut Conn, id: &str) -> i64 {
-            effects::table
-                .filter(effects::message_id.eq(id))
-                .count()
-                .get_result(conn)
-                .expect("count effects")
-        }
+    #[auto_type]
+    pub fn effects_for<'a>(id: &'a str) -> _ {
+        effects::table.filter(effects::message_id.eq(id)).count()
+    }
 
-        /// How many effects `handler` recorded for `id`.
-        pub fn effects_by(conn: &mut Conn, handler: &str, id: &str) -> i64 {
-            effects::table
-                .filter(effects::handler.eq(handler))
-                .filter(effects::message_id.eq(id))
-                .count()
-                .get_result(conn)
-                .expect("count effects")
-        }
+    #[auto_type]
+    pub fn effects_by<'a>(handler: &'a str, id: &'a str) -> _ {
+        effects::table
+            .filter(effects::handler.eq(handler))
+            .filter(effects::message_id.eq(id))
+            .count()
+    }
 
-        /// Every effect as `(handler, message_id, note)`, sorted.
-        pub fn all_effects(conn: &mut Conn) -> Vec<(String, String, String)> {
-            let mut rows: Vec<(String, String, String)> = effects::table
-                .select((effects::handler, effects::message_id, effects::note))
-                .load(conn)
-                .expect("read effects");
-            rows.sort();
-            rows
-        }
+    #[auto_type]
+    pub fn all_effects() -> _ {
+        effects::table.select((effects::handler, effects::message_id, effects::note))
+    }
 
-        /// Every inbox row as `(handler, message_id)`, sorted bytewise.
-        pub fn inbox_rows(conn: &mut Conn) -> Vec<(String, String)> {
-            let mut rows: Vec<(String, String)> = inbox_messages::table
-                .select((inbox_messages::handler, inbox_messages::message_id))
-                .load(conn)
-                .expect("read the inbox");
-            rows.sort();
-            rows
-        }
+    #[auto_type]
+    pub fn inbox_rows() -> _ {
+        inbox_messages::table.select((inbox_messages::handler, inbox_messages::message_id))
+    }
 
-        /// How many inbox rows hold exactly `(handler, id)`.
-        pub fn inbox_count(conn: &mut Conn, handler: &str, id: &str) -> i64 {
-            inbox_messages::table
-                .filter(inbox_messages::handler.eq(handler))
-                .filter(inbox_messages::message_id.eq(id))
-                .count()
-                .get_result(conn)
-                .expect("count inbox rows")
-        }
+    #[auto_type]
+    pub fn inbox_count<'a>(handler: &'a str, id: &'a str) -> _ {
+        inbox_messages::table
+            .filter(inbox_messages::handler.eq(handler))
+            .filter(inbox_messages::message_id.eq(id))
+            .count()
+    }
 
-        /// The age of `(handler, id)`'s `received_at` by the database clock,
-        /// in microseconds.
-        pub fn received_age_micros(conn: &mut Conn, handler: &str, id: &str) -> i64 {
-            inbox_messages::table
-                .filter(inbox_messages::handler.eq(handler))
-                .filter(inbox_messages::message_id.eq(id))
-                .select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
-                    dialect::RECEIVED_AGE_MICROS_SQL,
-                ))
-                .first(conn)
-                .expect("read received_at")
-        }
+    #[auto_type]
+    pub fn effects_total() -> _ {
+        effects::table.count()
+    }
 
-        /// Whether Diesel believes a transaction is open on `conn`.
-        pub fn in_transaction(conn: &mut Conn) -> bool {
-            <Conn as Connection>::TransactionManager::transaction_manager_status_mut(conn)
-                .transaction_depth()
-                .expect("the transaction manager is not broken")
-                .is_some()
-        }
+    /// `SELECT <sql>`, an expression of type `ST`.
+    pub type SelectSql<ST> = diesel::dsl::select<diesel::expression::SqlLiteral<ST>>;
 
-        /// Asserts `conn` is idle and usable: no transaction left open, and a
-        /// new transaction commits.
-        pub fn assert_connection_usable(conn: &mut Conn) {
-            assert!(!in_transaction(conn), "a transaction was left open");
-            let one: i32 = conn
-                .transaction(|conn| {
-                    diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>("1"))
-                        .get_result(conn)
-                })
-                .expect("a new transaction works");
-            assert_eq!(one, 1);
-            assert!(!in_transaction(conn));
-        }
+    /// The inbox row `(handler, id)`'s `<sql>`.
+    pub type InboxRowSql<'a, ST> = diesel::dsl::Limit<
+        diesel::dsl::Select<
+            diesel::dsl::Filter<
+                diesel::dsl::Filter<
+                    inbox_messages::table,
+                    diesel::dsl::Eq<inbox_messages::handler, &'a str>,
+                >,
+                diesel::dsl::Eq<inbox_messages::message_id, &'a str>,
+            >,
+            diesel::expression::SqlLiteral<ST>,
+        >,
+    >;
 
-        /// A validated claim key.
-        pub fn key(handler: &'static str, id: &str) -> inbox_runtime::ClaimKey {
-            inbox_runtime::ClaimKey::new(
-                inbox_runtime::HandlerName::new(handler).expect("a valid handler name"),
-                id,
-            )
-            .expect("a valid id")
-        }
+    pub fn inbox_row_sql<'a>(handler: &'a str, id: &'a str, sql: &str) -> InboxRowSql<'a, BigInt> {
+        inbox_messages::table
+            .filter(inbox_messages::handler.eq(handler))
+            .filter(inbox_messages::message_id.eq(id))
+            .select(diesel::dsl::sql::<BigInt>(sql))
+            .limit(1)
+    }
+}
+
+/// A connection the tests can read and write their tables on: every
+/// backend's connection, and a pooled one. The methods are the suite's
+/// queries; the bounds of its one (blanket) implementation name what Diesel
+/// needs of a connection to run them, so no test or handler repeats them.
+pub trait Effects: Connection<Backend: InboxBackend> {
+    /// The effect of a handler body: one row in `effects`.
+    fn record_effect(
+        &mut self,
+        handler: &str,
+        id: &str,
+        worker: i32,
+        note: &str,
+    ) -> QueryResult<()>;
+
+    /// How many effects were recorded for `id` (by any handler).
+    fn effects_for(&mut self, id: &str) -> i64;
+
+    /// How many effects `handler` recorded for `id`.
+    fn effects_by(&mut self, handler: &str, id: &str) -> i64;
+
+    /// How many effects were recorded in all.
+    fn effects_total(&mut self) -> i64;
+
+    /// Every effect as `(handler, message_id, note)`, sorted.
+    fn all_effects(&mut self) -> Vec<(String, String, String)>;
+
+    /// Every inbox row as `(handler, message_id)`, sorted bytewise.
+    fn inbox_rows(&mut self) -> Vec<(String, String)>;
+
+    /// How many inbox rows hold exactly `(handler, id)`.
+    fn inbox_count(&mut self, handler: &str, id: &str) -> i64;
+
+    /// `(handler, id)`'s `age_sql` (a `BIGINT` expression over the row).
+    fn inbox_row_i64(&mut self, handler: &str, id: &str, age_sql: &str) -> i64;
+
+    /// `SELECT <sql>`, a `BIGINT` expression.
+    fn select_i64(&mut self, sql: &str) -> QueryResult<i64>;
+
+    /// `SELECT <sql>`, an `INTEGER` expression.
+    fn select_i32(&mut self, sql: &str) -> QueryResult<i32>;
+
+    /// Runs `sql` as a prepared statement; the number of rows it affected.
+    fn run_sql(&mut self, sql: &str) -> QueryResult<usize>;
+}
+
+impl<C> Effects for C
+where
+    C: LoadConnection<Backend: InboxBackend>,
+    queries::InsertEffect: ExecuteDsl<C>,
+    for<'a> queries::effects_for<'a>: LoadQuery<'a, C, i64>,
+    for<'a> queries::effects_by<'a>: LoadQuery<'a, C, i64>,
+    for<'a> queries::effects_total: LoadQuery<'a, C, i64>,
+    for<'a> queries::all_effects: LoadQuery<'a, C, (String, String, String)>,
+    for<'a> queries::inbox_rows: LoadQuery<'a, C, (String, String)>,
+    for<'a> queries::inbox_count<'a>: LoadQuery<'a, C, i64>,
+    for<'a> queries::InboxRowSql<'a, BigInt>: LoadQuery<'a, C, i64>,
+    for<'a> queries::SelectSql<BigInt>: LoadQuery<'a, C, i64>,
+    for<'a> queries::SelectSql<Integer>: LoadQuery<'a, C, i32>,
+    SqlQuery: ExecuteDsl<C>,
+{
+    fn record_effect(
+        &mut self,
+        handler: &str,
+        id: &str,
+        worker: i32,
+        note: &str,
+    ) -> QueryResult<()> {
+        queries::insert_effect(handler, id, worker, note)
+            .execute(self)
+            .map(drop)
+    }
+
+    fn effects_for(&mut self, id: &str) -> i64 {
+        queries::effects_for(id)
+            .get_result(self)
+            .expect("count effects")
+    }
+
+    fn effects_by(&mut self, handler: &str, id: &str) -> i64 {
+        queries::effects_by(handler, id)
+            .get_result(self)
+            .expect("count effects")
+    }
+
+    fn effects_total(&mut self) -> i64 {
+        queries::effects_total()
+            .get_result(self)
+            .expect("count effects")
+    }
+
+    fn all_effects(&mut self) -> Vec<(String, String, String)> {
+        let mut rows: Vec<(String, String, String)> =
+            queries::all_effects().load(self).expect("read effects");
+        rows.sort();
+        rows
+    }
+
+    fn inbox_rows(&mut self) -> Vec<(String, String)> {
+        let mut rows: Vec<(String, String)> =
+            queries::inbox_rows().load(self).expect("read the inbox");
+        rows.sort();
+        rows
+    }
+
+    fn inbox_count(&mut self, handler: &str, id: &str) -> i64 {
+        queries::inbox_count(handler, id)
+            .get_result(self)
+            .expect("count inbox rows")
+    }
+
+    fn inbox_row_i64(&mut self, handler: &str, id: &str, sql: &str) -> i64 {
+        queries::inbox_row_sql(handler, id, sql)
+            .get_result(self)
+            .expect("read the inbox row")
+    }
+
+    fn select_i64(&mut self, sql: &str) -> QueryResult<i64> {
+        diesel::select(diesel::dsl::sql::<BigInt>(sql)).get_result(self)
+    }
+
+    fn select_i32(&mut self, sql: &str) -> QueryResult<i32> {
+        diesel::select(diesel::dsl::sql::<Integer>(sql)).get_result(self)
+    }
+
+    fn run_sql(&mut self, sql: &str) -> QueryResult<usize> {
+        diesel::sql_query(sql).execute(self)
+    }
+}
+
+/// A backend the suite runs on: its connections (and pooled ones) are
+/// [`Effects`] connections, and its inbox has the embedded migrations.
+pub trait E2e: TestBackend<Connection: E2eConnection<Self>> {}
+
+impl<B: TestBackend<Connection: E2eConnection<B>>> E2e for B {}
+
+/// What [`E2e`] needs of a backend's connection.
+pub trait E2eConnection<B: TestBackend>:
+    Effects
+    + R2D2Connection
+    + MigrationHarness<DieselBackend<B>>
+    + Connection<Backend: EmbeddedInboxMigrations>
+{
+}
+
+impl<B, C> E2eConnection<B> for C
+where
+    B: TestBackend,
+    C: Effects
+        + R2D2Connection
+        + MigrationHarness<DieselBackend<B>>
+        + Connection<Backend: EmbeddedInboxMigrations>,
+{
+}
+
+/// A connection from an r2d2 pool of `B`.
+pub type Pooled<B> = PooledConnection<ConnectionManager<<B as TestBackend>::Connection>>;
+
+/// A fresh database (inbox and effects tables) and a connection to it, or
+/// `None` after the harness's `skipped:` line.
+pub fn fresh<B: E2e>() -> Option<(B, B::Connection)> {
+    quiet_deliberate_panics();
+    let db = B::open()?;
+    let mut conn = db.connect();
+    conn.batch_execute(&effects_ddl::<B>())
+        .expect("create the effects table");
+    Some((db, conn))
+}
+
+/// The effects table, its text columns of the backend's exact type.
+pub fn effects_ddl<B: TestBackend>() -> String {
+    let text = B::EXACT_TEXT_TYPE;
+    let engine = if B::NAME == "mysql" {
+        " ENGINE = InnoDB"
+    } else {
+        ""
     };
+    format!(
+        "CREATE TABLE effects (
+        handler    {text} NOT NULL,
+        message_id {text} NOT NULL,
+        worker     INTEGER NOT NULL,
+        note       {text} NOT NULL
+    ){engine}"
+    )
+}
+
+/// The age of `(handler, id)`'s `received_at` by the database clock, in
+/// microseconds.
+pub fn received_age_micros<B: E2e>(conn: &mut B::Connection, handler: &str, id: &str) -> i64 {
+    conn.inbox_row_i64(handler, id, B::RECEIVED_AGE_MICROS_SQL)
+}
+
+/// Whether Diesel believes a transaction is open on `conn`.
+pub fn in_transaction<C: Connection>(conn: &mut C) -> bool {
+    C::TransactionManager::transaction_manager_status_mut(conn)
+        .transaction_depth()
+        .expect("the transaction manager is not broken")
+        .is_some()
+}
+
+/// Asserts `conn` is idle and usable: no transaction left open, and a new
+/// transaction commits.
+pub fn assert_connection_usable<C: Effects>(conn: &mut C) {
+    assert!(!in_transaction(conn), "a transaction was left open");
+    let one: i32 = conn
+        .transaction(|conn| conn.select_i32("1"))
+        .expect("a new transaction works");
+    assert_eq!(one, 1);
+    assert!(!in_transaction(conn));
+}
+
+/// A validated claim key.
+pub fn key(handler: &'static str, id: &str) -> inbox_runtime::ClaimKey {
+    inbox_runtime::ClaimKey::new(
+        inbox_runtime::HandlerName::new(handler).expect("a valid handler name"),
+        id,
+    )
+    .expect("a valid id")
 }
 
 /// An empty inbox, for `assert_eq!`.
