@@ -25,6 +25,7 @@ mod async_rows;
 mod backend;
 mod macros;
 mod rows;
+mod statement;
 #[cfg(feature = "async")]
 pub mod runtime;
 
@@ -39,6 +40,7 @@ pub use self::backend::{DieselBackend, ServerBackend, TestBackend};
 #[cfg(feature = "postgres")]
 pub use self::backend::{PgEncodedDatabase, Postgres};
 pub use self::rows::SqlRows;
+pub use self::statement::{statement, Statement};
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
