@@ -5,9 +5,7 @@
 #![cfg(feature = "postgres")]
 #![deny(warnings)]
 
-mod first_example {
-    include!("readme/first_example.rs");
-}
+mod first_example;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
@@ -16,13 +14,13 @@ use inbox_tests::TestBackend as _;
 
 #[test]
 fn the_readme_shows_the_example_file_verbatim() {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../../README.md");
     let block = readme
         .split("```rust\n")
         .nth(1)
         .and_then(|rest| rest.split("```").next())
         .expect("the README's first rust block");
-    assert_eq!(block, include_str!("readme/first_example.rs"));
+    assert_eq!(block, include_str!("first_example.rs"));
 }
 
 #[test]
