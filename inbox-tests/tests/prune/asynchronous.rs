@@ -1,7 +1,7 @@
 //! `Prune::run_async` on diesel-async connections: the same batches and
 //! report as the blocking run.
 
-#![cfg(feature = "async")]
+#![cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
 
 use std::ops::ControlFlow;
 
@@ -17,7 +17,6 @@ inbox_tests::backend_tests! {
 
 /// Seeds 250 expired and 5 fresh ids with the blocking connection, prunes
 /// asynchronously in batches of 100.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub async fn run_async<B: TestBackend>() {
     let Some(db) = B::open() else { return };
     let mut conn = db.connect();
@@ -102,7 +101,6 @@ pub async fn run_async<B: TestBackend>() {
 
 /// Rows held by a transaction still open survive an async prune too (see
 /// `open_transactions`), which does not wait for them.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub fn held_rows_survive_run_async<B: ServerBackend>() {
     let Some(db) = B::open() else { return };
     crate::open_transactions::held_rows_survive_with(&db, |prune| {
