@@ -123,6 +123,16 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     /// SQL for the database-clock time `seconds` ago, in `received_at`'s type.
     fn ago_sql(seconds: i64) -> String;
 
+    /// The inbox table as the first version's `setup()` created it: the
+    /// inbox's first migration (its `up.sql`), to upgrade from.
+    const FIRST_SCHEMA_SQL: &'static str;
+
+    /// The inbox table as the database describes it, one `value` row (for
+    /// [`SqlRows::texts`]) per column with its type and default, per
+    /// constraint and per index: two inboxes with the same rows, sorted,
+    /// have the same schema.
+    const DESCRIBE_INBOX_SQL: &'static str;
+
     /// A new diesel-async connection to this database.
     #[cfg(feature = "async")]
     fn connect_async(&self) -> impl std::future::Future<Output = Self::AsyncConnection> + Send {

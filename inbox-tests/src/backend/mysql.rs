@@ -72,6 +72,26 @@ impl TestBackend for Mysql {
     fn ago_sql(seconds: i64) -> String {
         format!("UTC_TIMESTAMP(6) - INTERVAL {seconds} SECOND")
     }
+
+    const FIRST_SCHEMA_SQL: &'static str = include_str!(
+        "../../../inbox-runtime/migrations/mysql/2026-12-01-000000_create_inbox_messages/up.sql"
+    );
+
+    const DESCRIBE_INBOX_SQL: &'static str =
+        "SELECT CONCAT('column ', column_name, ' ', column_type, ' default ', \
+                       COALESCE(column_default, '-')) AS value \
+         FROM information_schema.columns \
+         WHERE table_schema = DATABASE() AND table_name = 'inbox_messages' \
+         UNION ALL \
+         SELECT CONCAT('constraint ', constraint_name, ' ', check_clause) \
+         FROM information_schema.check_constraints \
+         WHERE constraint_schema = DATABASE() AND table_name = 'inbox_messages' \
+         UNION ALL \
+         SELECT CONCAT('index ', index_name, ' ', non_unique, ' ', \
+                       GROUP_CONCAT(column_name ORDER BY seq_in_index)) \
+         FROM information_schema.statistics \
+         WHERE table_schema = DATABASE() AND table_name = 'inbox_messages' \
+         GROUP BY index_name, non_unique";
 }
 
 impl ServerBackend for Mysql {

@@ -87,6 +87,23 @@ impl TestBackend for Postgres {
     fn ago_sql(seconds: i64) -> String {
         format!("now() - interval '{seconds} seconds'")
     }
+
+    const FIRST_SCHEMA_SQL: &'static str = include_str!(
+        "../../../inbox-runtime/migrations/postgres/2026-12-01-000000_create_inbox_messages/up.sql"
+    );
+
+    /// Indexes with the table's schema left out of their definition.
+    const DESCRIBE_INBOX_SQL: &'static str =
+        "SELECT 'column ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) \
+                || ' default ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '-') AS value \
+         FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+         WHERE a.attrelid = 'inbox_messages'::regclass AND a.attnum > 0 AND NOT a.attisdropped \
+         UNION ALL \
+         SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(oid) FROM pg_constraint \
+         WHERE conrelid = 'inbox_messages'::regclass \
+         UNION ALL \
+         SELECT 'index ' || regexp_replace(pg_get_indexdef(indexrelid), ' ON \\S+\\.inbox_messages ', ' ON inbox_messages ') \
+         FROM pg_index WHERE indrelid = 'inbox_messages'::regclass";
 }
 
 impl ServerBackend for Postgres {

@@ -73,6 +73,16 @@ impl TestBackend for Sqlite {
     fn ago_sql(seconds: i64) -> String {
         format!("strftime('%Y-%m-%d %H:%M:%f', 'now', '-{seconds} seconds')")
     }
+
+    const FIRST_SCHEMA_SQL: &'static str = include_str!(
+        "../../../inbox-runtime/migrations/sqlite/2026-12-01-000000_create_inbox_messages/up.sql"
+    );
+
+    /// A table renamed by the migration's rebuild is stored with its name
+    /// quoted.
+    const DESCRIBE_INBOX_SQL: &'static str =
+        "SELECT type || ' ' || name || ': ' || replace(sql, '\"inbox_messages\"', 'inbox_messages') AS value \
+         FROM sqlite_master WHERE tbl_name = 'inbox_messages'";
 }
 
 #[derive(Debug)]
