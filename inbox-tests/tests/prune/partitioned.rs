@@ -23,7 +23,7 @@ mod postgres {
     use inbox_tests::Postgres;
 
     use crate::open_transactions::held_rows_survive_with;
-    use crate::schema::{without_inbox, SchemaDb as _};
+    use crate::schema::{describe, run_first_migration, run_pending_migrations, without_inbox};
     use crate::support::*;
 
     const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -904,8 +904,8 @@ mod postgres {
 
         // An inbox of the first version, upgraded by the migrations.
         let mut conn = without_inbox(&db);
-        Postgres::run_first_migration(&mut conn);
-        Postgres::run_pending_migrations(&mut conn);
+        run_first_migration(&mut conn);
+        run_pending_migrations(&mut conn);
         late_claim(&mut conn, "migrated");
 
         // The generation layout: the converted table, then a new generation.
@@ -932,17 +932,17 @@ mod postgres {
         let Some(db) = Postgres::open() else {
             return;
         };
-        let new = Postgres::describe(&mut db.connect());
+        let new = describe::<Postgres>(&mut db.connect());
         let mut conn = without_inbox(&db);
         let mut layout =
             MigrationSource::<diesel::pg::Pg>::migrations(&partitioned::MIGRATIONS).unwrap();
         layout.sort_by_key(|migration| migration.name().version().to_string());
-        Postgres::run_first_migration(&mut conn);
+        run_first_migration(&mut conn);
         conn.run_migration(&*layout[0]).unwrap();
         assert!(deliver(&mut conn, "h", "before", false).is_ok());
         partitioned::rotate(&mut conn, Duration::from_secs(5)).unwrap();
 
-        Postgres::run_pending_migrations(&mut conn);
+        run_pending_migrations(&mut conn);
         conn.run_pending_migrations(partitioned::MIGRATIONS)
             .unwrap();
         let functions: Vec<Proc> = diesel::sql_query(
@@ -970,9 +970,9 @@ mod postgres {
                 .collect()
         };
         let plain = layout_columns(new);
-        assert_eq!(layout_columns(Postgres::describe(&mut conn)), plain);
+        assert_eq!(layout_columns(describe::<Postgres>(&mut conn)), plain);
         partitioned::rotate(&mut conn, Duration::from_secs(5)).unwrap();
-        let rotated: Vec<String> = layout_columns(Postgres::describe(&mut conn))
+        let rotated: Vec<String> = layout_columns(describe::<Postgres>(&mut conn))
             .into_iter()
             .map(|line| line.replace("_g3_pkey", "_pkey"))
             .collect();
