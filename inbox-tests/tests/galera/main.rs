@@ -3,7 +3,7 @@
 //! Issue 15 items 2d and 3; the foundation of issue 12's Galera tests.
 //!
 //! One test, `galera_cluster`, starts the cluster once (about 10 s) and runs
-//! the scenarios on it in order, each in `tests/galera/`:
+//! the scenarios on it in order, each in `tests/galera/` (a module each):
 //!
 //! - `commit_refused`: two deliveries of one id on two nodes, the first held
 //!   open after its body ran: both bodies run, the later-certified COMMIT is
@@ -33,18 +33,12 @@
 #![cfg(feature = "mysql")]
 #![allow(missing_docs)]
 
-#[path = "galera/support.rs"]
 mod support;
 
-#[path = "galera/commit_refused.rs"]
 mod commit_refused;
-#[path = "galera/consumer.rs"]
 mod consumer;
-#[path = "galera/node_failure.rs"]
 mod node_failure;
-#[path = "galera/pruning.rs"]
 mod pruning;
-#[path = "galera/race.rs"]
 mod race;
 
 use inbox_tests::GaleraCluster;

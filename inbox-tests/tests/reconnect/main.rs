@@ -11,7 +11,7 @@
 //!   (libpq, tokio-postgres) → the consumer reaches the writable server.
 //!
 //! The consumer is the one the README describes, written once in
-//! `reconnect/consumer.rs`: redeliver while the error's `recovery()` says
+//! `consumer.rs`: redeliver while the error's `recovery()` says
 //! `Retry`, reconnect on `Reconnect`, both with a bounded backoff.
 //!
 //! Run: `cargo test -p inbox-tests --all-features --test reconnect -- --nocapture`
@@ -19,11 +19,7 @@
 #![cfg(feature = "postgres")]
 #![allow(missing_docs)]
 
-#[path = "reconnect/app.rs"]
 mod app;
-#[path = "reconnect/consumer.rs"]
 mod consumer;
-#[path = "reconnect/read_only.rs"]
 mod read_only;
-#[path = "reconnect/restart.rs"]
 mod restart;
