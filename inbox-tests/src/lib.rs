@@ -25,9 +25,9 @@ mod async_rows;
 mod backend;
 mod macros;
 mod rows;
-mod statement;
 #[cfg(feature = "async")]
 pub mod runtime;
+mod statement;
 
 pub use self::app_error::AppError;
 #[cfg(feature = "async")]

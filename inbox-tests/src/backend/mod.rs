@@ -199,21 +199,50 @@ pub trait ServerBackend: TestBackend {
 
     /// A deadpool pool of diesel-async connections.
     #[cfg(feature = "async")]
-    type Deadpool: inbox_runtime::prune::AsyncPrunePool + Clone;
+    type Deadpool: inbox_runtime::prune::AsyncPrunePool<Connection = Self::AsyncConnection> + Clone;
 
     /// A bb8 pool of diesel-async connections.
     #[cfg(feature = "async")]
-    type Bb8: inbox_runtime::prune::AsyncPrunePool;
+    type Bb8: inbox_runtime::prune::AsyncPrunePool<Connection = Self::AsyncConnection>;
 
     /// A deadpool pool of at most `size` connections to `url`: this
     /// database's [`url`](TestBackend::url), or a way to it (a proxy, a
     /// [`tagged_url`](Self::tagged_url)).
     #[cfg(feature = "async")]
-    fn deadpool(url: &str, size: usize) -> Self::Deadpool;
+    fn deadpool(url: &str, size: usize) -> Self::Deadpool {
+        Self::deadpool_recycling(
+            url,
+            size,
+            diesel_async::pooled_connection::RecyclingMethod::Verified,
+        )
+    }
 
-    /// A bb8 pool of at most `size` connections to `url`.
+    /// A bb8 pool of at most `size` connections to `url`, with bb8's
+    /// defaults (`SELECT 1` on checkout, 30 s to wait for a connection).
     #[cfg(feature = "async")]
-    fn bb8(url: &str, size: u32) -> impl std::future::Future<Output = Self::Bb8> + Send;
+    fn bb8(url: &str, size: u32) -> impl std::future::Future<Output = Self::Bb8> + Send {
+        Self::bb8_checked(url, size, true, std::time::Duration::from_secs(30))
+    }
+
+    /// [`deadpool`](Self::deadpool) with the way it checks a connection
+    /// that comes back (`Fast`: only `is_broken`; `Verified`, the default:
+    /// also `SELECT 1`).
+    #[cfg(feature = "async")]
+    fn deadpool_recycling(
+        url: &str,
+        size: usize,
+        recycling: diesel_async::pooled_connection::RecyclingMethod<Self::AsyncConnection>,
+    ) -> Self::Deadpool;
+
+    /// [`bb8`](Self::bb8) that runs `SELECT 1` on checkout or not, and
+    /// waits at most `timeout` for a connection.
+    #[cfg(feature = "async")]
+    fn bb8_checked(
+        url: &str,
+        size: u32,
+        test_on_check_out: bool,
+        timeout: std::time::Duration,
+    ) -> impl std::future::Future<Output = Self::Bb8> + Send;
 }
 
 /// [`ServerBackend`]'s pools of the diesel-async connection type `$connection`.
@@ -223,25 +252,41 @@ macro_rules! async_pools {
         type Deadpool = diesel_async::pooled_connection::deadpool::Pool<$connection>;
         type Bb8 = diesel_async::pooled_connection::bb8::Pool<$connection>;
 
-        fn deadpool(url: &str, size: usize) -> Self::Deadpool {
-            use diesel_async::pooled_connection::{deadpool, AsyncDieselConnectionManager};
-            deadpool::Pool::builder(AsyncDieselConnectionManager::new(url))
+        fn deadpool_recycling(
+            url: &str,
+            size: usize,
+            recycling: diesel_async::pooled_connection::RecyclingMethod<$connection>,
+        ) -> Self::Deadpool {
+            use diesel_async::pooled_connection::{
+                deadpool, AsyncDieselConnectionManager, ManagerConfig,
+            };
+            let mut config = ManagerConfig::default();
+            config.recycling_method = recycling;
+            deadpool::Pool::builder(AsyncDieselConnectionManager::new_with_config(url, config))
                 .max_size(size)
                 .build()
                 .expect("build a deadpool pool")
         }
 
-        fn bb8(url: &str, size: u32) -> impl std::future::Future<Output = Self::Bb8> + Send {
+        fn bb8_checked(
+            url: &str,
+            size: u32,
+            test_on_check_out: bool,
+            timeout: std::time::Duration,
+        ) -> impl std::future::Future<Output = Self::Bb8> + Send {
             use diesel_async::pooled_connection::{bb8, AsyncDieselConnectionManager};
             let manager = AsyncDieselConnectionManager::new(url);
             async move {
                 bb8::Pool::builder()
                     .max_size(size)
+                    .test_on_check_out(test_on_check_out)
+                    .connection_timeout(timeout)
                     .build(manager)
                     .await
                     .expect("build a bb8 pool")
             }
         }
+
     };
 }
 #[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
