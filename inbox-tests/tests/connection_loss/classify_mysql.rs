@@ -12,7 +12,8 @@ use diesel::prelude::*;
 use diesel::result::Error;
 use inbox_runtime::{idempotent, Recovery};
 
-use crate::support::{AppError, Findings, TestBackend};
+use crate::support::{AppError, Findings};
+use inbox_tests::TestBackend;
 
 /// Rows to fight over.
 const LOCKS_DDL: &str = "CREATE TABLE cls (k INT PRIMARY KEY, v INT NOT NULL) ENGINE = InnoDB;
@@ -206,7 +207,8 @@ mod asynchronous {
     use inbox_runtime::{idempotent, Recovery};
 
     use super::{msg, running_sql, Msg, LOCKS_DDL};
-    use crate::support::{AppError, Findings, TestBackend};
+    use crate::support::{AppError, Findings};
+    use inbox_tests::TestBackend;
 
     type Conn = AsyncMysqlConnection;
 

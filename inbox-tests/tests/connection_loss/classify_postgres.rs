@@ -10,7 +10,8 @@ use diesel::prelude::*;
 use diesel::result::Error;
 use inbox_runtime::{idempotent, Recovery};
 
-use crate::support::{AppError, Findings, TestBackend};
+use crate::support::{AppError, Findings};
+use inbox_tests::TestBackend;
 
 /// The setup: a row to fight over.
 const LOCKS_DDL: &str = "CREATE TABLE cls (k INT PRIMARY KEY, v INT NOT NULL);
@@ -179,7 +180,8 @@ mod asynchronous {
     use inbox_runtime::{idempotent, Recovery};
 
     use super::{msg, Msg, LOCKS_DDL};
-    use crate::support::{AppError, Findings, TestBackend};
+    use crate::support::{AppError, Findings};
+    use inbox_tests::TestBackend;
 
     #[idempotent(id = msg.id, handler = "loss.classify_async")]
     async fn touch(conn: &mut AsyncPgConnection, msg: &Msg) -> Result<(), AppError> {

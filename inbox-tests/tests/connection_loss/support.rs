@@ -8,20 +8,27 @@ use std::time::Duration;
 use diesel::result::Error;
 use inbox_runtime::Recovery;
 
-pub use inbox_tests::{AppError, TestBackend};
+pub use inbox_tests::AppError;
 
-diesel::table! {
-    /// What the handler bodies write: one row per effect, no unique key, so
-    /// an effect applied twice shows up twice.
-    loss_effects (message_id, note) {
-        message_id -> Text,
-        note -> Text,
-    }
-}
-
-/// Valid on PostgreSQL and MariaDB alike.
+/// What the handler bodies write: one row per effect, no unique key, so an
+/// effect applied twice shows up twice. Valid on PostgreSQL and MariaDB alike.
 pub const EFFECTS_DDL: &str = "CREATE TABLE loss_effects \
      (message_id VARCHAR(255) NOT NULL, note VARCHAR(64) NOT NULL)";
+
+/// The statement that records effect `note` of message `id`.
+pub fn effect_sql(id: &str, note: &str) -> String {
+    format!("INSERT INTO loss_effects (message_id, note) VALUES ('{id}', '{note}')")
+}
+
+/// How many inbox rows message `id` has (a `BIGINT` `value`).
+pub fn claims_sql(id: &str) -> String {
+    format!("SELECT COUNT(*) AS value FROM inbox_messages WHERE message_id = '{id}'")
+}
+
+/// The notes of message `id`'s effects (a text `value`).
+pub fn notes_sql(id: &str) -> String {
+    format!("SELECT note AS value FROM loss_effects WHERE message_id = '{id}'")
+}
 
 /// How long a statement on a killed connection may take before the test
 /// calls it a hang. Generous: the machine is shared; a hang never ends.
