@@ -11,7 +11,7 @@
 //!   `(handler, received_at)`.
 //! - `override_backlog`: a handler with a longer window of its own holds a
 //!   large backlog that the default window has expired (1,000,000 rows on
-//!   PostgreSQL; 200,000 on MariaDB, see `Server::BACKLOG`). The default pass
+//!   PostgreSQL; 200,000 on MariaDB, see `BatchProbe::BACKLOG`). The default pass
 //!   used to walk `received_at` past all of it in every batch (PostgreSQL:
 //!   "Rows Removed by Filter: 1000000" per batch; MariaDB: every backlog row
 //!   locked). Every batch of a real run is examined while it runs, through
@@ -41,16 +41,16 @@ inbox_tests::backend_tests!(
 );
 
 /// What differs between the two servers in how a batch is examined.
-pub trait Server: ServerBackend {
+pub trait BatchProbe: ServerBackend {
     /// The rows of the backlog of `override_backlog_is_neither_read_nor_locked`.
     const BACKLOG: i64;
     /// Refreshes the planner's statistics.
     const ANALYZE: &'static str;
     /// Makes the next transaction READ COMMITTED.
     const READ_COMMITTED: &'static str;
-    /// `handler`'s rows, and every other handler's, that another transaction
-    /// could lock now.
-    fn lockable(probe: &mut Self::Connection, handler: &str) -> (i64, i64);
+    /// How the lock probe reads the inbox: MariaDB through its primary key
+    /// (`FORCE INDEX (PRIMARY)`); PostgreSQL as its planner likes.
+    const PROBE_INDEX_HINT: &'static str;
     /// The SQL of `statement` as Diesel writes it, with its binds.
     fn debug(statement: &PruneBatchStatement<'_>) -> String;
     /// A statement as Diesel shows it (`SQL -- binds: [..]`) with its bind
@@ -71,6 +71,26 @@ pub trait Server: ServerBackend {
     /// same handler in a one-handler scope). PostgreSQL locks only the rows
     /// the scan returns.
     const LOCKS_THE_ROW_PAST_THE_END: bool;
+}
+
+/// `handler`'s rows, and every other handler's, that another transaction
+/// could lock now.
+fn lockable<B: BatchProbe>(probe: &mut B::Connection, handler: &str) -> (i64, i64) {
+    probe
+        .transaction(|probe| {
+            let count = |condition: &str, probe: &mut B::Connection| {
+                probe.bigint(&format!(
+                    "SELECT COUNT(*) AS value FROM (SELECT message_id FROM inbox_messages {} \
+                     WHERE {condition} FOR UPDATE SKIP LOCKED) AS free",
+                    B::PROBE_INDEX_HINT
+                ))
+            };
+            Ok::<_, diesel::result::Error>((
+                count(&format!("handler = '{handler}'"), probe),
+                count(&format!("handler <> '{handler}'"), probe),
+            ))
+        })
+        .unwrap()
 }
 
 /// The bind parameters of a statement as Diesel shows it, as SQL literals.
@@ -95,7 +115,7 @@ fn binds(debug: &str) -> (String, Vec<String>) {
 }
 
 /// The batch for one handler's rows, `LIMIT` at a time.
-pub fn one_handler_batch_reads_the_index_and_locks_its_limit<B: Server>() {
+pub fn one_handler_batch_reads_the_index_and_locks_its_limit<B: BatchProbe>() {
     let Some(db) = B::open() else { return };
     let mut conn = db.connect();
     for h in 0..HANDLERS {
@@ -124,7 +144,7 @@ pub fn one_handler_batch_reads_the_index_and_locks_its_limit<B: Server>() {
     let mut seen = None;
     let result = conn.transaction(|conn| {
         let deleted = statement.execute(conn)?;
-        seen = Some((deleted, B::lockable(&mut probe, "h7")));
+        seen = Some((deleted, lockable::<B>(&mut probe, "h7")));
         Err::<(), _>(diesel::result::Error::RollbackTransaction)
     });
     assert!(
@@ -154,7 +174,7 @@ const LIVE: usize = 50;
 const BATCH: u32 = 100;
 
 /// What was seen of one batch of the run: before it executed, what
-/// `Server::examine` found wrong; after it executed and before it committed,
+/// `BatchProbe::examine` found wrong; after it executed and before it committed,
 /// the backlog's lockable rows and the other handlers' rows, present and
 /// lockable.
 #[derive(Debug, Default)]
@@ -176,7 +196,7 @@ struct Watcher<C> {
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
-pub fn override_backlog_is_neither_read_nor_locked<B: Server>() {
+pub fn override_backlog_is_neither_read_nor_locked<B: BatchProbe>() {
     let Some(db) = B::open() else { return };
     let backlog = B::BACKLOG;
     let mut conn = db.connect();
@@ -218,7 +238,7 @@ pub fn override_backlog_is_neither_read_nor_locked<B: Server>() {
         InstrumentationEvent::FinishQuery {
             query, error: None, ..
         } if query.to_string().starts_with("DELETE") => {
-            let (backlog_lockable, others_lockable) = B::lockable(&mut watcher.probe, AUDIT);
+            let (backlog_lockable, others_lockable) = lockable::<B>(&mut watcher.probe, AUDIT);
             let others_present = count(&mut watcher.probe) - backlog;
             let mut seen = watcher.seen.lock().unwrap();
             let last = seen.last_mut().expect("the batch's start was seen");
@@ -285,7 +305,7 @@ pub fn override_backlog_is_neither_read_nor_locked<B: Server>() {
 }
 
 #[cfg(feature = "mysql")]
-impl Server for inbox_tests::Mysql {
+impl BatchProbe for inbox_tests::Mysql {
     /// Any backlog row a batch locks fails the test, whatever the size, so
     /// this is not about volume; 200,000 rows (2,000 times the batch) fill in
     /// about a second, and each lock probe (one per batch) reads them all in a
@@ -295,24 +315,7 @@ impl Server for inbox_tests::Mysql {
     const ANALYZE: &'static str = "ANALYZE TABLE inbox_messages";
     const READ_COMMITTED: &'static str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
 
-    fn lockable(probe: &mut diesel::MysqlConnection, handler: &str) -> (i64, i64) {
-        probe
-            .transaction(|probe| {
-                let count = |condition: &str, probe: &mut diesel::MysqlConnection| {
-                    diesel::sql_query(format!(
-                        "SELECT COUNT(*) AS n FROM (SELECT message_id FROM inbox_messages \
-                         FORCE INDEX (PRIMARY) WHERE {condition} FOR UPDATE SKIP LOCKED) AS free"
-                    ))
-                    .get_result::<Count>(probe)
-                    .map(|row| row.n)
-                };
-                Ok::<_, diesel::result::Error>((
-                    count(&format!("handler = '{handler}'"), probe)?,
-                    count(&format!("handler <> '{handler}'"), probe)?,
-                ))
-            })
-            .unwrap()
-    }
+    const PROBE_INDEX_HINT: &'static str = "FORCE INDEX (PRIMARY)";
 
     fn debug(statement: &PruneBatchStatement<'_>) -> String {
         diesel::debug_query::<diesel::mysql::Mysql, _>(statement).to_string()
@@ -368,12 +371,6 @@ impl Server for inbox_tests::Mysql {
     const LOCKS_THE_ROW_PAST_THE_END: bool = true;
 }
 
-#[derive(QueryableByName)]
-struct Count {
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    n: i64,
-}
-
 #[cfg(feature = "mysql")]
 #[derive(QueryableByName, Debug)]
 struct MysqlPlanRow {
@@ -416,30 +413,13 @@ fn postgres_plan(conn: &mut diesel::PgConnection, explain: &str) -> Vec<String> 
 }
 
 #[cfg(feature = "postgres")]
-impl Server for inbox_tests::Postgres {
+impl BatchProbe for inbox_tests::Postgres {
     const BACKLOG: i64 = 1_000_000;
     const ANALYZE: &'static str = "ANALYZE inbox_messages";
     const READ_COMMITTED: &'static str =
         "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED";
 
-    fn lockable(probe: &mut diesel::PgConnection, handler: &str) -> (i64, i64) {
-        probe
-            .transaction(|probe| {
-                let count = |condition: &str, probe: &mut diesel::PgConnection| {
-                    diesel::sql_query(format!(
-                        "SELECT COUNT(*) AS n FROM (SELECT message_id FROM inbox_messages \
-                         WHERE {condition} FOR UPDATE SKIP LOCKED) AS free"
-                    ))
-                    .get_result::<Count>(probe)
-                    .map(|row| row.n)
-                };
-                Ok::<_, diesel::result::Error>((
-                    count(&format!("handler = '{handler}'"), probe)?,
-                    count(&format!("handler <> '{handler}'"), probe)?,
-                ))
-            })
-            .unwrap()
-    }
+    const PROBE_INDEX_HINT: &'static str = "";
 
     fn debug(statement: &PruneBatchStatement<'_>) -> String {
         diesel::debug_query::<diesel::pg::Pg, _>(statement).to_string()
