@@ -23,6 +23,7 @@ mod app_error;
 #[cfg(feature = "async")]
 mod async_rows;
 mod backend;
+mod connections;
 mod macros;
 mod rows;
 #[cfg(feature = "async")]
@@ -39,6 +40,9 @@ pub use self::backend::Sqlite;
 pub use self::backend::{DieselBackend, ServerBackend, TestBackend};
 #[cfg(feature = "postgres")]
 pub use self::backend::{PgEncodedDatabase, Postgres};
+pub use self::connections::{connection_id, terminate};
+#[cfg(feature = "async")]
+pub use self::connections::{connection_id_async, terminate_async};
 pub use self::rows::SqlRows;
 pub use self::statement::{statement, Statement};
 

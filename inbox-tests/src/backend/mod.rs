@@ -286,7 +286,6 @@ macro_rules! async_pools {
                     .expect("build a bb8 pool")
             }
         }
-
     };
 }
 #[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
