@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
 use inbox_runtime::prune::AsyncPrunePool;
 use inbox_runtime::{idempotent, InboxBackend, Outcome};
-use inbox_tests::{statement, AsyncSqlRows, ServerBackend};
+use inbox_tests::{connection_id_async, statement, AsyncSqlRows, ServerBackend};
 
 /// The bound the tests set; the redelivery must finish well within
 /// `REDELIVERY_DEADLINE` (a hang, not a slow run, is the failure).
@@ -43,11 +43,6 @@ where
     Ok(Outcome::Processed(()))
 }
 
-async fn connection_id<B: ServerBackend>(conn: &mut impl AsyncSqlRows) -> i64 {
-    conn.bigint(&format!("SELECT {} AS value", B::CONNECTION_ID_SQL))
-        .await
-}
-
 async fn a_cancelled_delivery_blocks_its_redelivery_no_longer_than_the_bound<B: ServerBackend>() {
     inbox_runtime::set_abandoned_transaction_timeout(Some(BOUND));
     let Some(db) = B::open() else { return };
@@ -64,7 +59,7 @@ async fn a_cancelled_delivery_blocks_its_redelivery_no_longer_than_the_bound<B: 
 
     let stalled = ("m-1".to_owned(), true);
     let mut object = pool.checkout().await.expect("a connection");
-    let abandoned_id = connection_id::<B>(&mut *object).await;
+    let abandoned_id = connection_id_async::<B>(&mut *object).await;
     let cancelled =
         tokio::time::timeout(Duration::from_millis(300), record(&mut object, &stalled)).await;
     assert!(cancelled.is_err(), "the delivery was cancelled mid-body");
@@ -74,7 +69,7 @@ async fn a_cancelled_delivery_blocks_its_redelivery_no_longer_than_the_bound<B: 
     let redelivery = ("m-1".to_owned(), false);
     let outcome = tokio::time::timeout(REDELIVERY_DEADLINE, async {
         let mut object = pool.checkout().await.expect("a connection");
-        let id = connection_id::<B>(&mut *object).await;
+        let id = connection_id_async::<B>(&mut *object).await;
         let outcome = record(&mut object, &redelivery).await;
         (id, outcome)
     })

@@ -53,7 +53,7 @@ mod mysql {
         .expect("create the lock table");
         let mut observer = db.connect_async().await;
         let mut other = db.connect_async().await;
-        let other_id = connection_id::<Mysql>(&mut other).await;
+        let other_id = inbox_tests::connection_id_async::<Mysql>(&mut other).await;
         let deadlocked = Msg::new("dl-1");
         let next = Msg::new("dl-2").failing();
 

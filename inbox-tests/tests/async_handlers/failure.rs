@@ -125,7 +125,7 @@ async fn a_panic_is_resumed_even_when_the_rollback_fails<B: ServerBackend>() {
     };
     let doomed = Doomed {
         id: "kp-1".to_owned(),
-        kill_sql: B::kill_sql(connection_id::<B>(&mut conn).await),
+        kill_sql: B::kill_sql(inbox_tests::connection_id_async::<B>(&mut conn).await),
         killer: tokio::sync::Mutex::new(db.connect_async().await),
     };
     let caught = std::panic::AssertUnwindSafe(killed_then_panics(&mut conn, &doomed))

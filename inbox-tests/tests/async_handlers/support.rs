@@ -63,12 +63,6 @@ pub fn depth<C: AsyncConnection>(conn: &mut C) -> u32 {
     .map_or(0, std::num::NonZeroU32::get)
 }
 
-/// The server's id of the connection.
-pub async fn connection_id<B: ServerBackend>(conn: &mut B::AsyncConnection) -> i64 {
-    conn.bigint(&format!("SELECT {} AS value", B::CONNECTION_ID_SQL))
-        .await
-}
-
 /// Waits until `count` of the connections `ids` are inside their claim
 /// statement, behind the holder's lock.
 pub async fn wait_for_lock_waiters<B: ServerBackend>(

@@ -31,7 +31,7 @@ async fn waiters_on_a_claim_that_rolls_back_both_complete<B: ServerBackend>() {
         let mut ids = Vec::new();
         for worker in 1..=2 {
             let mut conn = db.connect_async().await;
-            ids.push(connection_id::<B>(&mut conn).await);
+            ids.push(inbox_tests::connection_id_async::<B>(&mut conn).await);
             let msg = Msg::new(id.clone()).by(worker);
             waiters.push(tokio::spawn(async move { record(&mut conn, &msg).await }));
         }

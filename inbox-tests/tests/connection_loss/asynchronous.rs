@@ -4,14 +4,15 @@
 //! server backend.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
 
 use diesel::QueryResult;
 use diesel_async::pooled_connection::{PoolableConnection, RecyclingMethod};
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
 use inbox_runtime::prune::AsyncPrunePool;
 use inbox_runtime::{idempotent, InboxBackend, Outcome, Recovery};
-use inbox_tests::{statement, AsyncSqlRows, ServerBackend, TestBackend};
+use inbox_tests::{
+    connection_id_async, statement, terminate_async, AsyncSqlRows, ServerBackend, TestBackend,
+};
 
 use crate::support::*;
 
@@ -55,7 +56,7 @@ impl<B: ServerBackend> Delivery<B> {
 
     async fn kill_if(&self, at: KillAt) {
         if let Some(kill) = self.kill.as_ref().filter(|kill| kill.at == at) {
-            terminate::<B>(&mut *kill.killer.lock().await, kill.victim).await;
+            terminate_async::<B>(&mut *kill.killer.lock().await, kill.victim).await;
         }
     }
 }
@@ -104,34 +105,6 @@ async fn effect<C: AsyncConnection>(conn: &mut C, id: &str, note: &str) -> Query
         .execute(conn)
         .await
         .map(drop)
-}
-
-/// Terminates server connection `victim` and waits (bounded) until
-/// the server no longer lists it.
-async fn terminate<B: ServerBackend>(killer: &mut B::AsyncConnection, victim: i64) {
-    statement(B::kill_sql(victim))
-        .execute(killer)
-        .await
-        .expect("kill the connection");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let alive = killer
-            .bigint(&format!("SELECT {} AS value", B::alive_sql(victim)))
-            .await;
-        if alive == 0 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "connection {victim} outlived its kill"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-async fn connection_id<B: ServerBackend>(conn: &mut B::AsyncConnection) -> i64 {
-    conn.bigint(&format!("SELECT {} AS value", B::CONNECTION_ID_SQL))
-        .await
 }
 
 async fn fresh<B: TestBackend>() -> Option<(B, B::AsyncConnection)> {
@@ -230,7 +203,7 @@ async fn lose_direct<B: ServerBackend>(at: KillAt) {
     };
     let how = format!("{at:?}");
     let id = format!("direct-{at:?}");
-    let victim = connection_id::<B>(&mut conn).await;
+    let victim = connection_id_async::<B>(&mut conn).await;
     let doomed = Delivery::<B>::doomed(&id, at, victim, db.connect_async().await);
     let error = deliver(&mut conn, &doomed)
         .await
@@ -329,7 +302,7 @@ async fn lose_deadpool<B: ServerBackend>(at: KillAt) {
         let how = format!("{at:?} deadpool {method_name}");
         let id = format!("deadpool-{at:?}-{method_name}");
         let mut object = pool.checkout().await.expect("a connection");
-        let victim = connection_id::<B>(&mut object).await;
+        let victim = connection_id_async::<B>(&mut object).await;
         let doomed = Delivery::<B>::doomed(&id, at, victim, db.connect_async().await);
         let error = deliver(&mut *object, &doomed)
             .await
@@ -345,7 +318,7 @@ async fn lose_deadpool<B: ServerBackend>(at: KillAt) {
             .await
             .unwrap_or_else(|_| panic!("{how}: the next checkout hung"))
             .expect("the pool hands out a working connection");
-        let replacement = connection_id::<B>(&mut next).await;
+        let replacement = connection_id_async::<B>(&mut next).await;
         println!(
             "{} async {how}: connection {victim} discarded by recycle, \
              connection {replacement} handed out",
@@ -368,7 +341,7 @@ async fn lose_bb8<B: ServerBackend>(at: KillAt) {
         let how = format!("{at:?} bb8 test_on_check_out={test_on_check_out}");
         let id = format!("bb8-{at:?}-{test_on_check_out}");
         let mut pooled = pool.checkout().await.expect("a connection");
-        let victim = connection_id::<B>(&mut pooled).await;
+        let victim = connection_id_async::<B>(&mut pooled).await;
         let doomed = Delivery::<B>::doomed(&id, at, victim, db.connect_async().await);
         let error = deliver(&mut *pooled, &doomed)
             .await
@@ -385,7 +358,7 @@ async fn lose_bb8<B: ServerBackend>(at: KillAt) {
             .checkout()
             .await
             .expect("the pool hands out a working connection");
-        let replacement = connection_id::<B>(&mut next).await;
+        let replacement = connection_id_async::<B>(&mut next).await;
         println!(
             "{} async {how}: connection {victim} discarded by has_broken, \
              connection {replacement} handed out",

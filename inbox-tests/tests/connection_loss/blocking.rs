@@ -3,13 +3,12 @@
 //! backend.
 
 use std::cell::{Cell, RefCell};
-use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use inbox_runtime::{idempotent, Outcome, Recovery};
-use inbox_tests::{statement, ServerBackend, SqlRows, TestBackend};
+use inbox_tests::{connection_id, statement, terminate, ServerBackend, SqlRows, TestBackend};
 
 use crate::support::*;
 
@@ -92,30 +91,6 @@ fn deliver<B: ServerBackend>(
 
 fn effect<C: Connection>(conn: &mut C, id: &str, note: &str) -> QueryResult<()> {
     statement(effect_sql(id, note)).execute(conn).map(drop)
-}
-
-/// Terminates server connection `victim` and waits (bounded) until
-/// the server no longer lists it.
-fn terminate<B: ServerBackend>(killer: &mut B::Connection, victim: i64) {
-    statement(B::kill_sql(victim))
-        .execute(killer)
-        .expect("kill the connection");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let alive = killer.bigint(&format!("SELECT {} AS value", B::alive_sql(victim)));
-        if alive == 0 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "connection {victim} outlived its kill"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn connection_id<B: ServerBackend>(conn: &mut B::Connection) -> i64 {
-    conn.bigint(&format!("SELECT {} AS value", B::CONNECTION_ID_SQL))
 }
 
 fn fresh<B: TestBackend>() -> Option<(B, B::Connection)> {

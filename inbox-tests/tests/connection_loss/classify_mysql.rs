@@ -12,8 +12,9 @@ use diesel::prelude::*;
 use diesel::result::Error;
 use inbox_runtime::{idempotent, Recovery};
 
+use inbox_tests::{connection_id, terminate, Mysql, TestBackend};
+
 use crate::support::{AppError, Findings};
-use inbox_tests::TestBackend;
 
 /// Rows to fight over.
 const LOCKS_DDL: &str = "CREATE TABLE cls (k INT PRIMARY KEY, v INT NOT NULL) ENGINE = InnoDB;
@@ -42,14 +43,6 @@ fn touch(conn: &mut MysqlConnection, msg: &Msg) -> Result<(), AppError> {
     Ok(())
 }
 
-fn connection_id(conn: &mut MysqlConnection) -> i64 {
-    diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
-        "CAST(CONNECTION_ID() AS SIGNED)",
-    ))
-    .get_result(conn)
-    .expect("read the connection id")
-}
-
 /// A prepared statement (the path Diesel maps error numbers on).
 fn prepared(conn: &mut MysqlConnection, sql: &str) -> Result<(), Error> {
     diesel::sql_query(sql).execute(conn).map(drop)
@@ -75,35 +68,11 @@ fn wait_until_running(observer: &mut MysqlConnection, id: i64, prefix: &str) {
     }
 }
 
-/// Kills connection `victim` and waits (bounded) until it is gone.
-fn kill(killer: &mut MysqlConnection, victim: i64) {
-    killer
-        .batch_execute(&format!("KILL {victim}"))
-        .expect("KILL");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(&format!(
-        "(SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE id = {victim})"
-    )))
-    .get_result::<i64>(killer)
-    .expect("read the process list")
-        > 0
-    {
-        assert!(
-            Instant::now() < deadline,
-            "connection {victim} outlived KILL"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// A deadlock between `a` and `b`, each statement run by `run`; the
 /// victim's error.
-fn deadlock(
-    db: &inbox_tests::Mysql,
-    run: fn(&mut MysqlConnection, &str) -> Result<(), Error>,
-) -> Error {
+fn deadlock(db: &Mysql, run: fn(&mut MysqlConnection, &str) -> Result<(), Error>) -> Error {
     let (mut a, mut b) = (db.connect(), db.connect());
-    let a_id = connection_id(&mut a);
+    let a_id = connection_id::<Mysql>(&mut a);
     a.batch_execute("BEGIN").unwrap();
     run(&mut a, "UPDATE cls SET v = v + 1 WHERE k = 1").unwrap();
     b.batch_execute("BEGIN").unwrap();
@@ -129,7 +98,7 @@ fn deadlock(
 
 #[test]
 fn blocking_mysql_errors_classify_by_server_code() {
-    let Some(db) = inbox_tests::Mysql::open() else {
+    let Some(db) = Mysql::open() else {
         return;
     };
     let mut a = db.connect();
@@ -173,8 +142,8 @@ fn blocking_mysql_errors_classify_by_server_code() {
     // KILL while the connection is idle: its next statements, then a
     // delivery on it.
     let mut victim = db.connect();
-    let victim_id = connection_id(&mut victim);
-    kill(&mut b, victim_id);
+    let victim_id = connection_id::<Mysql>(&mut victim);
+    terminate::<Mysql>(&mut b, victim_id);
     let error = prepared(&mut victim, "SELECT 1").expect_err("killed");
     seen.diesel("KILL (idle), first statement", &error, Recovery::Reconnect);
     let error = victim.batch_execute("SELECT 1").expect_err("killed");
@@ -184,10 +153,10 @@ fn blocking_mysql_errors_classify_by_server_code() {
 
     // KILL while the connection runs a statement.
     let mut victim = db.connect();
-    let victim_id = connection_id(&mut victim);
+    let victim_id = connection_id::<Mysql>(&mut victim);
     let sleeper = std::thread::spawn(move || prepared(&mut victim, "SELECT SLEEP(20)"));
     wait_until_running(&mut b, victim_id, "SELECT SLEEP");
-    kill(&mut b, victim_id);
+    terminate::<Mysql>(&mut b, victim_id);
     let error = sleeper.join().expect("no panic").expect_err("killed");
     seen.diesel("KILL (in a statement)", &error, Recovery::Reconnect);
 
@@ -203,12 +172,13 @@ mod asynchronous {
     use std::time::{Duration, Instant};
 
     use diesel::result::Error;
-    use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
+    use diesel_async::{AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
     use inbox_runtime::{idempotent, Recovery};
 
     use super::{msg, running_sql, Msg, LOCKS_DDL};
+    use inbox_tests::{connection_id_async, terminate_async, Mysql, TestBackend};
+
     use crate::support::{AppError, Findings};
-    use inbox_tests::TestBackend;
 
     type Conn = AsyncMysqlConnection;
 
@@ -219,19 +189,6 @@ mod asynchronous {
             .execute(conn)
             .await?;
         Ok(())
-    }
-
-    async fn connect(db: &inbox_tests::Mysql) -> Conn {
-        Conn::establish(db.url()).await.expect("connect")
-    }
-
-    async fn connection_id(conn: &mut Conn) -> i64 {
-        diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
-            "CAST(CONNECTION_ID() AS SIGNED)",
-        ))
-        .get_result(conn)
-        .await
-        .expect("read the connection id")
     }
 
     async fn statement(conn: &mut Conn, sql: &str) -> Result<(), Error> {
@@ -256,37 +213,20 @@ mod asynchronous {
         }
     }
 
-    async fn kill(killer: &mut Conn, victim: i64) {
-        killer
-            .batch_execute(&format!("KILL {victim}"))
-            .await
-            .expect("KILL");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let alive =
-            format!("(SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE id = {victim})");
-        while count(killer, &alive).await > 0 {
-            assert!(
-                Instant::now() < deadline,
-                "connection {victim} outlived KILL"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn async_mysql_errors_classify_by_server_code() {
-        let Some(db) = inbox_tests::Mysql::open() else {
+        let Some(db) = Mysql::open() else {
             return;
         };
-        let mut a = connect(&db).await;
+        let mut a = db.connect_async().await;
         a.batch_execute(LOCKS_DDL)
             .await
             .expect("create the lock table");
-        let mut b = connect(&db).await;
+        let mut b = db.connect_async().await;
         let mut seen = Findings::default();
 
         // 1213 (diesel-async does not map it: message only).
-        let a_id = connection_id(&mut a).await;
+        let a_id = connection_id_async::<Mysql>(&mut a).await;
         a.batch_execute("BEGIN; UPDATE cls SET v = v + 1 WHERE k = 1")
             .await
             .unwrap();
@@ -299,7 +239,7 @@ mod asynchronous {
             (a, result)
         });
         wait_until_running(
-            &mut connect(&db).await,
+            &mut db.connect_async().await,
             a_id,
             "UPDATE cls SET v = v + 1 WHERE k = 2",
         )
@@ -327,7 +267,7 @@ mod asynchronous {
         a.batch_execute("ROLLBACK").await.unwrap();
 
         // 1792.
-        let mut read_only = connect(&db).await;
+        let mut read_only = db.connect_async().await;
         read_only
             .batch_execute("SET SESSION TRANSACTION READ ONLY")
             .await
@@ -342,9 +282,9 @@ mod asynchronous {
         );
 
         // KILL while idle.
-        let mut victim = connect(&db).await;
-        let victim_id = connection_id(&mut victim).await;
-        kill(&mut b, victim_id).await;
+        let mut victim = db.connect_async().await;
+        let victim_id = connection_id_async::<Mysql>(&mut victim).await;
+        terminate_async::<Mysql>(&mut b, victim_id).await;
         let error = statement(&mut victim, "SELECT 1")
             .await
             .expect_err("killed");
@@ -359,11 +299,11 @@ mod asynchronous {
         seen.handler("KILL (idle), handler", &error, Recovery::Reconnect);
 
         // KILL in a statement.
-        let mut victim = connect(&db).await;
-        let victim_id = connection_id(&mut victim).await;
+        let mut victim = db.connect_async().await;
+        let victim_id = connection_id_async::<Mysql>(&mut victim).await;
         let sleeper = tokio::spawn(async move { statement(&mut victim, "SELECT SLEEP(20)").await });
         wait_until_running(&mut b, victim_id, "SELECT SLEEP").await;
-        kill(&mut b, victim_id).await;
+        terminate_async::<Mysql>(&mut b, victim_id).await;
         let error = sleeper.await.expect("no panic").expect_err("killed");
         seen.diesel("KILL (in a statement)", &error, Recovery::Reconnect);
 

@@ -10,8 +10,9 @@ use diesel::prelude::*;
 use diesel::result::Error;
 use inbox_runtime::{idempotent, Recovery};
 
+use inbox_tests::{connection_id, Postgres, TestBackend};
+
 use crate::support::{AppError, Findings};
-use inbox_tests::TestBackend;
 
 /// The setup: a row to fight over.
 const LOCKS_DDL: &str = "CREATE TABLE cls (k INT PRIMARY KEY, v INT NOT NULL);
@@ -31,14 +32,6 @@ fn touch(conn: &mut PgConnection, msg: &Msg) -> Result<(), AppError> {
     let _ = &msg.id;
     diesel::sql_query("UPDATE cls SET v = v + 1 WHERE k = 2").execute(conn)?;
     Ok(())
-}
-
-fn pid(conn: &mut PgConnection) -> i64 {
-    diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
-        "pg_backend_pid()::bigint",
-    ))
-    .get_result(conn)
-    .expect("read the backend pid")
 }
 
 fn statement(conn: &mut PgConnection, sql: &str) -> Result<(), Error> {
@@ -67,7 +60,7 @@ fn wait_for_lock(observer: &mut PgConnection, pid: i64) {
 
 #[test]
 fn blocking_postgres_errors_classify_by_server_code() {
-    let Some(db) = inbox_tests::Postgres::open() else {
+    let Some(db) = Postgres::open() else {
         return;
     };
     let mut a = db.connect();
@@ -112,7 +105,7 @@ fn blocking_postgres_errors_classify_by_server_code() {
         .unwrap();
     b.batch_execute("SET deadlock_timeout = '100ms'; BEGIN; UPDATE cls SET v = v + 1 WHERE k = 2")
         .unwrap();
-    let a_pid = pid(&mut a);
+    let a_pid = connection_id::<Postgres>(&mut a);
     let waiter = std::thread::spawn(move || {
         let result = statement(&mut a, "UPDATE cls SET v = v + 1 WHERE k = 2");
         let _ = a.batch_execute("ROLLBACK");
@@ -143,7 +136,7 @@ fn blocking_postgres_errors_classify_by_server_code() {
     // 57P01: the backend terminated; the first statement after it, then
     // the closed connection, then a delivery on it.
     let mut victim = db.connect();
-    let victim_pid = pid(&mut victim);
+    let victim_pid = connection_id::<Postgres>(&mut victim);
     statement(
         &mut b,
         &format!("SELECT pg_terminate_backend({victim_pid}, 5000)"),
@@ -176,12 +169,13 @@ mod asynchronous {
     use std::time::{Duration, Instant};
 
     use diesel::result::Error;
-    use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+    use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
     use inbox_runtime::{idempotent, Recovery};
 
     use super::{msg, Msg, LOCKS_DDL};
+    use inbox_tests::{connection_id_async, Postgres, TestBackend};
+
     use crate::support::{AppError, Findings};
-    use inbox_tests::TestBackend;
 
     #[idempotent(id = msg.id, handler = "loss.classify_async")]
     async fn touch(conn: &mut AsyncPgConnection, msg: &Msg) -> Result<(), AppError> {
@@ -190,21 +184,6 @@ mod asynchronous {
             .execute(conn)
             .await?;
         Ok(())
-    }
-
-    async fn connect(db: &inbox_tests::Postgres) -> AsyncPgConnection {
-        AsyncPgConnection::establish(db.url())
-            .await
-            .expect("connect")
-    }
-
-    async fn pid(conn: &mut AsyncPgConnection) -> i64 {
-        diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
-            "pg_backend_pid()::bigint",
-        ))
-        .get_result(conn)
-        .await
-        .expect("read the backend pid")
     }
 
     async fn statement(conn: &mut AsyncPgConnection, sql: &str) -> Result<(), Error> {
@@ -233,14 +212,14 @@ mod asynchronous {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn async_postgres_errors_classify_by_server_code() {
-        let Some(db) = inbox_tests::Postgres::open() else {
+        let Some(db) = Postgres::open() else {
             return;
         };
-        let mut a = connect(&db).await;
+        let mut a = db.connect_async().await;
         a.batch_execute(LOCKS_DDL)
             .await
             .expect("create the lock table");
-        let mut b = connect(&db).await;
+        let mut b = db.connect_async().await;
         let mut seen = Findings::default();
 
         // 40001.
@@ -285,13 +264,13 @@ mod asynchronous {
         )
         .await
         .unwrap();
-        let a_pid = pid(&mut a).await;
+        let a_pid = connection_id_async::<Postgres>(&mut a).await;
         let waiter = tokio::spawn(async move {
             let result = statement(&mut a, "UPDATE cls SET v = v + 1 WHERE k = 2").await;
             let _ = a.batch_execute("ROLLBACK").await;
             result
         });
-        wait_for_lock(&mut connect(&db).await, a_pid).await;
+        wait_for_lock(&mut db.connect_async().await, a_pid).await;
         let b_result = statement(&mut b, "UPDATE cls SET v = v + 1 WHERE k = 1").await;
         let _ = b.batch_execute("ROLLBACK").await;
         let a_result = waiter.await.expect("no panic");
@@ -302,7 +281,7 @@ mod asynchronous {
         seen.diesel("40P01 deadlock_detected", &error, Recovery::Retry);
 
         // 25006.
-        let mut read_only = connect(&db).await;
+        let mut read_only = db.connect_async().await;
         read_only
             .batch_execute("SET default_transaction_read_only = on")
             .await
@@ -317,8 +296,8 @@ mod asynchronous {
         );
 
         // 57P01, then the closed connection.
-        let mut victim = connect(&db).await;
-        let victim_pid = pid(&mut victim).await;
+        let mut victim = db.connect_async().await;
+        let victim_pid = connection_id_async::<Postgres>(&mut victim).await;
         statement(
             &mut b,
             &format!("SELECT pg_terminate_backend({victim_pid}, 5000)"),
