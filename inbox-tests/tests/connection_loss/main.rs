@@ -11,7 +11,7 @@
 //!   and without `test_on_check_out`), deadpool (recycling `Fast` and
 //!   `Verified`), bb8 (`has_broken`, with and without `test_on_check_out`);
 //! - the classification of each server error, produced for real
-//!   (`classify_postgres.rs`, `classify_mysql.rs`): the tables they print
+//!   (`classify/postgres.rs`, `classify/mysql.rs`): the tables they print
 //!   show what each driver said and what `recovery()` answered.
 //!
 //! Run: `cargo test -p inbox-tests --all-features --test connection_loss -- --nocapture`
@@ -24,7 +24,4 @@ mod support;
 mod asynchronous;
 mod blocking;
 
-#[cfg(feature = "mysql")]
-mod classify_mysql;
-#[cfg(feature = "postgres")]
-mod classify_postgres;
+mod classify;
