@@ -9,7 +9,7 @@
 //! pool's other connection and waits for that lock: without a bound it waits
 //! for ever (PostgreSQL's and MariaDB's defaults never end an idle
 //! transaction). Its own binary, because the bound is process-wide.
-#![cfg(feature = "async")]
+#![cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
 #![allow(missing_docs)]
 
 use std::time::{Duration, Instant};

@@ -6,11 +6,25 @@ mod mysql {
     use std::time::{Duration, Instant};
 
     use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
-    use inbox_runtime::InboxError;
+    use inbox_runtime::{idempotent, InboxError};
     use inbox_tests::{AppError, AsyncSqlRows, Mysql, TestBackend};
 
     use crate::handlers::*;
     use crate::support::*;
+
+    /// Waits for `UPDATE locks … WHERE k = 2`, which another transaction holds
+    /// while it waits for the caller.
+    #[idempotent(id = msg.id, handler = "async.deadlock")]
+    async fn takes_the_other_row(
+        conn: &mut AsyncMysqlConnection,
+        msg: &Msg,
+    ) -> Result<(), AppError> {
+        write_effect(conn, &msg.id, 1).await?;
+        diesel::sql_query("UPDATE locks SET v = v + 1 WHERE k = 2")
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
 
     /// Waits until connection `id` is inside its `UPDATE locks …`: behind
     /// the caller's row lock, which it cannot pass before the caller ends.

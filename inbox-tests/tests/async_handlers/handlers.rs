@@ -148,20 +148,6 @@ where
     panic!("deliberate panic after the connection was killed");
 }
 
-/// Waits for `UPDATE locks … WHERE k = 2`, which another transaction holds
-/// while it waits for the caller.
-#[idempotent(id = msg.id, handler = "async.deadlock")]
-pub async fn takes_the_other_row<C>(conn: &mut C, msg: &Msg) -> Result<(), AppError>
-where
-    C: AsyncConnection<Backend: InboxBackend>,
-{
-    write_effect(conn, &msg.id, 1).await?;
-    statement("UPDATE locks SET v = v + 1 WHERE k = 2")
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
 /// One effect row. The message ids of these tests are plain words: they go
 /// into the SQL as literals, which every backend reads the same way.
 pub async fn write_effect<C>(conn: &mut C, message_id: &str, worker: i32) -> diesel::QueryResult<()>

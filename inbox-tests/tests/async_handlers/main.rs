@@ -7,7 +7,7 @@
 //! need (the race and the lock waits run on a multi-threaded one).
 //!
 //! Run: `cargo test -p inbox-tests --all-features --test async_handlers -- --nocapture`
-#![cfg(feature = "async")]
+#![cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
 #![allow(missing_docs)]
 
 mod deadlock;

@@ -16,6 +16,7 @@
 //!
 //! Run: `cargo test -p inbox-tests --all-features --test connection_loss -- --nocapture`
 
+#![cfg(any(feature = "postgres", feature = "mysql"))]
 #![allow(missing_docs)]
 
 mod support;
