@@ -43,7 +43,9 @@ where
     Ok(Outcome::Processed(()))
 }
 
-async fn a_cancelled_delivery_blocks_its_redelivery_no_longer_than_the_bound<B: ServerBackend>() {
+pub async fn a_cancelled_delivery_blocks_its_redelivery_no_longer_than_the_bound<
+    B: ServerBackend,
+>() {
     inbox_runtime::set_abandoned_transaction_timeout(Some(BOUND));
     let Some(db) = B::open() else { return };
     let pool = B::deadpool(db.url(), 2);

@@ -12,7 +12,7 @@ use inbox_tests::{AppError, ServerBackend, TestBackend};
 use crate::handlers::*;
 use crate::support::*;
 
-async fn processed_then_duplicate<B: TestBackend>() {
+pub async fn processed_then_duplicate<B: TestBackend>() {
     let Some((_db, mut conn)) = fresh::<B>().await else {
         return;
     };
@@ -26,7 +26,7 @@ async fn processed_then_duplicate<B: TestBackend>() {
     assert_eq!(claims(&mut conn, "async.record", "m-1").await, 1);
 }
 
-async fn an_error_rolls_back_the_claim_and_a_retry_processes<B: TestBackend>() {
+pub async fn an_error_rolls_back_the_claim_and_a_retry_processes<B: TestBackend>() {
     let Some((_db, mut conn)) = fresh::<B>().await else {
         return;
     };
@@ -46,7 +46,7 @@ async fn an_error_rolls_back_the_claim_and_a_retry_processes<B: TestBackend>() {
     assert_eq!(effects(&mut conn, "m-err").await, 1);
 }
 
-async fn a_panic_rolls_back_the_claim_and_a_retry_processes<B: TestBackend>() {
+pub async fn a_panic_rolls_back_the_claim_and_a_retry_processes<B: TestBackend>() {
     let Some((_db, mut conn)) = fresh::<B>().await else {
         return;
     };
@@ -65,7 +65,7 @@ async fn a_panic_rolls_back_the_claim_and_a_retry_processes<B: TestBackend>() {
     assert_eq!(effects(&mut conn, "m-panic").await, 1);
 }
 
-async fn nested_in_an_outer_transaction_the_claim_follows_the_outer_outcome<B: TestBackend>() {
+pub async fn nested_in_an_outer_transaction_the_claim_follows_the_outer_outcome<B: TestBackend>() {
     let Some((_db, mut conn)) = fresh::<B>().await else {
         return;
     };
@@ -90,7 +90,7 @@ async fn nested_in_an_outer_transaction_the_claim_follows_the_outer_outcome<B: T
     assert_eq!(effects(&mut conn, "m-nested").await, 1);
 }
 
-async fn two_handlers_each_process_the_same_message_once<B: TestBackend>() {
+pub async fn two_handlers_each_process_the_same_message_once<B: TestBackend>() {
     let Some((_db, mut conn)) = fresh::<B>().await else {
         return;
     };
@@ -107,7 +107,7 @@ async fn two_handlers_each_process_the_same_message_once<B: TestBackend>() {
     assert_eq!(claims(&mut conn, "async.audit", "fan-out").await, 1);
 }
 
-async fn bad_ids_are_typed_errors_that_record_nothing<B: TestBackend>() {
+pub async fn bad_ids_are_typed_errors_that_record_nothing<B: TestBackend>() {
     let Some((_db, mut conn)) = fresh::<B>().await else {
         return;
     };
@@ -127,7 +127,7 @@ async fn bad_ids_are_typed_errors_that_record_nothing<B: TestBackend>() {
     assert_eq!((total, claimed), (0, 0));
 }
 
-async fn deadpool_and_bb8_connections_work_as_handler_connections<B: ServerBackend>() {
+pub async fn deadpool_and_bb8_connections_work_as_handler_connections<B: ServerBackend>() {
     let Some((db, mut conn)) = fresh::<B>().await else {
         return;
     };
@@ -157,7 +157,7 @@ async fn deadpool_and_bb8_connections_work_as_handler_connections<B: ServerBacke
 /// it completes: every cancelled attempt must leave claim and effect
 /// together (both or neither), a directly held connection must refuse
 /// further transactions, and pooled connections must come back usable.
-async fn cancellation_at_every_await_point_leaves_nothing_half_done<B: ServerBackend>() {
+pub async fn cancellation_at_every_await_point_leaves_nothing_half_done<B: ServerBackend>() {
     let Some((db, mut observer)) = fresh::<B>().await else {
         return;
     };

@@ -10,7 +10,7 @@ use inbox_tests::{AppError, ServerBackend, TestBackend};
 use crate::handlers::*;
 use crate::support::*;
 
-async fn a_panic_inside_a_nested_transaction_rolls_back_the_handler<B: TestBackend>() {
+pub async fn a_panic_inside_a_nested_transaction_rolls_back_the_handler<B: TestBackend>() {
     let Some((_db, mut conn)) = fresh::<B>().await else {
         return;
     };
@@ -45,7 +45,7 @@ async fn a_panic_inside_a_nested_transaction_rolls_back_the_handler<B: TestBacke
     );
 }
 
-async fn a_panic_inside_a_nested_transaction_returns_to_the_callers_level<B: TestBackend>() {
+pub async fn a_panic_inside_a_nested_transaction_returns_to_the_callers_level<B: TestBackend>() {
     let Some((db, mut conn)) = fresh::<B>().await else {
         return;
     };
@@ -79,7 +79,7 @@ async fn a_panic_inside_a_nested_transaction_returns_to_the_callers_level<B: Tes
     );
 }
 
-async fn an_ignored_failed_statement_never_reports_uncommitted_work_as_done<B: TestBackend>() {
+pub async fn an_ignored_failed_statement_never_reports_uncommitted_work_as_done<B: TestBackend>() {
     let Some((db, mut conn)) = fresh::<B>().await else {
         return;
     };
@@ -119,7 +119,7 @@ async fn an_ignored_failed_statement_never_reports_uncommitted_work_as_done<B: T
     assert_eq!(effects(&mut observer, "sw-2").await, 1);
 }
 
-async fn a_panic_is_resumed_even_when_the_rollback_fails<B: ServerBackend>() {
+pub async fn a_panic_is_resumed_even_when_the_rollback_fails<B: ServerBackend>() {
     let Some((db, mut conn)) = fresh::<B>().await else {
         return;
     };

@@ -10,7 +10,7 @@ use inbox_tests::{AsyncSqlRows, ServerBackend};
 use crate::handlers::*;
 use crate::support::*;
 
-async fn racing_tasks_apply_each_id_exactly_once<B: ServerBackend>() {
+pub async fn racing_tasks_apply_each_id_exactly_once<B: ServerBackend>() {
     const TASKS: usize = 16;
     const IDS: usize = 500;
     let Some((db, mut conn)) = fresh::<B>().await else {

@@ -11,7 +11,7 @@ use crate::support::*;
 /// InnoDB rolls one back (error 1213, which diesel-async does not
 /// map): the runtime must retry that claim, not hand the deadlock to
 /// the caller.
-async fn waiters_on_a_claim_that_rolls_back_both_complete<B: ServerBackend>() {
+pub async fn waiters_on_a_claim_that_rolls_back_both_complete<B: ServerBackend>() {
     let Some((db, mut observer)) = fresh::<B>().await else {
         return;
     };

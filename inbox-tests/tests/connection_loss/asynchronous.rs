@@ -214,17 +214,17 @@ async fn lose_direct<B: ServerBackend>(at: KillAt) {
     redeliver_once(&db, &mut db.connect_async().await, &id).await;
 }
 
-async fn killed_mid_body_says_reconnect_and_the_connection_fails_fast<B: ServerBackend>() {
+pub async fn killed_mid_body_says_reconnect_and_the_connection_fails_fast<B: ServerBackend>() {
     lose_direct::<B>(KillAt::MidBody).await;
 }
 
-async fn killed_between_body_and_commit_says_reconnect_and_the_connection_fails_fast<
+pub async fn killed_between_body_and_commit_says_reconnect_and_the_connection_fails_fast<
     B: ServerBackend,
 >() {
     lose_direct::<B>(KillAt::BeforeCommit).await;
 }
 
-async fn killed_before_the_callers_commit_says_reconnect_and_the_connection_fails_fast<
+pub async fn killed_before_the_callers_commit_says_reconnect_and_the_connection_fails_fast<
     B: ServerBackend,
 >() {
     lose_direct::<B>(KillAt::CallerCommit).await;
@@ -369,29 +369,31 @@ async fn lose_bb8<B: ServerBackend>(at: KillAt) {
     }
 }
 
-async fn deadpool_never_hands_back_a_connection_killed_mid_body<B: ServerBackend>() {
+pub async fn deadpool_never_hands_back_a_connection_killed_mid_body<B: ServerBackend>() {
     lose_deadpool::<B>(KillAt::MidBody).await;
 }
 
-async fn deadpool_never_hands_back_a_connection_killed_before_commit<B: ServerBackend>() {
+pub async fn deadpool_never_hands_back_a_connection_killed_before_commit<B: ServerBackend>() {
     lose_deadpool::<B>(KillAt::BeforeCommit).await;
 }
 
-async fn deadpool_never_hands_back_a_connection_killed_before_the_callers_commit<
+pub async fn deadpool_never_hands_back_a_connection_killed_before_the_callers_commit<
     B: ServerBackend,
 >() {
     lose_deadpool::<B>(KillAt::CallerCommit).await;
 }
 
-async fn bb8_never_hands_back_a_connection_killed_before_the_callers_commit<B: ServerBackend>() {
+pub async fn bb8_never_hands_back_a_connection_killed_before_the_callers_commit<
+    B: ServerBackend,
+>() {
     lose_bb8::<B>(KillAt::CallerCommit).await;
 }
 
-async fn bb8_never_hands_back_a_connection_killed_mid_body<B: ServerBackend>() {
+pub async fn bb8_never_hands_back_a_connection_killed_mid_body<B: ServerBackend>() {
     lose_bb8::<B>(KillAt::MidBody).await;
 }
 
-async fn bb8_never_hands_back_a_connection_killed_before_commit<B: ServerBackend>() {
+pub async fn bb8_never_hands_back_a_connection_killed_before_commit<B: ServerBackend>() {
     lose_bb8::<B>(KillAt::BeforeCommit).await;
 }
 

@@ -219,27 +219,29 @@ fn lose_pooled<B: ServerBackend>(at: KillAt) {
     }
 }
 
-fn killed_mid_body_says_reconnect_and_the_connection_fails_fast<B: ServerBackend>() {
+pub fn killed_mid_body_says_reconnect_and_the_connection_fails_fast<B: ServerBackend>() {
     lose_direct::<B>(KillAt::MidBody);
 }
 
-fn killed_between_body_and_commit_says_reconnect_and_the_connection_fails_fast<B: ServerBackend>() {
+pub fn killed_between_body_and_commit_says_reconnect_and_the_connection_fails_fast<
+    B: ServerBackend,
+>() {
     lose_direct::<B>(KillAt::BeforeCommit);
 }
 
-fn killed_before_the_callers_commit_the_connection_fails_fast<B: ServerBackend>() {
+pub fn killed_before_the_callers_commit_the_connection_fails_fast<B: ServerBackend>() {
     lose_direct::<B>(KillAt::CallerCommit);
 }
 
-fn r2d2_never_hands_back_a_connection_killed_before_the_callers_commit<B: ServerBackend>() {
+pub fn r2d2_never_hands_back_a_connection_killed_before_the_callers_commit<B: ServerBackend>() {
     lose_pooled::<B>(KillAt::CallerCommit);
 }
 
-fn r2d2_never_hands_back_a_connection_killed_mid_body<B: ServerBackend>() {
+pub fn r2d2_never_hands_back_a_connection_killed_mid_body<B: ServerBackend>() {
     lose_pooled::<B>(KillAt::MidBody);
 }
 
-fn r2d2_never_hands_back_a_connection_killed_before_commit<B: ServerBackend>() {
+pub fn r2d2_never_hands_back_a_connection_killed_before_commit<B: ServerBackend>() {
     lose_pooled::<B>(KillAt::BeforeCommit);
 }
 

@@ -13,7 +13,7 @@ use crate::support::*;
 /// its own source, the inbox's through `run_pending`): the inbox's source
 /// alone cannot revert, the combined one steps back through both, newest
 /// first, one migration at a time.
-fn revert_last_walks_back_through_both_sets<B>()
+pub fn revert_last_walks_back_through_both_sets<B>()
 where
     B: TestBackend,
     B::Connection: MigrationHarness<DieselBackend<B>>,
@@ -63,7 +63,7 @@ where
 
 /// Both sets run through one source, interleaved by version, then reverted
 /// together and run again; the app's migrations read from their folder.
-fn run_and_revert_all_together<B>()
+pub fn run_and_revert_all_together<B>()
 where
     B: TestBackend,
     B::Connection: MigrationHarness<DieselBackend<B>>,
@@ -108,7 +108,7 @@ where
 
 /// A version in two combined sources (the inbox's migrations also copied into
 /// the app's folder) is refused before anything runs.
-fn duplicate_versions_are_refused<B>()
+pub fn duplicate_versions_are_refused<B>()
 where
     B: TestBackend,
     B::Connection: MigrationHarness<DieselBackend<B>>,
