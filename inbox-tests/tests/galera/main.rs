@@ -3,7 +3,7 @@
 //! Issue 15 items 2d and 3; the foundation of issue 12's Galera tests.
 //!
 //! One test, `galera_cluster`, starts the cluster once (about 10 s) and runs
-//! the scenarios on it in order, each in `tests/galera/` (a module each):
+//! the scenarios on it in order, each a module beside this file:
 //!
 //! - `commit_refused`: two deliveries of one id on two nodes, the first held
 //!   open after its body ran: both bodies run, the later-certified COMMIT is
