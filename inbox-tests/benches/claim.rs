@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use inbox_runtime::{run_idempotent, ClaimKey, ClaimStatement, HandlerName, InboxBackend};
+use inbox_tests::TestBackend as _;
 
 const ROUNDS: usize = 15;
 const PER_ROUND: usize = 200;

@@ -31,7 +31,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use inbox_runtime::prune::partitioned;
 use inbox_runtime::{run_idempotent, ClaimKey, HandlerName, InboxError, Prune, RetentionPolicy};
-use inbox_tests::Postgres;
+use inbox_tests::{Postgres, TestBackend};
 
 /// Deliveries per second, all handlers together.
 const RATE: u32 = 400;
