@@ -4,10 +4,9 @@ use diesel::dsl::sql;
 use diesel::prelude::*;
 use diesel::sql_types::Bool;
 use inbox_runtime::{idempotent, Outcome};
-use inbox_tests::{Postgres, TestBackend as _};
+use inbox_tests::{connection_id, Postgres, TestBackend as _};
 
 use crate::handlers::{apply, APPLY};
-use crate::server_faults::connection_id;
 use crate::support::*;
 
 /// A delivery whose body, when `kill_pid` is set, has the handler's own
@@ -134,7 +133,8 @@ fn an_id_the_server_encoding_cannot_store_is_an_invalid_message() {
         return;
     };
     let mut conn = db.connect();
-    conn.run_sql(&effects_ddl::<Postgres>())
+    diesel::sql_query(effects_ddl::<Postgres>())
+        .execute(&mut conn)
         .expect("create the effects table");
     let msg = Msg::new("price-in-€");
     let error = apply(&mut conn, &msg).expect_err("LATIN1 has no euro sign");

@@ -2,8 +2,9 @@
 //! the connection: every backend's, and pooled ones.
 
 use diesel::r2d2::{ConnectionManager, PooledConnection, R2D2Connection};
-use diesel::QueryResult;
+use diesel::{QueryResult, RunQueryDsl};
 use inbox_runtime::{idempotent, Outcome};
+use inbox_tests::statement;
 
 use crate::support::*;
 
@@ -29,7 +30,7 @@ pub fn apply<C: Effects>(conn: &mut C, msg: &Msg) -> Result<(), AppError> {
             unreachable!("the check fails in this mode")
         }
         Mode::DbErrorWithQuestionMark => {
-            conn.run_sql("SELECT no_such_column FROM no_such_table")?;
+            statement("SELECT no_such_column FROM no_such_table").execute(conn)?;
             unreachable!("the statement fails")
         }
         Mode::Apply | Mode::EarlyReturn => Ok(()),
@@ -175,7 +176,7 @@ pub fn swallows_a_failure<C: Effects>(conn: &mut C, msg: &Msg) -> Result<Outcome
     msg.ran();
     conn.record_effect(SWALLOW, &msg.id, 0, "before")?;
     if msg.mode == Mode::DbErrorWithQuestionMark {
-        let _ = conn.run_sql("SELECT no_such_column FROM no_such_table");
+        let _ = statement("SELECT no_such_column FROM no_such_table").execute(conn);
     }
     // Ignored too: on PostgreSQL it fails once the transaction is aborted.
     let _ = conn.record_effect(SWALLOW, &msg.id, 0, "after");

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 
 use diesel::prelude::*;
 use inbox_runtime::{idempotent, Outcome};
-use inbox_tests::ServerBackend;
+use inbox_tests::{connection_id, statement, ServerBackend};
 
 use crate::handlers::*;
 use crate::support::*;
@@ -23,17 +23,8 @@ pub struct Doomed<C> {
 #[idempotent(id = msg.id, handler = "e2e.killed_then_panics")]
 fn killed_then_panics<C: Effects>(conn: &mut C, msg: &Doomed<C>) -> Result<(), AppError> {
     conn.record_effect("e2e.killed_then_panics", &msg.id, 0, "before the kill")?;
-    msg.killer.borrow_mut().run_sql(&msg.kill_sql)?;
+    statement(msg.kill_sql.as_str()).execute(&mut *msg.killer.borrow_mut())?;
     std::panic::panic_any(DeliberatePanic("after the connection was killed"))
-}
-
-/// This connection's id on the server.
-pub fn connection_id<B: ServerBackend>(conn: &mut B::Connection) -> i64
-where
-    B::Connection: Effects,
-{
-    conn.select_i64(B::CONNECTION_ID_SQL)
-        .expect("read the connection id")
 }
 
 pub fn a_panic_is_resumed_even_when_the_rollback_fails<B: E2e + ServerBackend>() {
@@ -83,7 +74,7 @@ pub fn a_connection_killed_before_commit_commits_nothing_and_says_reconnect<
         let outcome = valued(conn, &msg);
         // Killed between the handler's savepoint release and the
         // caller's COMMIT.
-        killer.run_sql(&B::kill_sql(victim))?;
+        statement(B::kill_sql(victim)).execute(&mut killer)?;
         outcome
     });
     let error = result.expect_err("the COMMIT cannot reach the server");
@@ -120,9 +111,9 @@ pub mod mysql_deadlock {
     use inbox_runtime::{idempotent, InboxError};
     use inbox_tests::{Mysql, TestBackend};
 
-    use super::connection_id;
     use crate::handlers::*;
     use crate::support::*;
+    use inbox_tests::connection_id;
 
     type Conn = <Mysql as TestBackend>::Connection;
 

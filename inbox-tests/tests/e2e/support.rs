@@ -8,7 +8,6 @@ use std::sync::mpsc::{Receiver, Sender};
 
 use diesel::connection::{LoadConnection, SimpleConnection, TransactionManager};
 use diesel::prelude::*;
-use diesel::query_builder::SqlQuery;
 use diesel::query_dsl::methods::ExecuteDsl;
 use diesel::query_dsl::LoadQuery;
 use diesel::r2d2::{ConnectionManager, PooledConnection, R2D2Connection};
@@ -296,14 +295,8 @@ pub trait Effects: Connection<Backend: InboxBackend> {
     /// `(handler, id)`'s `age_sql` (a `BIGINT` expression over the row).
     fn inbox_row_i64(&mut self, handler: &str, id: &str, age_sql: &str) -> i64;
 
-    /// `SELECT <sql>`, a `BIGINT` expression.
-    fn select_i64(&mut self, sql: &str) -> QueryResult<i64>;
-
     /// `SELECT <sql>`, an `INTEGER` expression.
     fn select_i32(&mut self, sql: &str) -> QueryResult<i32>;
-
-    /// Runs `sql` as a prepared statement; the number of rows it affected.
-    fn run_sql(&mut self, sql: &str) -> QueryResult<usize>;
 }
 
 impl<C> Effects for C
@@ -317,9 +310,7 @@ where
     for<'a> queries::inbox_rows: LoadQuery<'a, C, (String, String)>,
     for<'a> queries::inbox_count<'a>: LoadQuery<'a, C, i64>,
     for<'a> queries::InboxRowSql<'a, BigInt>: LoadQuery<'a, C, i64>,
-    for<'a> queries::SelectSql<BigInt>: LoadQuery<'a, C, i64>,
     for<'a> queries::SelectSql<Integer>: LoadQuery<'a, C, i32>,
-    SqlQuery: ExecuteDsl<C>,
 {
     fn record_effect(
         &mut self,
@@ -377,16 +368,8 @@ where
             .expect("read the inbox row")
     }
 
-    fn select_i64(&mut self, sql: &str) -> QueryResult<i64> {
-        diesel::select(diesel::dsl::sql::<BigInt>(sql)).get_result(self)
-    }
-
     fn select_i32(&mut self, sql: &str) -> QueryResult<i32> {
         diesel::select(diesel::dsl::sql::<Integer>(sql)).get_result(self)
-    }
-
-    fn run_sql(&mut self, sql: &str) -> QueryResult<usize> {
-        diesel::sql_query(sql).execute(self)
     }
 }
 
