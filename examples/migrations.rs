@@ -22,7 +22,7 @@ use inbox_runtime::idempotent;
 use inbox_runtime::migrations::with_inbox;
 
 /// The application's own migrations, embedded at compile time.
-const APP_MIGRATIONS: EmbeddedMigrations = embed_migrations!("examples/app_migrations");
+const APP_MIGRATIONS: EmbeddedMigrations = embed_migrations!("app_migrations");
 
 diesel::table! {
     /// The application's accounts (its first migration).

@@ -1,0 +1,150 @@
+//! What the async tests share: a fresh database with the effects table,
+//! counts of effects and claims, a deterministic cancellation, a shuffle,
+//! and lock waits.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use diesel_async::{AsyncConnection, SimpleAsyncConnection};
+use inbox_tests::{AsyncSqlRows, ServerBackend, TestBackend};
+
+use crate::handlers::{literal, EFFECTS_DDL};
+
+/// A fresh database with the effects table, and a connection to it.
+pub async fn fresh<B: TestBackend>() -> Option<(B, B::AsyncConnection)> {
+    let db = B::open()?;
+    let mut conn = db.connect_async().await;
+    conn.batch_execute(EFFECTS_DDL)
+        .await
+        .expect("create the effects table");
+    Some((db, conn))
+}
+
+/// The effects recorded for message `id`.
+pub async fn effects(conn: &mut impl AsyncSqlRows, id: &str) -> i64 {
+    conn.bigint(&format!(
+        "SELECT COUNT(*) AS value FROM async_effects WHERE message_id = {}",
+        literal(id)
+    ))
+    .await
+}
+
+/// Every effect recorded.
+pub async fn all_effects(conn: &mut impl AsyncSqlRows) -> i64 {
+    conn.bigint("SELECT COUNT(*) AS value FROM async_effects")
+        .await
+}
+
+/// The claims of `handler` for message `id`.
+pub async fn claims(conn: &mut impl AsyncSqlRows, handler: &str, id: &str) -> i64 {
+    conn.bigint(&format!(
+        "SELECT COUNT(*) AS value FROM inbox_messages WHERE handler = {} AND message_id = {}",
+        literal(handler),
+        literal(id)
+    ))
+    .await
+}
+
+/// Every claim in the inbox.
+pub async fn all_claims(conn: &mut impl AsyncSqlRows) -> i64 {
+    conn.bigint("SELECT COUNT(*) AS value FROM inbox_messages")
+        .await
+}
+
+/// The depth of the connection's transaction (0: none open).
+pub fn depth<C: AsyncConnection>(conn: &mut C) -> u32 {
+    <C::TransactionManager as diesel_async::TransactionManager<C>>::transaction_manager_status_mut(
+        conn,
+    )
+    .transaction_depth()
+    .expect("the transaction manager is not broken")
+    .map_or(0, std::num::NonZeroU32::get)
+}
+
+/// Waits until `count` of the connections `ids` are inside their claim
+/// statement, behind the holder's lock.
+pub async fn wait_for_lock_waiters<B: ServerBackend>(
+    observer: &mut B::AsyncConnection,
+    ids: &[i64],
+    count: i64,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting = observer
+            .bigint(&format!("SELECT {} AS value", B::lock_waiters_sql(ids)))
+            .await;
+        if waiting >= count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ids:?} never waited for the claim"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Drives a future for at most `polls` polls that return `Pending`, then
+/// drops it: a deterministic cancellation at the `polls`-th await point that
+/// really waited (on the database).
+pub struct CancelAfter<F> {
+    inner: Option<Pin<Box<F>>>,
+    pending_left: usize,
+}
+
+impl<F: Future> CancelAfter<F> {
+    pub fn new(future: F, polls: usize) -> Self {
+        CancelAfter {
+            inner: Some(Box::pin(future)),
+            pending_left: polls,
+        }
+    }
+}
+
+impl<F: Future> Future for CancelAfter<F> {
+    /// `None` when the future was cancelled.
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match inner.as_mut().poll(cx) {
+            Poll::Ready(output) => Poll::Ready(Some(output)),
+            Poll::Pending if this.pending_left == 0 => {
+                this.inner = None; // drop it mid-flight
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                this.pending_left -= 1;
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// A std-only xorshift64 generator to shuffle delivery orders.
+pub struct XorShift(u64);
+
+impl XorShift {
+    pub fn new(seed: u64) -> Self {
+        XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            items.swap(i, (self.0 % (i as u64 + 1)) as usize);
+        }
+    }
+}
+
+/// Requires `T: Send` at compile time.
+pub fn assert_send<T: Send>(value: T) -> T {
+    value
+}
