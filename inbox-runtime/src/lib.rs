@@ -113,6 +113,7 @@ mod asynchronous;
 mod backend;
 mod backoff;
 mod claim;
+mod duration;
 mod error;
 mod key;
 mod message_id;
@@ -156,14 +157,12 @@ pub use asynchronous::{
 pub use backend::InboxBackend;
 pub use backoff::Backoff;
 pub use claim::{claim, Claim, ClaimStatement, CLAIM_ATTEMPTS};
-pub use error::{HandlerError, InboxError, KeyProblem};
+pub use error::{HandlerError, InboxError, KeyProblem, RetentionProblem};
 pub use key::{ClaimKey, HandlerName, MAX_HANDLER_BYTES, MAX_MESSAGE_ID_BYTES};
 pub use message_id::MessageId;
 pub use outcome::{OnDuplicate, Outcome};
 pub use prune::{Prune, PruneError, PruneReport};
 pub use recovery::{is_lock_conflict, recovery, Recovery};
-pub use retention::{
-    format_duration, parse_duration, RetentionPolicy, RetentionProblem, MAX_RETENTION,
-};
+pub use retention::{format_duration, parse_duration, RetentionPolicy, MAX_RETENTION};
 pub use schema::setup;
 pub use transaction::run_idempotent;

@@ -11,7 +11,9 @@
 use std::fmt;
 use std::time::Duration;
 
+pub use crate::duration::format_duration;
 use crate::error::InboxError;
+pub use crate::error::RetentionProblem;
 use crate::key::HandlerName;
 
 /// The longest retention window accepted: 100 years (36,500 days).
@@ -23,100 +25,6 @@ use crate::key::HandlerName;
 /// assert_eq!(inbox_runtime::MAX_RETENTION.as_secs(), 36_500 * 86_400);
 /// ```
 pub const MAX_RETENTION: Duration = Duration::from_secs(36_500 * 86_400);
-
-/// What is wrong with a refused retention setting (see
-/// [`InboxError::InvalidRetention`]).
-///
-/// ```
-/// use std::time::Duration;
-/// use inbox_runtime::RetentionProblem;
-///
-/// let problem = RetentionProblem::ShorterThanRedelivery {
-///     keep: Duration::from_secs(3_600),
-///     redelivery_window: Duration::from_secs(86_400),
-/// };
-/// assert!(problem.to_string().contains("shorter than the redelivery window (1d)"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum RetentionProblem {
-    /// The retention window is zero: every id would be prunable at once.
-    ZeroWindow,
-    /// The duration is negative (for example `-7d`).
-    Negative,
-    /// The redelivery window is zero: every broker can redeliver, so say how
-    /// late a redelivery (or a manual replay) can come.
-    ZeroRedeliveryWindow,
-    /// The window is shorter than the redelivery window: ids would be pruned
-    /// while their messages can still come back, letting duplicates through.
-    ShorterThanRedelivery {
-        /// The requested retention window.
-        keep: Duration,
-        /// The declared redelivery window.
-        redelivery_window: Duration,
-    },
-    /// The duration exceeds [`MAX_RETENTION`].
-    TooLong {
-        /// The largest accepted duration.
-        max: Duration,
-    },
-    /// The text is not a duration such as `7d`, `36h`, `90m` or `1d12h`.
-    Unparsable {
-        /// The rejected text, shortened for display.
-        input: String,
-    },
-    /// The batch size is zero or larger than [`MAX_BATCH_SIZE`](crate::prune::MAX_BATCH_SIZE).
-    BatchSize {
-        /// The rejected batch size.
-        requested: u64,
-        /// The largest accepted batch size.
-        max: u64,
-    },
-    /// The setting restricts pruning to one handler, which the partitioned
-    /// layout cannot do: it drops whole generations of every handler.
-    HandlerScopeNeedsBatches,
-    /// A partition (generation) period of zero.
-    ZeroPeriod,
-}
-
-impl fmt::Display for RetentionProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RetentionProblem::ZeroWindow => {
-                f.write_str("the retention window is zero, so every id could be pruned as soon as it is claimed")
-            }
-            RetentionProblem::Negative => f.write_str("the duration is negative"),
-            RetentionProblem::ZeroRedeliveryWindow => f.write_str(
-                "the redelivery window is zero; declare how late a message can be redelivered or replayed",
-            ),
-            RetentionProblem::ShorterThanRedelivery {
-                keep,
-                redelivery_window,
-            } => write!(
-                f,
-                "the retention window ({}) is shorter than the redelivery window ({}): ids would be pruned \
-                 while their messages can still be redelivered, and those redeliveries would be processed again",
-                format_duration(*keep),
-                format_duration(*redelivery_window)
-            ),
-            RetentionProblem::TooLong { max } => {
-                write!(f, "the duration is longer than the maximum of {}", format_duration(*max))
-            }
-            RetentionProblem::Unparsable { input } => write!(
-                f,
-                "\"{input}\" is not a duration; write a number and a unit (w, d, h, m, s, ms, us), e.g. 7d, 36h or 1d12h"
-            ),
-            RetentionProblem::BatchSize { requested, max } => {
-                write!(f, "the batch size {requested} is not between 1 and {max}")
-            }
-            RetentionProblem::HandlerScopeNeedsBatches => f.write_str(
-                "the partitioned layout drops whole generations of every handler and cannot prune one handler only; \
-                 use batched pruning for a handler-scoped policy",
-            ),
-            RetentionProblem::ZeroPeriod => f.write_str("the generation period is zero"),
-        }
-    }
-}
 
 /// How long claimed ids are kept, checked against how late a message can be
 /// redelivered, for every handler or per handler.
@@ -467,38 +375,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, InboxError> {
     }
     let total = u64::try_from(total).map_err(|_| too_long())?;
     Ok(Duration::from_micros(total))
-}
-
-/// Formats a duration in the largest unit that divides it (`7d`, `36h`,
-/// `90s`), the form [`parse_duration`] reads back.
-///
-/// ```
-/// use std::time::Duration;
-/// use inbox_runtime::format_duration;
-///
-/// assert_eq!(format_duration(Duration::from_secs(7 * 86_400)), "7d");
-/// assert_eq!(format_duration(Duration::from_secs(5_400)), "90m");
-/// assert_eq!(format_duration(Duration::from_millis(1_500)), "1500ms");
-/// ```
-pub fn format_duration(duration: Duration) -> String {
-    let micros = duration.as_micros();
-    if micros == 0 {
-        return "0s".to_owned();
-    }
-    const UNITS: [(u128, &str); 6] = [
-        (86_400_000_000, "d"),
-        (3_600_000_000, "h"),
-        (60_000_000, "m"),
-        (1_000_000, "s"),
-        (1_000, "ms"),
-        (1, "us"),
-    ];
-    for (size, unit) in UNITS {
-        if micros % size == 0 {
-            return format!("{}{unit}", micros / size);
-        }
-    }
-    format!("{micros}us")
 }
 
 #[cfg(test)]

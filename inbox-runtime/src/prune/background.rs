@@ -27,7 +27,7 @@ use super::Prune;
 use super::{PruneError, PruneReport};
 #[cfg(feature = "r2d2")]
 use crate::backend::InboxBackend;
-use crate::retention::format_duration;
+use crate::duration::format_duration;
 
 /// The longest a background pruner backs off after failed runs in a row.
 ///

@@ -103,9 +103,10 @@ use diesel::connection::{
 use diesel::RunQueryDsl;
 
 use crate::backend::InboxBackend;
+use crate::duration::format_duration;
 use crate::error::InboxError;
 use crate::key::HandlerName;
-use crate::retention::{format_duration, RetentionPolicy, RetentionProblem};
+use crate::retention::{RetentionPolicy, RetentionProblem};
 
 #[cfg(feature = "async")]
 mod asynchronous;
@@ -113,16 +114,15 @@ mod asynchronous;
 mod background;
 #[cfg(feature = "postgres")]
 pub mod partitioned;
-pub(crate) mod statement;
 #[cfg(feature = "tokio")]
 mod task;
 
+use crate::backend::NextHandler;
+pub use crate::backend::{PruneBatchStatement, PruneScope};
 #[cfg(any(feature = "r2d2", feature = "tokio"))]
 pub use background::{BackgroundPruner, PruneRun, PruneRunError, MAX_RETRY_BACKOFF};
 #[cfg(feature = "r2d2")]
 pub use background::{PruneJob, PrunerHandle};
-use statement::NextHandler;
-pub use statement::{PruneBatchStatement, PruneScope};
 #[cfg(feature = "tokio")]
 pub use task::{AsyncPrunePool, PrunerTask};
 

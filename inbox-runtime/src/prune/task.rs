@@ -278,7 +278,7 @@ impl fmt::Display for CheckoutTimedOut {
         write!(
             f,
             "the pool gave no connection within {}",
-            crate::retention::format_duration(self.0)
+            crate::duration::format_duration(self.0)
         )
     }
 }
