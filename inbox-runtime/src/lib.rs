@@ -115,6 +115,7 @@ mod backoff;
 mod claim;
 mod duration;
 mod error;
+mod execution;
 mod key;
 mod message_id;
 mod outcome;
@@ -156,8 +157,9 @@ pub use asynchronous::{
 };
 pub use backend::InboxBackend;
 pub use backoff::Backoff;
-pub use claim::{claim, Claim, ClaimStatement, CLAIM_ATTEMPTS};
+pub use claim::{claim, Claim, ClaimStatement};
 pub use error::{HandlerError, InboxError, KeyProblem, RetentionProblem};
+pub use execution::CLAIM_ATTEMPTS;
 pub use key::{ClaimKey, HandlerName, MAX_HANDLER_BYTES, MAX_MESSAGE_ID_BYTES};
 pub use message_id::MessageId;
 pub use outcome::{OnDuplicate, Outcome};

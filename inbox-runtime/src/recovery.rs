@@ -126,14 +126,6 @@ pub fn is_lock_conflict(error: &Error) -> bool {
     }
 }
 
-/// `true` when a claim that failed with `error` on its `attempt`-th try
-/// (counting from 1) is worth another try: it lost a lock conflict before
-/// the body ran, and fewer than [`CLAIM_ATTEMPTS`](crate::CLAIM_ATTEMPTS)
-/// tries were made.
-pub(crate) fn retry_claim(error: &Error, attempt: u32) -> bool {
-    attempt < crate::CLAIM_ATTEMPTS && is_lock_conflict(error)
-}
-
 /// `true` when the database refused the text of a claim's key itself: the
 /// inbox's own length checks, or a character the server's encoding cannot
 /// represent. Such a message fails the same way on every delivery.
@@ -286,15 +278,6 @@ mod tests {
             assert_eq!(recovery(&error), Recovery::Retry, "{error}");
             assert!(!is_lock_conflict(&error), "{error}");
         }
-    }
-
-    #[test]
-    fn claims_retry_lock_conflicts_a_bounded_number_of_times() {
-        let deadlock = unknown(LOCK_CONFLICTS[4]);
-        assert!(retry_claim(&deadlock, 1));
-        assert!(retry_claim(&deadlock, crate::CLAIM_ATTEMPTS - 1));
-        assert!(!retry_claim(&deadlock, crate::CLAIM_ATTEMPTS));
-        assert!(!retry_claim(&Error::NotFound, 1));
     }
 
     #[test]

@@ -9,10 +9,10 @@ use diesel::QueryResult;
 use diesel_async::{AsyncConnection, TransactionManager};
 
 use super::{
-    retry_delay, BatchProgress, BatchRun, NextHandler, Prune, PruneBatchStatement, PruneError,
-    PruneReport, Step,
+    BatchProgress, BatchRun, NextHandler, Prune, PruneBatchStatement, PruneError, PruneReport, Step,
 };
 use crate::backend::InboxBackend;
+use crate::execution::{OpenTransactionGuard, RetryPolicy};
 
 impl Prune {
     /// [`run`](Prune::run) on an async connection: each batch in a
@@ -128,8 +128,8 @@ impl Prune {
     }
 }
 
-/// One batch in a transaction of its own, tried again (up to
-/// [`BATCH_ATTEMPTS`](super::BATCH_ATTEMPTS) tries) after a lock conflict.
+/// One batch in a transaction of its own, tried again after a lock
+/// conflict ([`RetryPolicy::BATCH`]).
 async fn run_batch<C, P, W>(
     conn: &mut C,
     statement: &PruneBatchStatement<'_>,
@@ -141,17 +141,18 @@ where
     P: FnMut(Duration) -> W,
     W: Future<Output = ControlFlow<()>>,
 {
-    let mut attempt = 1;
+    let mut tries = RetryPolicy::BATCH.tries();
     loop {
-        let result = run_batch_once(conn, statement).await;
-        match retry_delay(&result, attempt) {
-            Some(delay) => {
-                attempt += 1;
+        match run_batch_once(conn, statement).await {
+            Err(error) => match tries.again(&error) {
                 // A stop request does not cut the retry short: the batch
                 // ends one way or the other.
-                let _ = pause(delay).await;
-            }
-            None => return result,
+                Some(wait) => {
+                    let _ = pause(wait).await;
+                }
+                None => return Err(error),
+            },
+            done => return done,
         }
     }
 }
@@ -165,40 +166,26 @@ where
     if !before.is_empty() {
         conn.batch_execute(before).await?;
     }
-    let mut batch = OpenBatch { conn, open: true };
-    if let Err(error) = C::TransactionManager::begin_transaction(batch.conn).await {
-        batch.open = false;
+    let mut batch = OpenTransactionGuard::new(conn);
+    batch.set_open(true);
+    if let Err(error) = C::TransactionManager::begin_transaction(batch.conn()).await {
+        batch.set_open(false);
         return Err(error);
     }
     let result = async {
         let after = <C::Backend as InboxBackend>::PRUNE_AFTER_BEGIN_SQL;
         if !after.is_empty() {
-            batch.conn.batch_execute(after).await?;
+            batch.conn().batch_execute(after).await?;
         }
-        diesel_async::RunQueryDsl::execute(*statement, batch.conn).await
+        diesel_async::RunQueryDsl::execute(*statement, batch.conn()).await
     }
     .await;
     let ended = match result {
-        Ok(_) => C::TransactionManager::commit_transaction(batch.conn).await,
-        Err(_) => C::TransactionManager::rollback_transaction(batch.conn).await,
+        Ok(_) => C::TransactionManager::commit_transaction(batch.conn()).await,
+        Err(_) => C::TransactionManager::rollback_transaction(batch.conn()).await,
     };
-    batch.open = false;
+    batch.set_open(false);
     let rows = result?;
     ended?;
     Ok(rows as u64)
-}
-
-/// Marks the connection broken if a batch's future is dropped while its
-/// transaction is open (diesel-async does not roll back on drop).
-struct OpenBatch<'c, C: AsyncConnection> {
-    conn: &'c mut C,
-    open: bool,
-}
-
-impl<C: AsyncConnection> Drop for OpenBatch<'_, C> {
-    fn drop(&mut self) {
-        if self.open {
-            C::TransactionManager::transaction_manager_status_mut(self.conn).set_in_error();
-        }
-    }
 }

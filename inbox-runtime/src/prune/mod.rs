@@ -105,6 +105,7 @@ use diesel::RunQueryDsl;
 use crate::backend::InboxBackend;
 use crate::duration::format_duration;
 use crate::error::InboxError;
+use crate::execution::{require_no_transaction, RetryPolicy};
 use crate::key::HandlerName;
 use crate::retention::{RetentionPolicy, RetentionProblem};
 
@@ -143,13 +144,6 @@ pub const DEFAULT_BATCH_SIZE: u32 = 5_000;
 /// assert_eq!(inbox_runtime::prune::MAX_BATCH_SIZE, 100_000);
 /// ```
 pub const MAX_BATCH_SIZE: u32 = 100_000;
-
-/// How many times a batch is tried when it keeps losing lock conflicts
-/// (serialization failures, deadlocks, lock wait timeouts; see
-/// [`is_lock_conflict`](crate::is_lock_conflict)) before the run gives up.
-/// Counted like claims' [`CLAIM_ATTEMPTS`](crate::CLAIM_ATTEMPTS): tries,
-/// the first included.
-pub(crate) const BATCH_ATTEMPTS: u32 = 4;
 
 /// A pruning job: a [`RetentionPolicy`] plus how to apply it (batch size,
 /// pause between batches, a cap on batches per run).
@@ -518,10 +512,8 @@ impl<'p> BatchRun<'p> {
         status: &mut TransactionManagerStatus,
     ) -> Result<Self, PruneError> {
         let tally = Tally::start();
-        match status.transaction_depth() {
-            Ok(None) => {}
-            Ok(Some(_)) => return Err(tally.fail(diesel::result::Error::AlreadyInTransaction)),
-            Err(error) => return Err(tally.fail(error)),
+        if let Err(error) = require_no_transaction(status) {
+            return Err(tally.fail(error));
         }
         Ok(BatchRun {
             statements: prune.statements(),
@@ -650,35 +642,21 @@ fn step<'r>(statement: &PruneBatchStatement<'r>, walk: &'r Walk) -> Step<'r> {
     }
 }
 
-/// How long to wait before retrying a batch that ended in `result` on its
-/// `attempt`-th try (counting from 1), or `None` to keep the result: only
-/// a lock conflict (which rolled the batch back whole) is retried, until
-/// [`BATCH_ATTEMPTS`] tries were made.
-pub(crate) fn retry_delay(result: &diesel::QueryResult<u64>, attempt: u32) -> Option<Duration> {
-    match result {
-        Err(error) if attempt < BATCH_ATTEMPTS && crate::recovery::is_lock_conflict(error) => {
-            Some(Duration::from_millis(10 * u64::from(attempt)))
-        }
-        _ => None,
-    }
-}
-
-/// One batch in a transaction of its own, tried again (up to
-/// [`BATCH_ATTEMPTS`] tries) after a lock conflict.
+/// One batch in a transaction of its own, tried again after a lock
+/// conflict ([`RetryPolicy::BATCH`]).
 fn run_batch<C>(conn: &mut C, statement: &PruneBatchStatement<'_>) -> diesel::QueryResult<u64>
 where
     C: Connection,
     C::Backend: InboxBackend,
 {
-    let mut attempt = 1;
+    let mut tries = RetryPolicy::BATCH.tries();
     loop {
-        let result = run_batch_once(conn, statement);
-        match retry_delay(&result, attempt) {
-            Some(delay) => {
-                attempt += 1;
-                std::thread::sleep(delay);
-            }
-            None => return result,
+        match run_batch_once(conn, statement) {
+            Err(error) => match tries.again(&error) {
+                Some(wait) => std::thread::sleep(wait),
+                None => return Err(error),
+            },
+            done => return done,
         }
     }
 }
