@@ -9,7 +9,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use inbox_runtime::format_duration;
+/// use inbox_runtime::retention::format_duration;
 ///
 /// assert_eq!(format_duration(Duration::from_secs(7 * 86_400)), "7d");
 /// assert_eq!(format_duration(Duration::from_secs(5_400)), "90m");

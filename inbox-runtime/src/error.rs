@@ -96,13 +96,6 @@ pub enum RetentionProblem {
         /// The rejected text, shortened for display.
         input: String,
     },
-    /// The batch size is zero or larger than [`MAX_BATCH_SIZE`](crate::prune::MAX_BATCH_SIZE).
-    BatchSize {
-        /// The rejected batch size.
-        requested: u64,
-        /// The largest accepted batch size.
-        max: u64,
-    },
     /// The setting restricts pruning to one handler, which the partitioned
     /// layout cannot do: it drops whole generations of every handler.
     HandlerScopeNeedsBatches,
@@ -137,9 +130,6 @@ impl fmt::Display for RetentionProblem {
                 f,
                 "\"{input}\" is not a duration; write a number and a unit (w, d, h, m, s, ms, us), e.g. 7d, 36h or 1d12h"
             ),
-            RetentionProblem::BatchSize { requested, max } => {
-                write!(f, "the batch size {requested} is not between 1 and {max}")
-            }
             RetentionProblem::HandlerScopeNeedsBatches => f.write_str(
                 "the partitioned layout drops whole generations of every handler and cannot prune one handler only; \
                  use batched pruning for a handler-scoped policy",
@@ -223,6 +213,15 @@ pub enum InboxError {
     },
     /// Applying the inbox's migrations failed.
     Migration(Box<dyn StdError + Send + Sync>),
+    /// A pruning batch size of zero, or larger than
+    /// [`MAX_BATCH_SIZE`](crate::prune::MAX_BATCH_SIZE). Fix the
+    /// configuration; retrying will not help.
+    InvalidBatchSize {
+        /// The refused batch size.
+        requested: u32,
+        /// The largest accepted batch size.
+        max: u32,
+    },
     /// A retention policy or pruning setting was refused: pruning with it
     /// would be unsafe or meaningless (see [`RetentionProblem`]). Fix the
     /// configuration; retrying will not help.
@@ -266,7 +265,8 @@ impl InboxError {
         match self {
             InboxError::InvalidMessageId { .. }
             | InboxError::InvalidHandlerName { .. }
-            | InboxError::InvalidRetention { .. } => Recovery::Never,
+            | InboxError::InvalidRetention { .. }
+            | InboxError::InvalidBatchSize { .. } => Recovery::Never,
             InboxError::Database(error) => crate::recovery(error),
             InboxError::IgnoredStatementFailure { .. } | InboxError::Migration(_) => {
                 Recovery::Retry
@@ -340,6 +340,10 @@ impl fmt::Display for InboxError {
                  back as a duplicate)",
             ),
             InboxError::Migration(_) => f.write_str("applying the inbox's migrations failed"),
+            InboxError::InvalidBatchSize { requested, max } => write!(
+                f,
+                "invalid pruning batch size: {requested} is not between 1 and {max}"
+            ),
             InboxError::InvalidRetention {
                 handler: None,
                 problem,

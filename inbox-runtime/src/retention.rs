@@ -1,5 +1,6 @@
 //! How long claimed ids are kept: the retention window, and why it is part of
-//! the guarantee.
+//! the guarantee; and the durations of configuration files and command lines
+//! ([`parse_duration`], [`format_duration`]).
 //!
 //! The inbox turns a redelivery into a no-op only while the first delivery's
 //! id is still in the table. Once pruning removes it, a redelivery of that
@@ -36,7 +37,9 @@ pub const MAX_RETENTION: Duration = Duration::from_secs(36_500 * 86_400);
 ///
 /// A policy covers every handler by default. [`with_handler`](Self::with_handler)
 /// gives one handler a longer (or shorter, but still safe) window of its own,
-/// and [`only`](Self::only) restricts pruning to one handler's rows.
+/// and [`only`](Self::only) restricts pruning to one handler's rows. The
+/// default windows are checked when the policy is made; the handlers' own
+/// windows by [`check`](Self::check), which every pruning run calls first.
 ///
 /// ```
 /// use std::time::Duration;
@@ -44,7 +47,8 @@ pub const MAX_RETENTION: Duration = Duration::from_secs(36_500 * 86_400);
 ///
 /// const DAY: Duration = Duration::from_secs(86_400);
 /// let policy = RetentionPolicy::new(7 * DAY, 2 * DAY)?
-///     .with_handler(HandlerName::new("ledger.post")?, 30 * DAY)?;
+///     .with_handler(HandlerName::new("ledger.post")?, 30 * DAY);
+/// policy.check()?;
 /// assert_eq!(policy.keep_for(&HandlerName::new("ledger.post")?), 30 * DAY);
 /// assert_eq!(policy.keep_for(&HandlerName::new("mailer.send")?), 7 * DAY);
 ///
@@ -111,9 +115,10 @@ impl RetentionPolicy {
         RetentionPolicy::new(parse_duration(keep)?, parse_duration(redelivery_window)?)
     }
 
-    /// Gives `handler` a window of its own, checked like the default one.
-    /// The default window then no longer applies to that handler's rows.
-    /// Setting the same handler again replaces its window.
+    /// Gives `handler` a window of its own, checked like the default one by
+    /// [`check`](Self::check) (and so by every pruning run). The default
+    /// window then no longer applies to that handler's rows. Setting the
+    /// same handler again replaces its window.
     ///
     /// ```
     /// use std::time::Duration;
@@ -121,23 +126,41 @@ impl RetentionPolicy {
     ///
     /// let day = Duration::from_secs(86_400);
     /// let audit = HandlerName::new("audit")?;
-    /// let policy = RetentionPolicy::new(7 * day, day)?.with_handler(audit.clone(), 90 * day)?;
+    /// let policy = RetentionPolicy::new(7 * day, day)?.with_handler(audit.clone(), 90 * day);
     /// assert_eq!(policy.keep_for(&audit), 90 * day);
     /// // Still refused when shorter than the redelivery window:
-    /// assert!(policy.with_handler(audit, Duration::from_secs(60)).is_err());
+    /// assert!(policy.with_handler(audit, Duration::from_secs(60)).check().is_err());
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
-    pub fn with_handler(
-        mut self,
-        handler: HandlerName,
-        keep: Duration,
-    ) -> Result<Self, InboxError> {
-        check_window(Some(&handler), keep, self.redelivery_window)?;
+    pub fn with_handler(mut self, handler: HandlerName, keep: Duration) -> Self {
         match self.overrides.iter_mut().find(|(name, _)| *name == handler) {
             Some((_, window)) => *window = keep,
             None => self.overrides.push((handler, keep)),
         }
-        Ok(self)
+        self
+    }
+
+    /// Checks the handlers' own windows like the default one (not zero, not
+    /// longer than [`MAX_RETENTION`], not shorter than the redelivery
+    /// window): [`InboxError::InvalidRetention`] names the first handler
+    /// whose window is refused.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use inbox_runtime::{HandlerName, RetentionPolicy};
+    ///
+    /// let policy = RetentionPolicy::parse("7d", "1d")?;
+    /// assert!(policy.check().is_ok());
+    /// let short = policy.with_handler(HandlerName::new("h")?, Duration::from_secs(60));
+    /// assert!(short.check().unwrap_err().to_string().contains("`h`"));
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn check(&self) -> Result<(), InboxError> {
+        check_window(None, self.keep, self.redelivery_window)?;
+        for (handler, keep) in &self.overrides {
+            check_window(Some(handler), *keep, self.redelivery_window)?;
+        }
+        Ok(())
     }
 
     /// Restricts pruning to `handler`'s rows (with its own window if it has
@@ -200,7 +223,7 @@ impl RetentionPolicy {
     /// # use std::time::Duration;
     /// # use inbox_runtime::{HandlerName, RetentionPolicy};
     /// let policy = RetentionPolicy::parse("2d", "1d")?
-    ///     .with_handler(HandlerName::new("a")?, Duration::from_secs(5 * 86_400))?;
+    ///     .with_handler(HandlerName::new("a")?, Duration::from_secs(5 * 86_400));
     /// assert_eq!(policy.handler_windows().len(), 1);
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
@@ -226,7 +249,7 @@ impl RetentionPolicy {
     /// # use std::time::Duration;
     /// # use inbox_runtime::{HandlerName, RetentionPolicy};
     /// let policy = RetentionPolicy::parse("2d", "1d")?
-    ///     .with_handler(HandlerName::new("a")?, Duration::from_secs(5 * 86_400))?;
+    ///     .with_handler(HandlerName::new("a")?, Duration::from_secs(5 * 86_400));
     /// assert_eq!(policy.longest_window().as_secs(), 5 * 86_400);
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
@@ -304,7 +327,7 @@ fn check_window(
 ///
 /// ```
 /// use std::time::Duration;
-/// use inbox_runtime::parse_duration;
+/// use inbox_runtime::retention::parse_duration;
 ///
 /// assert_eq!(parse_duration("7d")?, Duration::from_secs(7 * 86_400));
 /// assert_eq!(parse_duration("1h30m")?, Duration::from_secs(5_400));
@@ -471,16 +494,19 @@ mod tests {
         let day = Duration::from_secs(86_400);
         let h = HandlerName::new("h").unwrap();
         let policy = RetentionPolicy::new(7 * day, day).unwrap();
-        let err = policy.clone().with_handler(h.clone(), day / 2).unwrap_err();
+        let err = policy
+            .clone()
+            .with_handler(h.clone(), day / 2)
+            .check()
+            .unwrap_err();
         assert!(
             matches!(&err, InboxError::InvalidRetention { handler: Some(name), .. } if name == "h")
         );
         assert!(err.to_string().contains("`h`"), "{err}");
         let policy = policy
             .with_handler(h.clone(), 2 * day)
-            .unwrap()
-            .with_handler(h.clone(), 3 * day)
-            .unwrap();
+            .with_handler(h.clone(), 3 * day);
+        policy.check().unwrap();
         assert_eq!(policy.handler_windows(), &[(h.clone(), 3 * day)]);
         assert_eq!(policy.longest_window(), 7 * day);
         assert_eq!(

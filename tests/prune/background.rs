@@ -4,7 +4,7 @@
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use inbox_runtime::prune::{BackgroundPruner, PruneRun};
+use inbox_runtime::prune::{BackgroundPruner, PrunerRun};
 use inbox_runtime::Prune;
 
 use crate::common::*;
@@ -15,7 +15,7 @@ use crate::proxy::Proxy;
 /// second, before failing rather than hanging.
 const LIVENESS: Duration = Duration::from_secs(60);
 
-/// What the tests need from a [`PruneRun`], sent over a channel (also by
+/// What the tests need from a [`PrunerRun`], sent over a channel (also by
 /// the `task` tests).
 #[derive(Debug)]
 pub(crate) struct Seen {
@@ -25,8 +25,8 @@ pub(crate) struct Seen {
     pub(crate) next_run_in: Duration,
 }
 
-impl From<&PruneRun> for Seen {
-    fn from(run: &PruneRun) -> Self {
+impl From<&PrunerRun> for Seen {
+    fn from(run: &PrunerRun) -> Self {
         Seen {
             run: run.run,
             outcome: match &run.outcome {
@@ -38,9 +38,9 @@ impl From<&PruneRun> for Seen {
     }
 }
 
-fn reporter() -> (impl FnMut(&PruneRun) + Send + 'static, Receiver<Seen>) {
+fn reporter() -> (impl FnMut(&PrunerRun) + Send + 'static, Receiver<Seen>) {
     let (tx, rx) = mpsc::channel();
-    let on_run = move |run: &PruneRun| {
+    let on_run = move |run: &PrunerRun| {
         let _ = tx.send(Seen::from(run));
     };
     (on_run, rx)
@@ -71,7 +71,7 @@ fn stops_on_its_handle<D: PruneDb>(db: &D) {
     let mut conn = db.connect();
     seed::<D>(&mut conn, "h", &ids("old", 120), Some(30 * DAY));
     let (on_run, runs) = reporter();
-    let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)).batch_size(50).unwrap())
+    let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)).batch_size(50))
         .every(Duration::from_secs(3_600))
         .spawn(db.pool(2), on_run)
         .unwrap();
@@ -104,7 +104,6 @@ fn stop_interrupts_a_long_run<D: PruneDb>(db: &D) {
     // 100 batches with 50 ms pauses: a five-second run.
     let prune = Prune::new(policy(7 * DAY, DAY))
         .batch_size(10)
-        .unwrap()
         .pause(Duration::from_millis(50));
     let handle = BackgroundPruner::new(prune)
         .spawn(db.pool(1), on_run)
@@ -128,7 +127,7 @@ fn a_panicking_callback_does_not_stop_it<D: PruneDb>(db: &D) {
     let (tx, runs) = mpsc::channel();
     let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)))
         .every(Duration::from_millis(20))
-        .spawn(db.pool(1), move |run: &PruneRun| {
+        .spawn(db.pool(1), move |run: &PrunerRun| {
             let _ = tx.send(run.run);
             if run.run == 1 {
                 panic!("a bug in the report callback (expected by this test)");
@@ -228,7 +227,7 @@ fn sqlite_persistent_failures_back_off() {
     let (tx, runs) = mpsc::channel();
     let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)))
         .every(Duration::ZERO)
-        .spawn(db.pool(1), move |run: &PruneRun| {
+        .spawn(db.pool(1), move |run: &PrunerRun| {
             let _ = tx.send((run.is_ok(), run.next_run_in, run.to_string()));
         })
         .unwrap();

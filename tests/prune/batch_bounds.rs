@@ -95,9 +95,7 @@ fn one_handler_batch<D: Server>(db: &D) {
     }
     conn.batch_execute(D::ANALYZE).unwrap();
 
-    let prune = Prune::new(policy(7 * DAY, DAY).only(handler("h7")))
-        .batch_size(LIMIT)
-        .unwrap();
+    let prune = Prune::new(policy(7 * DAY, DAY).only(handler("h7"))).batch_size(LIMIT);
     let statements = prune.statements();
     let statement = &statements[0];
     let (index, sorts) = D::plan(&mut conn, &D::inline(&D::debug(statement)));
@@ -180,10 +178,8 @@ fn override_backlog<D: Server + 'static>(db: &D, backlog: i64) {
     conn.batch_execute(D::ANALYZE).unwrap();
 
     // The audit trail keeps its ids for 30 days, everybody else for 7.
-    let policy = policy(7 * DAY, DAY)
-        .with_handler(handler(AUDIT), secs(30 * DAY))
-        .unwrap();
-    let prune = Prune::new(policy).batch_size(BATCH).unwrap();
+    let policy = policy(7 * DAY, DAY).with_handler(handler(AUDIT), secs(30 * DAY));
+    let prune = Prune::new(policy).batch_size(BATCH);
 
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut watcher = Watcher::<D::Connection> {

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use diesel_async::pooled_connection::{bb8, deadpool, AsyncDieselConnectionManager};
-use inbox_runtime::prune::{AsyncPrunePool, BackgroundPruner, PruneRun};
+use inbox_runtime::prune::{AsyncPrunePool, BackgroundPruner, PrunerRun};
 use inbox_runtime::Prune;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
@@ -130,11 +130,11 @@ impl AsyncServer for inbox_suite::testdb::MysqlDatabase {
 }
 
 fn reporter() -> (
-    impl FnMut(&PruneRun) + Send + 'static,
+    impl FnMut(&PrunerRun) + Send + 'static,
     UnboundedReceiver<Seen>,
 ) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let on_run = move |run: &PruneRun| {
+    let on_run = move |run: &PrunerRun| {
         let _ = tx.send(Seen::from(run));
     };
     (on_run, rx)
@@ -186,7 +186,7 @@ async fn prunes_on_its_interval<D: AsyncServer>(db: &D) {
     seed::<D>(&mut conn, "h", &ids("old", 120), Some(30 * DAY));
     seed::<D>(&mut conn, "h", &ids("new", 5), None);
     let (on_run, mut runs) = reporter();
-    let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(50).unwrap();
+    let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(50);
     let task = BackgroundPruner::new(prune)
         .every(Duration::from_millis(100))
         .spawn_task(D::deadpool(&db.url_for_async(), 2), on_run);
@@ -241,7 +241,6 @@ async fn stop_waits_for_the_run_in_flight<D: AsyncServer>(db: &D) {
     let (on_run, mut runs) = reporter();
     let prune = Prune::new(policy(7 * DAY, DAY))
         .batch_size(10)
-        .unwrap()
         .pause(Duration::from_millis(50));
     let task = BackgroundPruner::new(prune).spawn_task(D::deadpool(&db.url_for_async(), 1), on_run);
     let deadline = Instant::now() + LIVENESS;
@@ -362,7 +361,7 @@ async fn a_panicking_callback_does_not_stop_it<D: AsyncServer>(db: &D) {
         .every(Duration::from_millis(20))
         .spawn_task(
             D::deadpool(&db.url_for_async(), 1),
-            move |run: &PruneRun| {
+            move |run: &PrunerRun| {
                 let _ = tx.send(run.run);
                 if run.run == 1 {
                     panic!("a bug in the report callback (expected by this test)");

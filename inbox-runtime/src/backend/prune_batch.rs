@@ -90,7 +90,7 @@ impl fmt::Display for PruneScope<'_> {
 /// # #[cfg(feature = "postgres")] {
 /// use inbox_runtime::{Prune, RetentionPolicy};
 ///
-/// let prune = Prune::new(RetentionPolicy::parse("7d", "1d")?).batch_size(1000)?;
+/// let prune = Prune::new(RetentionPolicy::parse("7d", "1d")?).batch_size(1000);
 /// let statements = prune.statements();
 /// let sql = diesel::debug_query::<diesel::pg::Pg, _>(&statements[0]).to_string();
 /// assert!(sql.starts_with("DELETE FROM inbox_messages WHERE ctid = ANY(ARRAY(SELECT ctid"));
@@ -162,7 +162,7 @@ impl<'p> PruneBatchStatement<'p> {
     ///
     /// ```
     /// # use inbox_runtime::{Prune, RetentionPolicy};
-    /// let prune = Prune::new(RetentionPolicy::parse("7d", "1d")?).batch_size(250)?;
+    /// let prune = Prune::new(RetentionPolicy::parse("7d", "1d")?).batch_size(250);
     /// assert_eq!(prune.statements()[0].limit(), 250);
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
