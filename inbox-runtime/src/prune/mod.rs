@@ -34,26 +34,20 @@
 //! # Tuning
 //!
 //! The batch size and the pause between batches trade pruning speed for the
-//! latency of live handlers. `benches/prune.rs` (1,000,000 expired ids, 400
-//! deliveries/s of live traffic, spans with and without pruning alternated in
-//! the same run; PostgreSQL 15 on a 2-CPU VM; four runs, two of them while
-//! the machine was also compiling, so the p99 ratios move between runs):
+//! latency of live handlers; `benches/prune.rs` measures both (the figures,
+//! with the machine, date and command, are in `BENCHMARKS.md` at the root of
+//! the repository).
 //!
-//! | method | rows/s | handlers' p99, pruning / not pruning |
-//! |---|---|---|
-//! | batches of 5,000, no pause (the default) | 200,000–384,000 | 1.4–4.2× |
-//! | batches of 5,000, 20 ms pause | 118,000–149,000 | 1.6–3.5× |
-//! | batches of 1,000, 5 ms pause | 60,000–82,000 | 1.1–2.3× |
-//! | batches of 500, 10 ms pause | 31,000 | 2.6× (one run) |
-//! | batches of 500, 100 ms pause (paced, measured over 20 s) | 5,200–5,300 | 0.99–1.10× (two runs) |
-//! | `partitioned`: drop a generation of 200,000 ids | 5–9 million (22–38 ms per generation) | 0.6–5× over the few deliveries during those milliseconds |
-//!
-//! On two CPUs, pruning flat out competes with the handlers for the
-//! processors: their p99 rose from about 2 ms to 5–7 ms while rows were
-//! deleted, whatever the batch size. Paced to about 5,000 rows/s (five times
-//! the insert rate of a 1,000 msg/s service), it left the handlers' p99
-//! unchanged: that is the setting for a background pruner next to live
-//! traffic. Dropping generations avoids the cost almost entirely.
+//! - Flat out (the default: batches of [`DEFAULT_BATCH_SIZE`], no pause),
+//!   pruning competes with live handlers for the processors and raises their
+//!   tail latency while it runs, whatever the batch size: right for catching
+//!   up on a backlog, from cron or off-peak.
+//! - Paced (small batches with a pause, e.g. 500 rows and 100 ms, about
+//!   5,000 rows/s: five times the insert rate of a 1,000 msg/s service), it
+//!   leaves the handlers' latency unchanged: the setting for a background
+//!   pruner next to live traffic.
+//! - Dropping generations (the `partitioned` layout) avoids the cost almost
+//!   entirely.
 //!
 //! A pruner only has to keep up with the insert rate (1,000 msg/s is 1,000
 //! rows/s), so a latency-sensitive service can prune in small batches with a
