@@ -137,7 +137,7 @@ impl fmt::Display for Millis {
     }
 }
 
-/// One committed batch, as passed to [`Prune::run_with_progress`].
+/// One committed batch, as passed to [`Prune::run_with_progress`](super::Prune::run_with_progress).
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
