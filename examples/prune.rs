@@ -38,8 +38,8 @@ use std::time::Duration;
 use diesel::Connection;
 use inbox_runtime::prune::BatchProgress;
 use inbox_runtime::{
-    parse_duration, HandlerName, InboxBackend, InboxError, Prune, PruneError, PruneReport,
-    RetentionPolicy,
+    retention::parse_duration, HandlerName, InboxBackend, InboxError, Prune, PruneError,
+    PruneReport, RetentionPolicy,
 };
 
 /// Parsed command line.
@@ -158,7 +158,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
     }
     let mut prune = Prune::new(policy);
     if let Some(batch) = batch {
-        prune = prune.batch_size(batch).map_err(explain)?;
+        prune = prune.batch_size(batch);
     }
     if let Some(pause) = pause {
         prune = prune.pause(pause);
@@ -166,6 +166,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
     if let Some(max_batches) = max_batches {
         prune = prune.max_batches(max_batches);
     }
+    prune.check().map_err(explain)?;
     let url = std::env::var("DATABASE_URL")
         .map_err(|_| "set DATABASE_URL to the database to prune".to_owned())?;
     Ok(Options {

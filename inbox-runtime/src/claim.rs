@@ -1,11 +1,12 @@
 //! Claiming a message id: the one statement that makes a delivery the first.
 
-use diesel::connection::{Connection, TransactionManager, TransactionManagerStatus};
+use diesel::connection::{Connection, TransactionManager};
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::{QueryResult, RunQueryDsl};
 
 use crate::backend::InboxBackend;
 use crate::error::InboxError;
+use crate::execution::require_transaction;
 use crate::key::ClaimKey;
 use crate::recovery::is_refused_key_text;
 
@@ -71,7 +72,7 @@ where
     C: Connection,
     C::Backend: InboxBackend,
 {
-    ensure_in_transaction(C::TransactionManager::transaction_manager_status_mut(conn))?;
+    require_transaction(C::TransactionManager::transaction_manager_status_mut(conn))?;
     let affected = ClaimStatement::new(key).execute(conn)?;
     Ok(claim_from_affected_rows(affected))
 }
@@ -85,23 +86,6 @@ pub(crate) fn refused_or_database(key: &ClaimKey, error: diesel::result::Error) 
         InboxError::Database(error)
     }
 }
-
-/// Refuses to claim outside a transaction (shared by the blocking and async
-/// claims).
-pub(crate) fn ensure_in_transaction(status: &mut TransactionManagerStatus) -> QueryResult<()> {
-    match status.transaction_depth()? {
-        Some(_) => Ok(()),
-        None => Err(diesel::result::Error::NotInTransaction),
-    }
-}
-
-/// How many times in all a handler's transaction is attempted when its claim
-/// loses a lock conflict (see [`run_idempotent`](crate::run_idempotent)).
-///
-/// ```
-/// assert_eq!(inbox_runtime::CLAIM_ATTEMPTS, 5);
-/// ```
-pub const CLAIM_ATTEMPTS: u32 = 5;
 
 /// Reads the claim statement's affected-row count: one row inserted means the
 /// key is new; zero means it was already there.

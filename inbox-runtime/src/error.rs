@@ -2,6 +2,9 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::time::Duration;
+
+use crate::duration::format_duration;
 
 /// What is wrong with a rejected message id or handler name.
 ///
@@ -48,6 +51,90 @@ impl fmt::Display for KeyProblem {
                 "the database refused to store it (a character its encoding cannot \
                  represent, or the inbox table's checks)",
             ),
+        }
+    }
+}
+
+/// What is wrong with a refused retention setting (see
+/// [`InboxError::InvalidRetention`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use inbox_runtime::RetentionProblem;
+///
+/// let problem = RetentionProblem::ShorterThanRedelivery {
+///     keep: Duration::from_secs(3_600),
+///     redelivery_window: Duration::from_secs(86_400),
+/// };
+/// assert!(problem.to_string().contains("shorter than the redelivery window (1d)"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RetentionProblem {
+    /// The retention window is zero: every id would be prunable at once.
+    ZeroWindow,
+    /// The duration is negative (for example `-7d`).
+    Negative,
+    /// The redelivery window is zero: every broker can redeliver, so say how
+    /// late a redelivery (or a manual replay) can come.
+    ZeroRedeliveryWindow,
+    /// The window is shorter than the redelivery window: ids would be pruned
+    /// while their messages can still come back, letting duplicates through.
+    ShorterThanRedelivery {
+        /// The requested retention window.
+        keep: Duration,
+        /// The declared redelivery window.
+        redelivery_window: Duration,
+    },
+    /// The duration exceeds [`MAX_RETENTION`](crate::MAX_RETENTION).
+    TooLong {
+        /// The largest accepted duration.
+        max: Duration,
+    },
+    /// The text is not a duration such as `7d`, `36h`, `90m` or `1d12h`.
+    Unparsable {
+        /// The rejected text, shortened for display.
+        input: String,
+    },
+    /// The setting restricts pruning to one handler, which the partitioned
+    /// layout cannot do: it drops whole generations of every handler.
+    HandlerScopeNeedsBatches,
+    /// A partition (generation) period of zero.
+    ZeroPeriod,
+}
+
+impl fmt::Display for RetentionProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RetentionProblem::ZeroWindow => {
+                f.write_str("the retention window is zero, so every id could be pruned as soon as it is claimed")
+            }
+            RetentionProblem::Negative => f.write_str("the duration is negative"),
+            RetentionProblem::ZeroRedeliveryWindow => f.write_str(
+                "the redelivery window is zero; declare how late a message can be redelivered or replayed",
+            ),
+            RetentionProblem::ShorterThanRedelivery {
+                keep,
+                redelivery_window,
+            } => write!(
+                f,
+                "the retention window ({}) is shorter than the redelivery window ({}): ids would be pruned \
+                 while their messages can still be redelivered, and those redeliveries would be processed again",
+                format_duration(*keep),
+                format_duration(*redelivery_window)
+            ),
+            RetentionProblem::TooLong { max } => {
+                write!(f, "the duration is longer than the maximum of {}", format_duration(*max))
+            }
+            RetentionProblem::Unparsable { input } => write!(
+                f,
+                "\"{input}\" is not a duration; write a number and a unit (w, d, h, m, s, ms, us), e.g. 7d, 36h or 1d12h"
+            ),
+            RetentionProblem::HandlerScopeNeedsBatches => f.write_str(
+                "the partitioned layout drops whole generations of every handler and cannot prune one handler only; \
+                 use batched pruning for a handler-scoped policy",
+            ),
+            RetentionProblem::ZeroPeriod => f.write_str("the generation period is zero"),
         }
     }
 }
@@ -126,6 +213,15 @@ pub enum InboxError {
     },
     /// Applying the inbox's migrations failed.
     Migration(Box<dyn StdError + Send + Sync>),
+    /// A pruning batch size of zero, or larger than
+    /// [`MAX_BATCH_SIZE`](crate::prune::MAX_BATCH_SIZE). Fix the
+    /// configuration; retrying will not help.
+    InvalidBatchSize {
+        /// The refused batch size.
+        requested: u32,
+        /// The largest accepted batch size.
+        max: u32,
+    },
     /// A retention policy or pruning setting was refused: pruning with it
     /// would be unsafe or meaningless (see [`RetentionProblem`]). Fix the
     /// configuration; retrying will not help.
@@ -135,7 +231,7 @@ pub enum InboxError {
         /// The handler the setting was for, when it was handler-specific.
         handler: Option<String>,
         /// What is wrong with it.
-        problem: crate::retention::RetentionProblem,
+        problem: RetentionProblem,
     },
 }
 
@@ -169,7 +265,8 @@ impl InboxError {
         match self {
             InboxError::InvalidMessageId { .. }
             | InboxError::InvalidHandlerName { .. }
-            | InboxError::InvalidRetention { .. } => Recovery::Never,
+            | InboxError::InvalidRetention { .. }
+            | InboxError::InvalidBatchSize { .. } => Recovery::Never,
             InboxError::Database(error) => crate::recovery(error),
             InboxError::IgnoredStatementFailure { .. } | InboxError::Migration(_) => {
                 Recovery::Retry
@@ -243,6 +340,10 @@ impl fmt::Display for InboxError {
                  back as a duplicate)",
             ),
             InboxError::Migration(_) => f.write_str("applying the inbox's migrations failed"),
+            InboxError::InvalidBatchSize { requested, max } => write!(
+                f,
+                "invalid pruning batch size: {requested} is not between 1 and {max}"
+            ),
             InboxError::InvalidRetention {
                 handler: None,
                 problem,

@@ -96,32 +96,37 @@
 //! migrations), `async` (diesel-async handlers), `async-postgres`,
 //! `async-mysql` (`async` with the backend and diesel-async's driver for it),
 //! `deadpool`, `bb8` (its pools),
-//! `tokio` (the background pruner as a tokio task), `log` (pruner runs
-//! through the `log` facade).
+//! `tokio` (the background pruner as a tokio task), `partitioned`
+//! (PostgreSQL's generation layout, `prune::partitioned`), `log` (pruner
+//! runs through the `log` facade).
 //!
 //! ## Retention
 //! [`RetentionPolicy`] and [`Prune`] forget ids older than a window in short
-//! batches; see [`prune`] for the background pruners and, on PostgreSQL, the
-//! generation layout that drops whole partitions.
+//! batches; see [`prune`] for the background pruners and, on PostgreSQL
+//! (feature `partitioned`), the generation layout that drops whole
+//! partitions. [`retention`] also parses and formats the durations of
+//! configuration files (`7d`, `36h`).
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 extern crate self as inbox_runtime;
 
-#[cfg(feature = "async")]
-mod asynchronous;
 mod backend;
 mod backoff;
 mod claim;
+mod duration;
 mod error;
+mod execution;
 mod key;
 mod message_id;
 mod outcome;
 pub mod prune;
 mod recovery;
-mod retention;
+pub mod retention;
 mod scope;
 mod transaction;
+#[cfg(feature = "async")]
+mod transaction_async;
 
 #[cfg(feature = "migrations")]
 pub mod migrations;
@@ -148,22 +153,26 @@ pub mod __private;
 /// ```
 pub use inbox_macros::idempotent;
 
-#[cfg(feature = "async")]
-pub use asynchronous::{
-    abandoned_transaction_timeout, begin_claimed, claim_async, run_idempotent_async,
-    set_abandoned_transaction_timeout, ClaimedTransaction, DEFAULT_ABANDONED_TRANSACTION_TIMEOUT,
-};
 pub use backend::InboxBackend;
 pub use backoff::Backoff;
-pub use claim::{claim, Claim, ClaimStatement, CLAIM_ATTEMPTS};
-pub use error::{HandlerError, InboxError, KeyProblem};
+#[doc(hidden)]
+pub use claim::ClaimStatement;
+pub use claim::{claim, Claim};
+pub use error::{HandlerError, InboxError, KeyProblem, RetentionProblem};
+pub use execution::CLAIM_ATTEMPTS;
 pub use key::{ClaimKey, HandlerName, MAX_HANDLER_BYTES, MAX_MESSAGE_ID_BYTES};
 pub use message_id::MessageId;
 pub use outcome::{OnDuplicate, Outcome};
 pub use prune::{Prune, PruneError, PruneReport};
 pub use recovery::{is_lock_conflict, recovery, Recovery};
-pub use retention::{
-    format_duration, parse_duration, RetentionPolicy, RetentionProblem, MAX_RETENTION,
-};
+pub use retention::{RetentionPolicy, MAX_RETENTION};
 pub use schema::setup;
 pub use transaction::run_idempotent;
+#[cfg(feature = "async")]
+#[doc(hidden)]
+pub use transaction_async::begin_claimed;
+#[cfg(feature = "async")]
+pub use transaction_async::{
+    abandoned_transaction_timeout, claim_async, run_idempotent_async,
+    set_abandoned_transaction_timeout, ClaimedTransaction, DEFAULT_ABANDONED_TRANSACTION_TIMEOUT,
+};

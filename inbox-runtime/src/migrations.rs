@@ -39,14 +39,13 @@ use crate::error::InboxError;
 
 /// The PostgreSQL migrations.
 #[cfg(feature = "postgres")]
-pub const POSTGRES: EmbeddedMigrations =
-    diesel_migrations::embed_migrations!("migrations/postgres");
+pub const POSTGRES: EmbeddedMigrations = crate::backend::postgres::MIGRATIONS;
 /// The SQLite migrations.
 #[cfg(feature = "sqlite")]
-pub const SQLITE: EmbeddedMigrations = diesel_migrations::embed_migrations!("migrations/sqlite");
+pub const SQLITE: EmbeddedMigrations = crate::backend::sqlite::MIGRATIONS;
 /// The MySQL / MariaDB migrations.
 #[cfg(feature = "mysql")]
-pub const MYSQL: EmbeddedMigrations = diesel_migrations::embed_migrations!("migrations/mysql");
+pub const MYSQL: EmbeddedMigrations = crate::backend::mysql::MIGRATIONS;
 
 /// A backend whose inbox migrations are embedded in this crate.
 ///

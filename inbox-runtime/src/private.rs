@@ -87,7 +87,7 @@ where
     T::Err: HandlerError,
 {
     let key = key.map_err(|error| T::from_result(Err(error.into())))?;
-    match crate::asynchronous::claim_in_new_level(conn, &key).await {
+    match crate::transaction_async::claim_in_new_level(conn, &key).await {
         Ok(Some(claimed)) => Ok(claimed),
         Ok(None) => Err(T::from_result(Ok(T::Ok::on_duplicate()))),
         Err(error) => Err(T::from_result(Err(crate::error::into_handler_error(error)))),

@@ -18,13 +18,14 @@
 //! (`BEGIN`, `COMMIT`, `SAVEPOINT`), and diesel-async's MySQL driver maps
 //! neither 1213 nor any connection error. For those, and only those, the
 //! message is matched against the server's text for the code named beside
-//! it in the tables below. PostgreSQL translates its messages when
+//! it in each backend's table (`MESSAGES` in `backend/<backend>.rs`). PostgreSQL translates its messages when
 //! `lc_messages` is not English: keep the server's `lc_messages` at `C` or an
 //! English locale (the default) for the message fallback to apply; the
 //! mapped kinds are recognised whatever the language.
 
 use diesel::result::{DatabaseErrorKind, Error};
 
+use crate::backend::{ServerMessages, SERVER_MESSAGES};
 use crate::error::InboxError;
 
 /// What a consumer should do after a failed delivery.
@@ -125,14 +126,6 @@ pub fn is_lock_conflict(error: &Error) -> bool {
     }
 }
 
-/// `true` when a claim that failed with `error` on its `attempt`-th try
-/// (counting from 1) is worth another try: it lost a lock conflict before
-/// the body ran, and fewer than [`CLAIM_ATTEMPTS`](crate::CLAIM_ATTEMPTS)
-/// tries were made.
-pub(crate) fn retry_claim(error: &Error, attempt: u32) -> bool {
-    attempt < crate::CLAIM_ATTEMPTS && is_lock_conflict(error)
-}
-
 /// `true` when the database refused the text of a claim's key itself: the
 /// inbox's own length checks, or a character the server's encoding cannot
 /// represent. Such a message fails the same way on every delivery.
@@ -162,103 +155,22 @@ fn database_recovery(kind: &DatabaseErrorKind, message: &str) -> Recovery {
     }
 }
 
-fn matches_any(message: &str, known: &[(&str, &str)]) -> bool {
-    known.iter().any(|(_, text)| message.contains(text))
+/// Which table of the backends' [`ServerMessages`] a message is looked up
+/// in.
+type Table = fn(&ServerMessages) -> &'static [(&'static str, &'static str)];
+
+/// `true` when `message` contains a text of `table` of any backend (a
+/// Diesel error does not say which backend sent it).
+fn matches_any(message: &str, table: Table) -> bool {
+    SERVER_MESSAGES
+        .iter()
+        .flat_map(|backend| table(backend))
+        .any(|(_, text)| message.contains(text))
 }
 
-/// Lock conflicts reported as `Unknown`: `(server code, message text)`.
-const LOCK_CONFLICT_MESSAGES: &[(&str, &str)] = &[
-    // PostgreSQL (blocking connections do not expose the SQLSTATE).
-    ("40P01 deadlock_detected", "deadlock detected"),
-    ("40001 serialization_failure", "could not serialize access"),
-    ("55P03 lock_not_available", "could not obtain lock on"),
-    (
-        "55P03 lock_not_available",
-        "canceling statement due to lock timeout",
-    ),
-    // MySQL / MariaDB (plain statements such as COMMIT, and every server
-    // error on diesel-async, carry no error number).
-    (
-        "1213 ER_LOCK_DEADLOCK",
-        "Deadlock found when trying to get lock",
-    ),
-    ("1205 ER_LOCK_WAIT_TIMEOUT", "Lock wait timeout exceeded"),
-    ("1020 ER_CHECKREAD", "Record has changed since last read"),
-];
-
-/// A connection that is gone or cannot write: reported as `Unknown`, or
-/// under a kind that would otherwise mean something else (checked first).
-const CONNECTION_LOST_MESSAGES: &[(&str, &str)] = &[
-    // PostgreSQL: every FATAL that ends a session says "terminating
-    // connection …": 57P01 admin_shutdown ("due to administrator command",
-    // "due to immediate shutdown command"), 57P02 crash_shutdown ("because of
-    // crash of another server process"), 57P05 idle_session_timeout, 25P03
-    // idle_in_transaction_session_timeout, a standby's conflict with
-    // recovery, the postmaster's exit.
-    (
-        "57P01, 57P02, 57P05, 25P03 (FATAL)",
-        "terminating connection",
-    ),
-    (
-        "57P03 cannot_connect_now",
-        "the database system is starting up",
-    ),
-    (
-        "57P03 cannot_connect_now",
-        "the database system is shutting down",
-    ),
-    (
-        "57P03 cannot_connect_now",
-        "the database system is in recovery mode",
-    ),
-    (
-        "57P03 cannot_connect_now",
-        "the database system is not yet accepting connections",
-    ),
-    (
-        "57P03 cannot_connect_now",
-        "the database system is not accepting connections",
-    ),
-    (
-        "25006 read_only_sql_transaction",
-        "in a read-only transaction",
-    ),
-    ("libpq", "server closed the connection unexpectedly"),
-    ("libpq", "SSL connection has been closed unexpectedly"),
-    ("libpq", "no connection to the server"),
-    ("libpq", "connection to server was lost"),
-    // MySQL / MariaDB.
-    ("2006 CR_SERVER_GONE_ERROR", "has gone away"),
-    ("2013 CR_SERVER_LOST", "Lost connection to"),
-    ("1053 ER_SERVER_SHUTDOWN", "Server shutdown in progress"),
-    ("1927 ER_CONNECTION_KILLED", "Connection was killed"),
-    (
-        "1047 ER_UNKNOWN_COM_ERROR (Galera)",
-        "WSREP has not yet prepared node for application use",
-    ),
-    ("1290 ER_OPTION_PREVENTS_STATEMENT", "--read-only option"),
-    (
-        "4031 ER_CLIENT_INTERACTION_TIMEOUT",
-        "disconnected by the server because of inactivity",
-    ),
-    // mysql_async (diesel-async) driver and I/O errors.
-    ("mysql_async", "Connection to the server is closed"),
-    ("mysql_async", "Input/output error"),
-    ("io", "Broken pipe"),
-    ("io", "Connection reset by peer"),
-];
-
-/// The server refused the text of an id, reported as `Unknown`.
-const REFUSED_TEXT_MESSAGES: &[(&str, &str)] = &[
-    (
-        "22P05 untranslatable_character",
-        "has no equivalent in encoding",
-    ),
-    (
-        "22021 character_not_in_repertoire",
-        "invalid byte sequence for encoding",
-    ),
-];
+const LOCK_CONFLICT_MESSAGES: Table = |messages| messages.lock_conflict;
+const CONNECTION_LOST_MESSAGES: Table = |messages| messages.connection_lost;
+const REFUSED_TEXT_MESSAGES: Table = |messages| messages.refused_text;
 
 #[cfg(test)]
 mod tests {
@@ -366,15 +278,6 @@ mod tests {
             assert_eq!(recovery(&error), Recovery::Retry, "{error}");
             assert!(!is_lock_conflict(&error), "{error}");
         }
-    }
-
-    #[test]
-    fn claims_retry_lock_conflicts_a_bounded_number_of_times() {
-        let deadlock = unknown(LOCK_CONFLICTS[4]);
-        assert!(retry_claim(&deadlock, 1));
-        assert!(retry_claim(&deadlock, crate::CLAIM_ATTEMPTS - 1));
-        assert!(!retry_claim(&deadlock, crate::CLAIM_ATTEMPTS));
-        assert!(!retry_claim(&Error::NotFound, 1));
     }
 
     #[test]

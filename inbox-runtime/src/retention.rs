@@ -1,5 +1,6 @@
 //! How long claimed ids are kept: the retention window, and why it is part of
-//! the guarantee.
+//! the guarantee; and the durations of configuration files and command lines
+//! ([`parse_duration`], [`format_duration`]).
 //!
 //! The inbox turns a redelivery into a no-op only while the first delivery's
 //! id is still in the table. Once pruning removes it, a redelivery of that
@@ -11,7 +12,9 @@
 use std::fmt;
 use std::time::Duration;
 
+pub use crate::duration::format_duration;
 use crate::error::InboxError;
+pub use crate::error::RetentionProblem;
 use crate::key::HandlerName;
 
 /// The longest retention window accepted: 100 years (36,500 days).
@@ -24,100 +27,6 @@ use crate::key::HandlerName;
 /// ```
 pub const MAX_RETENTION: Duration = Duration::from_secs(36_500 * 86_400);
 
-/// What is wrong with a refused retention setting (see
-/// [`InboxError::InvalidRetention`]).
-///
-/// ```
-/// use std::time::Duration;
-/// use inbox_runtime::RetentionProblem;
-///
-/// let problem = RetentionProblem::ShorterThanRedelivery {
-///     keep: Duration::from_secs(3_600),
-///     redelivery_window: Duration::from_secs(86_400),
-/// };
-/// assert!(problem.to_string().contains("shorter than the redelivery window (1d)"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum RetentionProblem {
-    /// The retention window is zero: every id would be prunable at once.
-    ZeroWindow,
-    /// The duration is negative (for example `-7d`).
-    Negative,
-    /// The redelivery window is zero: every broker can redeliver, so say how
-    /// late a redelivery (or a manual replay) can come.
-    ZeroRedeliveryWindow,
-    /// The window is shorter than the redelivery window: ids would be pruned
-    /// while their messages can still come back, letting duplicates through.
-    ShorterThanRedelivery {
-        /// The requested retention window.
-        keep: Duration,
-        /// The declared redelivery window.
-        redelivery_window: Duration,
-    },
-    /// The duration exceeds [`MAX_RETENTION`].
-    TooLong {
-        /// The largest accepted duration.
-        max: Duration,
-    },
-    /// The text is not a duration such as `7d`, `36h`, `90m` or `1d12h`.
-    Unparsable {
-        /// The rejected text, shortened for display.
-        input: String,
-    },
-    /// The batch size is zero or larger than [`MAX_BATCH_SIZE`](crate::prune::MAX_BATCH_SIZE).
-    BatchSize {
-        /// The rejected batch size.
-        requested: u64,
-        /// The largest accepted batch size.
-        max: u64,
-    },
-    /// The setting restricts pruning to one handler, which the partitioned
-    /// layout cannot do: it drops whole generations of every handler.
-    HandlerScopeNeedsBatches,
-    /// A partition (generation) period of zero.
-    ZeroPeriod,
-}
-
-impl fmt::Display for RetentionProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RetentionProblem::ZeroWindow => {
-                f.write_str("the retention window is zero, so every id could be pruned as soon as it is claimed")
-            }
-            RetentionProblem::Negative => f.write_str("the duration is negative"),
-            RetentionProblem::ZeroRedeliveryWindow => f.write_str(
-                "the redelivery window is zero; declare how late a message can be redelivered or replayed",
-            ),
-            RetentionProblem::ShorterThanRedelivery {
-                keep,
-                redelivery_window,
-            } => write!(
-                f,
-                "the retention window ({}) is shorter than the redelivery window ({}): ids would be pruned \
-                 while their messages can still be redelivered, and those redeliveries would be processed again",
-                format_duration(*keep),
-                format_duration(*redelivery_window)
-            ),
-            RetentionProblem::TooLong { max } => {
-                write!(f, "the duration is longer than the maximum of {}", format_duration(*max))
-            }
-            RetentionProblem::Unparsable { input } => write!(
-                f,
-                "\"{input}\" is not a duration; write a number and a unit (w, d, h, m, s, ms, us), e.g. 7d, 36h or 1d12h"
-            ),
-            RetentionProblem::BatchSize { requested, max } => {
-                write!(f, "the batch size {requested} is not between 1 and {max}")
-            }
-            RetentionProblem::HandlerScopeNeedsBatches => f.write_str(
-                "the partitioned layout drops whole generations of every handler and cannot prune one handler only; \
-                 use batched pruning for a handler-scoped policy",
-            ),
-            RetentionProblem::ZeroPeriod => f.write_str("the generation period is zero"),
-        }
-    }
-}
-
 /// How long claimed ids are kept, checked against how late a message can be
 /// redelivered, for every handler or per handler.
 ///
@@ -128,7 +37,9 @@ impl fmt::Display for RetentionProblem {
 ///
 /// A policy covers every handler by default. [`with_handler`](Self::with_handler)
 /// gives one handler a longer (or shorter, but still safe) window of its own,
-/// and [`only`](Self::only) restricts pruning to one handler's rows.
+/// and [`only`](Self::only) restricts pruning to one handler's rows. The
+/// default windows are checked when the policy is made; the handlers' own
+/// windows by [`check`](Self::check), which every pruning run calls first.
 ///
 /// ```
 /// use std::time::Duration;
@@ -136,7 +47,8 @@ impl fmt::Display for RetentionProblem {
 ///
 /// const DAY: Duration = Duration::from_secs(86_400);
 /// let policy = RetentionPolicy::new(7 * DAY, 2 * DAY)?
-///     .with_handler(HandlerName::new("ledger.post")?, 30 * DAY)?;
+///     .with_handler(HandlerName::new("ledger.post")?, 30 * DAY);
+/// policy.check()?;
 /// assert_eq!(policy.keep_for(&HandlerName::new("ledger.post")?), 30 * DAY);
 /// assert_eq!(policy.keep_for(&HandlerName::new("mailer.send")?), 7 * DAY);
 ///
@@ -203,9 +115,10 @@ impl RetentionPolicy {
         RetentionPolicy::new(parse_duration(keep)?, parse_duration(redelivery_window)?)
     }
 
-    /// Gives `handler` a window of its own, checked like the default one.
-    /// The default window then no longer applies to that handler's rows.
-    /// Setting the same handler again replaces its window.
+    /// Gives `handler` a window of its own, checked like the default one by
+    /// [`check`](Self::check) (and so by every pruning run). The default
+    /// window then no longer applies to that handler's rows. Setting the
+    /// same handler again replaces its window.
     ///
     /// ```
     /// use std::time::Duration;
@@ -213,23 +126,41 @@ impl RetentionPolicy {
     ///
     /// let day = Duration::from_secs(86_400);
     /// let audit = HandlerName::new("audit")?;
-    /// let policy = RetentionPolicy::new(7 * day, day)?.with_handler(audit.clone(), 90 * day)?;
+    /// let policy = RetentionPolicy::new(7 * day, day)?.with_handler(audit.clone(), 90 * day);
     /// assert_eq!(policy.keep_for(&audit), 90 * day);
     /// // Still refused when shorter than the redelivery window:
-    /// assert!(policy.with_handler(audit, Duration::from_secs(60)).is_err());
+    /// assert!(policy.with_handler(audit, Duration::from_secs(60)).check().is_err());
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
-    pub fn with_handler(
-        mut self,
-        handler: HandlerName,
-        keep: Duration,
-    ) -> Result<Self, InboxError> {
-        check_window(Some(&handler), keep, self.redelivery_window)?;
+    pub fn with_handler(mut self, handler: HandlerName, keep: Duration) -> Self {
         match self.overrides.iter_mut().find(|(name, _)| *name == handler) {
             Some((_, window)) => *window = keep,
             None => self.overrides.push((handler, keep)),
         }
-        Ok(self)
+        self
+    }
+
+    /// Checks the handlers' own windows like the default one (not zero, not
+    /// longer than [`MAX_RETENTION`], not shorter than the redelivery
+    /// window): [`InboxError::InvalidRetention`] names the first handler
+    /// whose window is refused.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use inbox_runtime::{HandlerName, RetentionPolicy};
+    ///
+    /// let policy = RetentionPolicy::parse("7d", "1d")?;
+    /// assert!(policy.check().is_ok());
+    /// let short = policy.with_handler(HandlerName::new("h")?, Duration::from_secs(60));
+    /// assert!(short.check().unwrap_err().to_string().contains("`h`"));
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn check(&self) -> Result<(), InboxError> {
+        check_window(None, self.keep, self.redelivery_window)?;
+        for (handler, keep) in &self.overrides {
+            check_window(Some(handler), *keep, self.redelivery_window)?;
+        }
+        Ok(())
     }
 
     /// Restricts pruning to `handler`'s rows (with its own window if it has
@@ -292,7 +223,7 @@ impl RetentionPolicy {
     /// # use std::time::Duration;
     /// # use inbox_runtime::{HandlerName, RetentionPolicy};
     /// let policy = RetentionPolicy::parse("2d", "1d")?
-    ///     .with_handler(HandlerName::new("a")?, Duration::from_secs(5 * 86_400))?;
+    ///     .with_handler(HandlerName::new("a")?, Duration::from_secs(5 * 86_400));
     /// assert_eq!(policy.handler_windows().len(), 1);
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
@@ -318,7 +249,7 @@ impl RetentionPolicy {
     /// # use std::time::Duration;
     /// # use inbox_runtime::{HandlerName, RetentionPolicy};
     /// let policy = RetentionPolicy::parse("2d", "1d")?
-    ///     .with_handler(HandlerName::new("a")?, Duration::from_secs(5 * 86_400))?;
+    ///     .with_handler(HandlerName::new("a")?, Duration::from_secs(5 * 86_400));
     /// assert_eq!(policy.longest_window().as_secs(), 5 * 86_400);
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
@@ -396,7 +327,7 @@ fn check_window(
 ///
 /// ```
 /// use std::time::Duration;
-/// use inbox_runtime::parse_duration;
+/// use inbox_runtime::retention::parse_duration;
 ///
 /// assert_eq!(parse_duration("7d")?, Duration::from_secs(7 * 86_400));
 /// assert_eq!(parse_duration("1h30m")?, Duration::from_secs(5_400));
@@ -467,38 +398,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, InboxError> {
     }
     let total = u64::try_from(total).map_err(|_| too_long())?;
     Ok(Duration::from_micros(total))
-}
-
-/// Formats a duration in the largest unit that divides it (`7d`, `36h`,
-/// `90s`), the form [`parse_duration`] reads back.
-///
-/// ```
-/// use std::time::Duration;
-/// use inbox_runtime::format_duration;
-///
-/// assert_eq!(format_duration(Duration::from_secs(7 * 86_400)), "7d");
-/// assert_eq!(format_duration(Duration::from_secs(5_400)), "90m");
-/// assert_eq!(format_duration(Duration::from_millis(1_500)), "1500ms");
-/// ```
-pub fn format_duration(duration: Duration) -> String {
-    let micros = duration.as_micros();
-    if micros == 0 {
-        return "0s".to_owned();
-    }
-    const UNITS: [(u128, &str); 6] = [
-        (86_400_000_000, "d"),
-        (3_600_000_000, "h"),
-        (60_000_000, "m"),
-        (1_000_000, "s"),
-        (1_000, "ms"),
-        (1, "us"),
-    ];
-    for (size, unit) in UNITS {
-        if micros % size == 0 {
-            return format!("{}{unit}", micros / size);
-        }
-    }
-    format!("{micros}us")
 }
 
 #[cfg(test)]
@@ -595,16 +494,19 @@ mod tests {
         let day = Duration::from_secs(86_400);
         let h = HandlerName::new("h").unwrap();
         let policy = RetentionPolicy::new(7 * day, day).unwrap();
-        let err = policy.clone().with_handler(h.clone(), day / 2).unwrap_err();
+        let err = policy
+            .clone()
+            .with_handler(h.clone(), day / 2)
+            .check()
+            .unwrap_err();
         assert!(
             matches!(&err, InboxError::InvalidRetention { handler: Some(name), .. } if name == "h")
         );
         assert!(err.to_string().contains("`h`"), "{err}");
         let policy = policy
             .with_handler(h.clone(), 2 * day)
-            .unwrap()
-            .with_handler(h.clone(), 3 * day)
-            .unwrap();
+            .with_handler(h.clone(), 3 * day);
+        policy.check().unwrap();
         assert_eq!(policy.handler_windows(), &[(h.clone(), 3 * day)]);
         assert_eq!(policy.longest_window(), 7 * day);
         assert_eq!(

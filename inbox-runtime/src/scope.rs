@@ -19,7 +19,6 @@
 //!   aborted (PostgreSQL answers `COMMIT` with a silent `ROLLBACK` then).
 
 use std::borrow::Cow;
-use std::num::NonZeroU32;
 
 use diesel::connection::{
     TransactionDepthChange, TransactionManagerStatus, ValidTransactionManagerStatus,
@@ -28,6 +27,7 @@ use diesel::QueryResult;
 
 use crate::backend::InboxBackend;
 use crate::error::InboxError;
+use crate::execution::depth;
 
 /// Where a handler's transaction sits: the depth it found the connection at.
 #[derive(Debug, Clone)]
@@ -227,11 +227,6 @@ pub(crate) fn report_after_failed_rollback<T>(
 /// is an inbox error too).
 pub(crate) fn either(report: Result<InboxError, InboxError>) -> InboxError {
     report.unwrap_or_else(|error| error)
-}
-
-/// Diesel's transaction depth (0: no transaction).
-fn depth(status: &mut TransactionManagerStatus) -> QueryResult<u32> {
-    Ok(status.transaction_depth()?.map_or(0, NonZeroU32::get))
 }
 
 fn valid(status: &mut TransactionManagerStatus) -> QueryResult<&mut ValidTransactionManagerStatus> {

@@ -7,9 +7,10 @@ use diesel::connection::{Connection, TransactionManager, TransactionManagerStatu
 use crate::backend::InboxBackend;
 use crate::claim::{claim_statement, refused_or_database, Claim};
 use crate::error::{into_handler_error, HandlerError, InboxError};
+use crate::execution::RetryPolicy;
 use crate::key::ClaimKey;
 use crate::outcome::OnDuplicate;
-use crate::recovery::{recovery, retry_claim, Recovery};
+use crate::recovery::{recovery, Recovery};
 use crate::scope::{either, report_after_failed_rollback, Scope};
 
 /// Runs `body` inside one transaction that first claims `key`, unless the key
@@ -112,7 +113,7 @@ where
     C: Connection,
     C::Backend: InboxBackend,
 {
-    let mut attempt = 1;
+    let mut tries = RetryPolicy::CLAIM.tries();
     loop {
         begin(conn, scope)?;
         match claim_or_refuse(conn, key) {
@@ -126,11 +127,9 @@ where
                     return Err(either(report_after_failed_rollback(error, rollback_error)));
                 }
                 match error {
+                    // Claims retry at once (the policy's wait is zero).
                     InboxError::Database(cause)
-                        if scope.is_outermost() && retry_claim(&cause, attempt) =>
-                    {
-                        attempt += 1;
-                    }
+                        if scope.is_outermost() && tries.again(&cause).is_some() => {}
                     error => return Err(error),
                 }
             }

@@ -76,10 +76,7 @@ fn main() {
             Some(Duration::from_secs(20)),
         ),
     ] {
-        let prune = Prune::new(policy.clone())
-            .batch_size(batch)
-            .unwrap()
-            .pause(pause);
+        let prune = Prune::new(policy.clone()).batch_size(batch).pause(pause);
         batched(rows, &prune, batch, pause, cap);
     }
     generations(rows, &policy);

@@ -34,26 +34,20 @@
 //! # Tuning
 //!
 //! The batch size and the pause between batches trade pruning speed for the
-//! latency of live handlers. `benches/prune.rs` (1,000,000 expired ids, 400
-//! deliveries/s of live traffic, spans with and without pruning alternated in
-//! the same run; PostgreSQL 15 on a 2-CPU VM; four runs, two of them while
-//! the machine was also compiling, so the p99 ratios move between runs):
+//! latency of live handlers; `benches/prune.rs` measures both (the figures,
+//! with the machine, date and command, are in `BENCHMARKS.md` at the root of
+//! the repository).
 //!
-//! | method | rows/s | handlers' p99, pruning / not pruning |
-//! |---|---|---|
-//! | batches of 5,000, no pause (the default) | 200,000–384,000 | 1.4–4.2× |
-//! | batches of 5,000, 20 ms pause | 118,000–149,000 | 1.6–3.5× |
-//! | batches of 1,000, 5 ms pause | 60,000–82,000 | 1.1–2.3× |
-//! | batches of 500, 10 ms pause | 31,000 | 2.6× (one run) |
-//! | batches of 500, 100 ms pause (paced, measured over 20 s) | 5,200–5,300 | 0.99–1.10× (two runs) |
-//! | `partitioned`: drop a generation of 200,000 ids | 5–9 million (22–38 ms per generation) | 0.6–5× over the few deliveries during those milliseconds |
-//!
-//! On two CPUs, pruning flat out competes with the handlers for the
-//! processors: their p99 rose from about 2 ms to 5–7 ms while rows were
-//! deleted, whatever the batch size. Paced to about 5,000 rows/s (five times
-//! the insert rate of a 1,000 msg/s service), it left the handlers' p99
-//! unchanged: that is the setting for a background pruner next to live
-//! traffic. Dropping generations avoids the cost almost entirely.
+//! - Flat out (the default: batches of [`DEFAULT_BATCH_SIZE`], no pause),
+//!   pruning competes with live handlers for the processors and raises their
+//!   tail latency while it runs, whatever the batch size: right for catching
+//!   up on a backlog, from cron or off-peak.
+//! - Paced (small batches with a pause, e.g. 500 rows and 100 ms, about
+//!   5,000 rows/s: five times the insert rate of a 1,000 msg/s service), it
+//!   leaves the handlers' latency unchanged: the setting for a background
+//!   pruner next to live traffic.
+//! - Dropping generations (the `partitioned` layout) avoids the cost almost
+//!   entirely.
 //!
 //! A pruner only has to keep up with the insert rate (1,000 msg/s is 1,000
 //! rows/s), so a latency-sensitive service can prune in small batches with a
@@ -86,45 +80,47 @@
 //! .execute(&mut conn)?;
 //!
 //! let policy = RetentionPolicy::parse("7d", "2d")?;
-//! let report = Prune::new(policy).batch_size(1000)?.run(&mut conn)?;
+//! let report = Prune::new(policy).batch_size(1000).run(&mut conn)?;
 //! assert_eq!(report.rows_deleted, 1);
 //! assert!(report.caught_up);
 //! # }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::fmt;
 use std::ops::ControlFlow;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use diesel::connection::{
-    Connection, LoadConnection, TransactionManager, TransactionManagerStatus,
-};
-use diesel::RunQueryDsl;
+use diesel::connection::LoadConnection;
 
 use crate::backend::InboxBackend;
 use crate::error::InboxError;
 use crate::key::HandlerName;
-use crate::retention::{format_duration, RetentionPolicy, RetentionProblem};
+use crate::retention::RetentionPolicy;
 
-#[cfg(feature = "async")]
-mod asynchronous;
-#[cfg(any(feature = "r2d2", feature = "tokio"))]
-mod background;
-#[cfg(feature = "postgres")]
+mod driver;
+#[cfg(feature = "partitioned")]
 pub mod partitioned;
-pub(crate) mod statement;
+mod report;
+mod run_state;
+#[cfg(any(feature = "r2d2", feature = "tokio"))]
+mod scheduler;
 #[cfg(feature = "tokio")]
 mod task;
-
-#[cfg(any(feature = "r2d2", feature = "tokio"))]
-pub use background::{BackgroundPruner, PruneRun, PruneRunError, MAX_RETRY_BACKOFF};
 #[cfg(feature = "r2d2")]
-pub use background::{PruneJob, PrunerHandle};
-use statement::NextHandler;
-pub use statement::{PruneBatchStatement, PruneScope};
+mod thread;
+
+#[doc(hidden)]
+pub use crate::backend::PruneBatchStatement;
+pub use crate::backend::PruneScope;
+pub use report::{BatchProgress, PruneError, PruneReport};
+#[cfg(any(feature = "r2d2", feature = "tokio"))]
+pub use scheduler::{BackgroundPruner, PrunerRun, PrunerRunError, MAX_RETRY_BACKOFF};
+#[cfg(feature = "r2d2")]
+pub use scheduler::{PruneJob, StopSignal};
 #[cfg(feature = "tokio")]
 pub use task::{AsyncPrunePool, PrunerTask};
+#[cfg(feature = "r2d2")]
+pub use thread::PrunerThread;
 
 /// The default number of rows a batch deletes.
 ///
@@ -144,13 +140,6 @@ pub const DEFAULT_BATCH_SIZE: u32 = 5_000;
 /// ```
 pub const MAX_BATCH_SIZE: u32 = 100_000;
 
-/// How many times a batch is tried when it keeps losing lock conflicts
-/// (serialization failures, deadlocks, lock wait timeouts; see
-/// [`is_lock_conflict`](crate::is_lock_conflict)) before the run gives up.
-/// Counted like claims' [`CLAIM_ATTEMPTS`](crate::CLAIM_ATTEMPTS): tries,
-/// the first included.
-pub(crate) const BATCH_ATTEMPTS: u32 = 4;
-
 /// A pruning job: a [`RetentionPolicy`] plus how to apply it (batch size,
 /// pause between batches, a cap on batches per run).
 ///
@@ -163,7 +152,7 @@ pub(crate) const BATCH_ATTEMPTS: u32 = 4;
 /// let mut conn = SqliteConnection::establish(":memory:")?;
 /// inbox_runtime::setup(&mut conn)?;
 /// let prune = Prune::new(RetentionPolicy::parse("7d", "1d")?)
-///     .batch_size(2_000)?
+///     .batch_size(2_000)
 ///     .pause(Duration::from_millis(5))
 ///     .max_batches(100);
 /// let report = prune.run(&mut conn)?;
@@ -206,28 +195,41 @@ impl Prune {
         }
     }
 
-    /// Rows per batch, between 1 and [`MAX_BATCH_SIZE`]; anything else is an
-    /// [`InboxError::InvalidRetention`].
+    /// Rows per batch, between 1 and [`MAX_BATCH_SIZE`]; anything else is
+    /// refused by [`check`](Self::check), and so by every run, as
+    /// [`InboxError::InvalidBatchSize`].
     ///
     /// ```
     /// # use inbox_runtime::{Prune, RetentionPolicy};
     /// let prune = Prune::new(RetentionPolicy::parse("7d", "1d")?);
-    /// assert!(prune.clone().batch_size(500).is_ok());
-    /// assert!(prune.batch_size(0).is_err());
+    /// assert!(prune.clone().batch_size(500).check().is_ok());
+    /// assert!(prune.batch_size(0).check().is_err());
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
-    pub fn batch_size(mut self, rows: u32) -> Result<Self, InboxError> {
-        if rows == 0 || rows > MAX_BATCH_SIZE {
-            return Err(InboxError::InvalidRetention {
-                handler: None,
-                problem: RetentionProblem::BatchSize {
-                    requested: u64::from(rows),
-                    max: u64::from(MAX_BATCH_SIZE),
-                },
+    pub fn batch_size(mut self, rows: u32) -> Self {
+        self.batch_size = rows;
+        self
+    }
+
+    /// Checks the settings: the batch size, and the policy's windows (see
+    /// [`RetentionPolicy::check`]). Every run checks them first; call it to
+    /// refuse a bad configuration when it is read.
+    ///
+    /// ```
+    /// use inbox_runtime::{InboxError, Prune, RetentionPolicy};
+    ///
+    /// let prune = Prune::new(RetentionPolicy::parse("7d", "1d")?).batch_size(100_001);
+    /// assert!(matches!(prune.check(), Err(InboxError::InvalidBatchSize { requested: 100_001, .. })));
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn check(&self) -> Result<(), InboxError> {
+        if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
+            return Err(InboxError::InvalidBatchSize {
+                requested: self.batch_size,
+                max: MAX_BATCH_SIZE,
             });
         }
-        self.batch_size = rows;
-        Ok(self)
+        self.policy.check()
     }
 
     /// Sleeps this long between batches, leaving the database to live
@@ -289,7 +291,7 @@ impl Prune {
     ///
     /// let audit = HandlerName::new("audit")?;
     /// let policy = RetentionPolicy::parse("7d", "1d")?
-    ///     .with_handler(audit.clone(), Duration::from_secs(30 * 86_400))?;
+    ///     .with_handler(audit.clone(), Duration::from_secs(30 * 86_400));
     /// let prune = Prune::new(policy);
     /// let statements = prune.statements();
     /// assert_eq!(statements[0].scope(), PruneScope::Handler(&audit));
@@ -300,6 +302,7 @@ impl Prune {
     /// assert_eq!(only.statements()[0].keep().as_secs(), 30 * 86_400);
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
+    #[doc(hidden)]
     pub fn statements(&self) -> Vec<PruneBatchStatement<'_>> {
         if let Some(handler) = self.policy.only_handler() {
             let keep = self.policy.keep_for(handler);
@@ -389,557 +392,83 @@ impl Prune {
         C::Backend: InboxBackend,
         F: FnMut(&BatchProgress<'_>) -> ControlFlow<()>,
     {
-        self.run_pausing(conn, progress, |pause| {
-            std::thread::sleep(pause);
+        let pause = |wait| {
+            std::thread::sleep(wait);
             ControlFlow::Continue(())
-        })
+        };
+        driver::block_ready(driver::drive(
+            self,
+            &mut driver::Blocking { conn, pause },
+            progress,
+        ))
     }
 
-    /// The blocking driver of a [`BatchRun`]: `pause` sleeps between batches
-    /// and may end the run instead (the background thread's pause wakes up
-    /// for a stop request).
-    pub(crate) fn run_pausing<C, F>(
+    /// [`run`](Prune::run) on an async connection (feature `async`): each
+    /// batch in a transaction of its own, at `READ COMMITTED`, until caught
+    /// up.
+    ///
+    /// The [`pause`](Prune::pause) between batches is a tokio sleep (the
+    /// runtime diesel-async's drivers run on; it needs tokio's timer).
+    /// Dropping the future mid-batch leaves that batch's transaction open,
+    /// so the connection is then marked broken (pools discard it, which
+    /// rolls the batch back); batches already committed stay committed.
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "postgres")]
+    /// # async fn demo(conn: &mut diesel_async::AsyncPgConnection) -> Result<(), Box<dyn std::error::Error>> {
+    /// use inbox_runtime::{Prune, RetentionPolicy};
+    ///
+    /// let prune = Prune::new(RetentionPolicy::parse("7d", "2d")?).max_batches(20);
+    /// // e.g. in a tokio task: loop { prune.run_async(&mut conn).await; sleep(interval).await }
+    /// let report = prune.run_async(conn).await?;
+    /// println!("{report}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "async")]
+    pub async fn run_async<C>(&self, conn: &mut C) -> Result<PruneReport, PruneError>
+    where
+        C: diesel_async::AsyncConnection,
+        C::Backend: InboxBackend,
+    {
+        self.run_async_with_progress(conn, |_| ControlFlow::Continue(()))
+            .await
+    }
+
+    /// [`run_with_progress`](Prune::run_with_progress) on an async
+    /// connection; see [`run_async`](Prune::run_async).
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "postgres")]
+    /// # async fn demo(conn: &mut diesel_async::AsyncPgConnection) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::ops::ControlFlow;
+    /// use inbox_runtime::{Prune, RetentionPolicy};
+    ///
+    /// let prune = Prune::new(RetentionPolicy::parse("7d", "2d")?);
+    /// prune
+    ///     .run_async_with_progress(conn, |batch| {
+    ///         println!("{batch}");
+    ///         ControlFlow::Continue(())
+    ///     })
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "async")]
+    pub async fn run_async_with_progress<C, F>(
         &self,
         conn: &mut C,
-        mut progress: F,
-        mut pause: impl FnMut(Duration) -> ControlFlow<()>,
+        progress: F,
     ) -> Result<PruneReport, PruneError>
     where
-        C: LoadConnection,
+        C: diesel_async::AsyncConnection,
         C::Backend: InboxBackend,
         F: FnMut(&BatchProgress<'_>) -> ControlFlow<()>,
     {
-        let mut run = BatchRun::start(
-            self,
-            C::TransactionManager::transaction_manager_status_mut(conn),
-        )?;
-        while let Some(step) = run.next_step() {
-            match step {
-                Step::Batch(statement) => {
-                    let batch_started = Instant::now();
-                    let rows = run_batch(conn, &statement).map_err(|error| run.fail(error))?;
-                    if let Some(wait) = run.record(rows, batch_started, &mut progress) {
-                        if pause(wait).is_break() {
-                            run.stop();
-                        }
-                    }
-                }
-                Step::FindHandler(NextHandler { after }) => {
-                    let handler = <C::Backend as InboxBackend>::next_prune_handler(conn, after)
-                        .map_err(|error| run.fail(error))?;
-                    run.found(handler);
-                }
-            }
-        }
-        Ok(run.finish())
-    }
-}
-
-/// A run's report so far and its clock, so that a failure can report what
-/// committed before it.
-pub(crate) struct Tally {
-    started: Instant,
-    pub(crate) report: PruneReport,
-}
-
-impl Tally {
-    pub(crate) fn start() -> Self {
-        Tally {
-            started: Instant::now(),
-            report: PruneReport::default(),
-        }
-    }
-
-    /// The run failed: `error`, with what committed until now.
-    pub(crate) fn fail(&self, error: impl Into<InboxError>) -> PruneError {
-        PruneError::new(
-            PruneReport {
-                elapsed: self.started.elapsed(),
-                ..self.report.clone()
-            },
-            error.into(),
-        )
-    }
-
-    /// The run is over: its report.
-    pub(crate) fn finish(self) -> PruneReport {
-        PruneReport {
-            elapsed: self.started.elapsed(),
-            ..self.report
-        }
-    }
-}
-
-/// The bookkeeping of a batched run, written once for the blocking and the
-/// async drivers, which only execute the steps it hands out (and sleep when
-/// it says so): passes in order, the walk over handlers of an `AllExcept`
-/// pass, the batch cap, progress callbacks, the report.
-pub(crate) struct BatchRun<'p> {
-    statements: Vec<PruneBatchStatement<'p>>,
-    max_batches: Option<u64>,
-    pause: Duration,
-    /// The pass in progress, an index into `statements`.
-    pass: usize,
-    /// Where the pass in progress stands in its walk over handlers (an
-    /// `AllExcept` pass only).
-    walk: Walk,
-    /// The progress callback (or the pause) asked to stop.
-    stopped: bool,
-    tally: Tally,
-}
-
-/// The walk over handlers of an `AllExcept` pass.
-#[derive(Default)]
-struct Walk {
-    /// The last handler found (`""` before the first).
-    after: String,
-    /// The handler whose expired rows are being deleted; `None` between
-    /// handlers, when the next one must be found.
-    current: Option<HandlerName>,
-}
-
-/// What a driver does next for a [`BatchRun`].
-pub(crate) enum Step<'r> {
-    /// Execute this batch in a transaction of its own, then
-    /// [`record`](BatchRun::record) what it deleted.
-    Batch(PruneBatchStatement<'r>),
-    /// Load the next handler with this query
-    /// ([`InboxBackend::next_prune_handler`]), then report it with
-    /// [`found`](BatchRun::found).
-    FindHandler(NextHandler<'r>),
-}
-
-impl<'p> BatchRun<'p> {
-    /// Starts a run of `prune` on a connection whose transaction status is
-    /// `status`; refused inside a transaction, since each batch must commit
-    /// on its own.
-    pub(crate) fn start(
-        prune: &'p Prune,
-        status: &mut TransactionManagerStatus,
-    ) -> Result<Self, PruneError> {
-        let tally = Tally::start();
-        match status.transaction_depth() {
-            Ok(None) => {}
-            Ok(Some(_)) => return Err(tally.fail(diesel::result::Error::AlreadyInTransaction)),
-            Err(error) => return Err(tally.fail(error)),
-        }
-        Ok(BatchRun {
-            statements: prune.statements(),
-            max_batches: prune.max_batches,
-            pause: prune.pause,
-            pass: 0,
-            walk: Walk::default(),
-            stopped: false,
-            tally,
-        })
-    }
-
-    /// The next step, or `None` when the run is over.
-    pub(crate) fn next_step(&self) -> Option<Step<'_>> {
-        let capped = self
-            .max_batches
-            .is_some_and(|max| self.tally.report.batches >= max);
-        if self.stopped || capped {
-            return None;
-        }
-        let statement = self.statements.get(self.pass)?;
-        Some(step(statement, &self.walk))
-    }
-
-    /// The next handler of the walk, found by the
-    /// [`FindHandler`](Step::FindHandler) step: `None` ends the pass. An
-    /// excluded handler is passed over (the next step finds the one after
-    /// it), as is a name the inbox could not have stored as a handler.
-    pub(crate) fn found(&mut self, handler: Option<String>) {
-        let Some(name) = handler else {
-            self.tally.report.passes_caught_up += 1;
-            self.pass += 1;
-            self.walk = Walk::default();
-            return;
+        let pause = |wait| async move {
+            tokio::time::sleep(wait).await;
+            ControlFlow::Continue(())
         };
-        let excluded = match self.statements[self.pass].scope() {
-            PruneScope::AllExcept(excluded) => excluded.iter().any(|h| h.as_str() == name),
-            PruneScope::All | PruneScope::Handler(_) => false,
-        };
-        self.walk.current = if excluded {
-            None
-        } else {
-            HandlerName::new(name.clone()).ok()
-        };
-        self.walk.after = name;
-    }
-
-    /// Records the batch [`next_step`](Self::next_step) handed out, which
-    /// committed after deleting `rows`, and tells the progress callback.
-    /// Returns the pause to take before the next batch, if any.
-    pub(crate) fn record<F>(
-        &mut self,
-        rows: u64,
-        batch_started: Instant,
-        progress: &mut F,
-    ) -> Option<Duration>
-    where
-        F: FnMut(&BatchProgress<'_>) -> ControlFlow<()>,
-    {
-        let Step::Batch(statement) = step(&self.statements[self.pass], &self.walk) else {
-            unreachable!("record follows a batch");
-        };
-        let report = &mut self.tally.report;
-        report.batches += 1;
-        report.rows_deleted += rows;
-        let flow = progress(&BatchProgress {
-            scope: statement.scope(),
-            keep: statement.keep(),
-            batch: report.batches,
-            rows,
-            total_rows: report.rows_deleted,
-            batch_elapsed: batch_started.elapsed(),
-            elapsed: self.tally.started.elapsed(),
-        });
-        // A short batch: nothing expired is left in this scope.
-        let scope_done = rows < statement.limit();
-        if scope_done {
-            if self.walk.current.is_some() {
-                // The walk goes on with the next handler.
-                self.walk.current = None;
-            } else {
-                report.passes_caught_up += 1;
-                self.pass += 1;
-            }
-        }
-        if flow.is_break() {
-            self.stopped = true;
-            None
-        } else if scope_done || self.pause.is_zero() {
-            None
-        } else {
-            Some(self.pause)
-        }
-    }
-
-    /// Ends the run before the next batch (a stop request during a pause).
-    pub(crate) fn stop(&mut self) {
-        self.stopped = true;
-    }
-
-    /// A step failed: the run stops with `error`.
-    pub(crate) fn fail(&self, error: impl Into<InboxError>) -> PruneError {
-        self.tally.fail(error)
-    }
-
-    /// The run's report.
-    pub(crate) fn finish(self) -> PruneReport {
-        let passes = self.statements.len() as u64;
-        let mut report = self.tally.finish();
-        report.caught_up = report.passes_caught_up == passes;
-        report
-    }
-}
-
-/// The step of a pass: its statement, or in an `AllExcept` pass, the next
-/// handler to find or the batch for the handler found.
-fn step<'r>(statement: &PruneBatchStatement<'r>, walk: &'r Walk) -> Step<'r> {
-    match statement.scope() {
-        PruneScope::AllExcept(excluded) if !excluded.is_empty() => match &walk.current {
-            Some(handler) => Step::Batch(statement.with_scope(PruneScope::Handler(handler))),
-            None => Step::FindHandler(NextHandler { after: &walk.after }),
-        },
-        PruneScope::All | PruneScope::Handler(_) | PruneScope::AllExcept(_) => {
-            Step::Batch(*statement)
-        }
-    }
-}
-
-/// How long to wait before retrying a batch that ended in `result` on its
-/// `attempt`-th try (counting from 1), or `None` to keep the result: only
-/// a lock conflict (which rolled the batch back whole) is retried, until
-/// [`BATCH_ATTEMPTS`] tries were made.
-pub(crate) fn retry_delay(result: &diesel::QueryResult<u64>, attempt: u32) -> Option<Duration> {
-    match result {
-        Err(error) if attempt < BATCH_ATTEMPTS && crate::recovery::is_lock_conflict(error) => {
-            Some(Duration::from_millis(10 * u64::from(attempt)))
-        }
-        _ => None,
-    }
-}
-
-/// One batch in a transaction of its own, tried again (up to
-/// [`BATCH_ATTEMPTS`] tries) after a lock conflict.
-fn run_batch<C>(conn: &mut C, statement: &PruneBatchStatement<'_>) -> diesel::QueryResult<u64>
-where
-    C: Connection,
-    C::Backend: InboxBackend,
-{
-    let mut attempt = 1;
-    loop {
-        let result = run_batch_once(conn, statement);
-        match retry_delay(&result, attempt) {
-            Some(delay) => {
-                attempt += 1;
-                std::thread::sleep(delay);
-            }
-            None => return result,
-        }
-    }
-}
-
-fn run_batch_once<C>(conn: &mut C, statement: &PruneBatchStatement<'_>) -> diesel::QueryResult<u64>
-where
-    C: Connection,
-    C::Backend: InboxBackend,
-{
-    let before = <C::Backend as InboxBackend>::PRUNE_BEFORE_BEGIN_SQL;
-    if !before.is_empty() {
-        conn.batch_execute(before)?;
-    }
-    let rows = conn.transaction(|conn| {
-        let after = <C::Backend as InboxBackend>::PRUNE_AFTER_BEGIN_SQL;
-        if !after.is_empty() {
-            conn.batch_execute(after)?;
-        }
-        statement.execute(conn)
-    })?;
-    Ok(rows as u64)
-}
-
-/// What a pruning run did.
-///
-/// ```
-/// # #[cfg(feature = "sqlite")] {
-/// # use diesel::prelude::*;
-/// # use inbox_runtime::{Prune, RetentionPolicy};
-/// # let mut conn = SqliteConnection::establish(":memory:")?;
-/// # inbox_runtime::setup(&mut conn)?;
-/// let report = Prune::new(RetentionPolicy::parse("7d", "1d")?).run(&mut conn)?;
-/// println!("{report}"); // "deleted 0 rows in 1 batch in 0.2 ms (caught up)"
-/// assert!(report.to_string().starts_with("deleted 0 rows in 1 batch"));
-/// # }
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PruneReport {
-    /// Rows deleted (for dropped partitions: the planner's row estimate).
-    pub rows_deleted: u64,
-    /// Batches committed.
-    pub batches: u64,
-    /// Wall-clock time of the run.
-    pub elapsed: Duration,
-    /// `true` when every pass ended with a short batch: no expired row was
-    /// left, except rows other transactions held at that moment. `false`
-    /// when a batch cap or a stop request ended the run early.
-    pub caught_up: bool,
-    /// Passes (scopes) that finished.
-    pub passes_caught_up: u64,
-    /// Whole partitions (generations) dropped by the `partitioned` layout.
-    pub partitions_dropped: u64,
-    /// Partitions (generations) started by the `partitioned` layout.
-    pub partitions_created: u64,
-}
-
-impl PruneReport {
-    /// Rows deleted per second of the run.
-    ///
-    /// ```
-    /// let report = inbox_runtime::PruneReport::default();
-    /// assert_eq!(report.rows_per_second(), 0.0);
-    /// ```
-    pub fn rows_per_second(&self) -> f64 {
-        let seconds = self.elapsed.as_secs_f64();
-        if seconds > 0.0 {
-            self.rows_deleted as f64 / seconds
-        } else {
-            0.0
-        }
-    }
-}
-
-impl fmt::Display for PruneReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "deleted {} row{} in {} batch{} in {}",
-            self.rows_deleted,
-            if self.rows_deleted == 1 { "" } else { "s" },
-            self.batches,
-            if self.batches == 1 { "" } else { "es" },
-            Millis(self.elapsed),
-        )?;
-        if self.partitions_dropped > 0 || self.partitions_created > 0 {
-            write!(
-                f,
-                ", {} partition{} dropped, {} created",
-                self.partitions_dropped,
-                if self.partitions_dropped == 1 {
-                    ""
-                } else {
-                    "s"
-                },
-                self.partitions_created
-            )?;
-        }
-        f.write_str(if self.caught_up {
-            " (caught up)"
-        } else {
-            " (not caught up)"
-        })
-    }
-}
-
-/// Formats a duration as milliseconds with one decimal.
-struct Millis(Duration);
-
-impl fmt::Display for Millis {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:.1} ms", self.0.as_secs_f64() * 1e3)
-    }
-}
-
-/// One committed batch, as passed to [`Prune::run_with_progress`].
-///
-/// ```
-/// # #[cfg(feature = "sqlite")] {
-/// # use std::ops::ControlFlow;
-/// # use diesel::prelude::*;
-/// # use inbox_runtime::{Prune, RetentionPolicy};
-/// # let mut conn = SqliteConnection::establish(":memory:")?;
-/// # inbox_runtime::setup(&mut conn)?;
-/// Prune::new(RetentionPolicy::parse("7d", "1d")?).run_with_progress(&mut conn, |batch| {
-///     assert_eq!(batch.batch, 1);
-///     assert!(batch.to_string().starts_with("batch 1: deleted 0 rows (total 0)"));
-///     ControlFlow::Continue(())
-/// })?;
-/// # }
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub struct BatchProgress<'a> {
-    /// The handlers the batch covered.
-    pub scope: PruneScope<'a>,
-    /// The window applied.
-    pub keep: Duration,
-    /// The batch's number in the run, from 1.
-    pub batch: u64,
-    /// Rows this batch deleted.
-    pub rows: u64,
-    /// Rows deleted so far in the run.
-    pub total_rows: u64,
-    /// How long this batch took.
-    pub batch_elapsed: Duration,
-    /// Time since the run started.
-    pub elapsed: Duration,
-}
-
-impl fmt::Display for BatchProgress<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let seconds = self.elapsed.as_secs_f64();
-        let rate = if seconds > 0.0 {
-            self.total_rows as f64 / seconds
-        } else {
-            0.0
-        };
-        write!(
-            f,
-            "batch {}: deleted {} rows (total {}) in {}, {:.0} rows/s overall [{}, older than {}]",
-            self.batch,
-            self.rows,
-            self.total_rows,
-            Millis(self.batch_elapsed),
-            rate,
-            self.scope,
-            format_duration(self.keep)
-        )
-    }
-}
-
-/// A pruning run that failed part-way: the error, and what the batches that
-/// committed before it did (their deletions stand).
-///
-/// ```
-/// use inbox_runtime::{InboxError, PruneError};
-///
-/// let err = PruneError::from(InboxError::Database(diesel::result::Error::NotFound));
-/// assert_eq!(err.report().rows_deleted, 0);
-/// assert!(err.error().is_retryable());
-/// let inbox: InboxError = err.into();
-/// ```
-#[derive(Debug)]
-pub struct PruneError(Box<PruneErrorInner>);
-
-#[derive(Debug)]
-struct PruneErrorInner {
-    report: PruneReport,
-    error: InboxError,
-}
-
-impl PruneError {
-    /// What committed before the failure.
-    ///
-    /// ```
-    /// # use inbox_runtime::{InboxError, PruneError};
-    /// let err = PruneError::from(InboxError::Database(diesel::result::Error::NotFound));
-    /// assert_eq!(err.report().batches, 0);
-    /// ```
-    pub fn report(&self) -> &PruneReport {
-        &self.0.report
-    }
-
-    /// The failure.
-    ///
-    /// ```
-    /// # use inbox_runtime::{InboxError, PruneError};
-    /// let err = PruneError::from(InboxError::Database(diesel::result::Error::NotFound));
-    /// assert!(matches!(err.error(), InboxError::Database(_)));
-    /// ```
-    pub fn error(&self) -> &InboxError {
-        &self.0.error
-    }
-
-    /// The failure, without the partial report.
-    ///
-    /// ```
-    /// # use inbox_runtime::{InboxError, PruneError};
-    /// let err = PruneError::from(InboxError::Database(diesel::result::Error::NotFound));
-    /// assert!(matches!(err.into_error(), InboxError::Database(_)));
-    /// ```
-    pub fn into_error(self) -> InboxError {
-        self.0.error
-    }
-
-    pub(crate) fn new(report: PruneReport, error: InboxError) -> Self {
-        PruneError(Box::new(PruneErrorInner { report, error }))
-    }
-}
-
-impl fmt::Display for PruneError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "pruning stopped after deleting {} rows in {} batches: {}",
-            self.0.report.rows_deleted, self.0.report.batches, self.0.error
-        )?;
-        if let InboxError::Database(error) = &self.0.error {
-            write!(f, ": {error}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for PruneError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.0.error)
-    }
-}
-
-impl From<InboxError> for PruneError {
-    fn from(error: InboxError) -> Self {
-        PruneError::new(PruneReport::default(), error)
-    }
-}
-
-impl From<PruneError> for InboxError {
-    fn from(error: PruneError) -> Self {
-        error.into_error()
+        driver::drive(self, &mut driver::Async { conn, pause }, progress).await
     }
 }

@@ -124,7 +124,8 @@ use diesel::pg::PgConnection;
 use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 use diesel::{Connection, QueryableByName, RunQueryDsl};
 
-use super::{PruneError, PruneReport, Tally};
+use super::report::PartialReport;
+use super::{PruneError, PruneReport};
 use crate::backend::InboxBackend;
 use crate::error::InboxError;
 use crate::retention::{RetentionPolicy, RetentionProblem, MAX_RETENTION};
@@ -518,7 +519,7 @@ pub fn drop_expired(
 ) -> Result<PruneReport, PruneError> {
     check_policy(policy)?;
     exclusively(conn, |conn, schema| {
-        let mut tally = Tally::start();
+        let mut tally = PartialReport::start();
         drop_expired_until(conn, schema, policy, &|| false, &mut tally)?;
         Ok(tally.finish())
     })
@@ -554,6 +555,7 @@ fn exclusively(
 }
 
 fn check_policy(policy: &RetentionPolicy) -> Result<(), InboxError> {
+    policy.check()?;
     match policy.only_handler() {
         Some(handler) => Err(InboxError::InvalidRetention {
             handler: Some(handler.as_str().to_owned()),
@@ -570,7 +572,7 @@ fn drop_expired_until(
     schema: &InboxSchema,
     policy: &RetentionPolicy,
     should_stop: &dyn Fn() -> bool,
-    tally: &mut Tally,
+    tally: &mut PartialReport,
 ) -> Result<(), PruneError> {
     check_policy(policy).map_err(|error| tally.fail(error))?;
     let window = micros(policy.longest_window());
@@ -773,7 +775,7 @@ impl Maintenance {
         schema: &InboxSchema,
         should_stop: &dyn Fn() -> bool,
     ) -> Result<PruneReport, PruneError> {
-        let mut tally = Tally::start();
+        let mut tally = PartialReport::start();
         drop_expired_until(conn, schema, &self.policy, should_stop, &mut tally)?;
         if !should_stop() {
             match rotate_if_older_than(conn, self.period, self.lock_timeout) {
@@ -791,8 +793,8 @@ impl super::PruneJob<PgConnection> for Maintenance {
     fn run_job(
         &mut self,
         conn: &mut PgConnection,
-        should_stop: &dyn Fn() -> bool,
+        stop: &super::StopSignal<'_>,
     ) -> Result<PruneReport, PruneError> {
-        self.run_until(conn, should_stop)
+        self.run_until(conn, &|| stop.is_requested())
     }
 }

@@ -1,22 +1,21 @@
 //! The background pruner as a tokio task over a diesel-async pool (feature
-//! `tokio`): the same builder, reports, signals and backoff as the thread
-//! (see [`background`](super::background)), with async waiting and
-//! checkout.
+//! `tokio`): the [scheduling loop](super::scheduler) with an async front
+//! end, which checks connections out of the pool and waits on a `Notify`.
+//! The same builder, reports, signals and backoff as the thread.
 
 use std::error::Error;
 use std::fmt;
 use std::future::Future;
 use std::ops::DerefMut;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use diesel_async::AsyncConnection;
-use futures_util::FutureExt;
 use tokio::task::{JoinError, JoinHandle};
 
-use super::background::{go_on, panicked, RunBook, Signals};
-use super::{BackgroundPruner, Prune, PruneReport, PruneRun, PruneRunError};
+use super::driver::{drive, Async};
+use super::scheduler::{go_on, schedule, FrontEnd, RunLog, Signals};
+use super::{BackgroundPruner, Prune, PruneReport, PrunerRun, PrunerRunError};
 use crate::backend::InboxBackend;
 
 /// An async connection pool a pruning task checks its connections out of:
@@ -84,7 +83,7 @@ async_prune_pool!(
 impl BackgroundPruner<Prune> {
     /// Starts the pruner as a task on the current tokio runtime, over an
     /// async pool (deadpool or bb8). `on_run` receives every run's
-    /// [`PruneRun`], as with the thread ([`spawn`](Self::spawn)), on the
+    /// [`PrunerRun`], as with the thread ([`spawn`](Self::spawn)), on the
     /// task (keep it quick: log, or send to a channel); with the `log`
     /// feature, runs are also logged.
     ///
@@ -110,7 +109,7 @@ impl BackgroundPruner<Prune> {
     /// let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new("postgres://localhost/app");
     /// let pool = Pool::builder(manager).max_size(4).build()?;
     /// let prune = Prune::new(RetentionPolicy::parse("7d", "2d")?)
-    ///     .batch_size(5_000)?
+    ///     .batch_size(5_000)
     ///     .pause(Duration::from_millis(20));
     /// let pruner = BackgroundPruner::new(prune)
     ///     .every(Duration::from_secs(60))
@@ -127,19 +126,21 @@ impl BackgroundPruner<Prune> {
     pub fn spawn_task<P, F>(self, pool: P, on_run: F) -> PrunerTask
     where
         P: AsyncPrunePool,
-        F: FnMut(&PruneRun) + Send + 'static,
+        F: FnMut(&PrunerRun) + Send + 'static,
     {
         let signals = Arc::new(Signals::default());
-        let worker = TaskWorker {
+        let front = TaskFront {
             prune: self.job,
             pool,
             checkout_timeout: self.checkout_timeout,
-            book: RunBook::new(self.every, on_run),
             signals: Arc::clone(&signals),
         };
+        let log = RunLog::new(self.every, on_run);
+        let task_signals = Arc::clone(&signals);
+        let task = tokio::spawn(async move { schedule(front, log, &task_signals).await });
         PrunerTask {
             signals,
-            task: Some(tokio::spawn(worker.run())),
+            task: Some(task),
         }
     }
 }
@@ -209,37 +210,28 @@ impl Drop for PrunerTask {
     }
 }
 
-struct TaskWorker<P, F> {
+/// The task's front end: a connection checked out of the async pool
+/// (waiting at most the checkout timeout), the prune on it, and an async
+/// wait.
+struct TaskFront<P> {
     prune: Prune,
     pool: P,
     checkout_timeout: Duration,
-    book: RunBook<F>,
     signals: Arc<Signals>,
 }
 
-impl<P, F> TaskWorker<P, F>
-where
-    P: AsyncPrunePool,
-    F: FnMut(&PruneRun),
-{
-    async fn run(mut self) {
-        while !self.signals.stop_requested() {
-            let start = self.book.start();
-            let run = run_once(
-                &self.prune,
-                &self.pool,
-                self.checkout_timeout,
-                &self.signals,
-            );
-            let outcome = AssertUnwindSafe(run)
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|panic| Err(panicked(panic)));
-            let wait = self.book.finish(start, outcome);
-            if !self.signals.wait_async(wait, true).await {
-                break;
-            }
-        }
+impl<P: AsyncPrunePool> FrontEnd for TaskFront<P> {
+    fn run_once(&mut self) -> impl Future<Output = Result<PruneReport, PrunerRunError>> {
+        run_once(
+            &self.prune,
+            &self.pool,
+            self.checkout_timeout,
+            &self.signals,
+        )
+    }
+
+    fn wait(&mut self, delay: Duration) -> impl Future<Output = bool> {
+        self.signals.wait_async(delay, true)
     }
 }
 
@@ -250,23 +242,21 @@ async fn run_once<P: AsyncPrunePool>(
     pool: &P,
     checkout_timeout: Duration,
     signals: &Signals,
-) -> Result<PruneReport, PruneRunError> {
+) -> Result<PruneReport, PrunerRunError> {
     let mut conn = match tokio::time::timeout(checkout_timeout, pool.checkout()).await {
         Ok(Ok(conn)) => conn,
-        Ok(Err(error)) => return Err(PruneRunError::AsyncCheckout(error)),
+        Ok(Err(error)) => return Err(PrunerRunError::AsyncCheckout(error)),
         Err(_) => {
             let timed_out = CheckoutTimedOut(checkout_timeout);
-            return Err(PruneRunError::AsyncCheckout(Box::new(timed_out)));
+            return Err(PrunerRunError::AsyncCheckout(Box::new(timed_out)));
         }
     };
-    prune
-        .run_async_pausing(
-            &mut *conn,
-            |_| go_on(!signals.stop_requested()),
-            |pause| async move { go_on(signals.wait_async(pause, false).await) },
-        )
+    let pause = |pause| async move { go_on(signals.wait_async(pause, false).await) };
+    let progress = |_: &super::BatchProgress<'_>| go_on(!signals.stop_requested());
+    let conn = &mut *conn;
+    drive(prune, &mut Async { conn, pause }, progress)
         .await
-        .map_err(PruneRunError::Prune)
+        .map_err(PrunerRunError::Prune)
 }
 
 /// The pool gave no connection within the checkout timeout.
@@ -278,7 +268,7 @@ impl fmt::Display for CheckoutTimedOut {
         write!(
             f,
             "the pool gave no connection within {}",
-            crate::retention::format_duration(self.0)
+            crate::duration::format_duration(self.0)
         )
     }
 }

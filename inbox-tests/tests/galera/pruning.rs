@@ -100,9 +100,7 @@ struct PrunerRun {
 }
 
 fn pruner(cluster: &GaleraCluster, node: usize, start: &std::sync::Barrier) -> PrunerRun {
-    let prune = Prune::new(RetentionPolicy::parse("7d", "2d").expect("policy"))
-        .batch_size(BATCH)
-        .expect("batch size");
+    let prune = Prune::new(RetentionPolicy::parse("7d", "2d").expect("policy")).batch_size(BATCH);
     let mut conn = connect(cluster, node);
     let mut run = PrunerRun::default();
     let (commits, rollbacks) = (

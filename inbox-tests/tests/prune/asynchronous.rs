@@ -23,7 +23,7 @@ pub async fn run_async<B: TestBackend>() {
     seed::<B>(&mut conn, "h", &ids("old", 250), Some(30 * DAY));
     seed::<B>(&mut conn, "h", &ids("new", 5), None);
     let mut async_conn = db.connect_async().await;
-    let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(100).unwrap();
+    let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(100);
 
     let mut batches = Vec::new();
     let report = prune
@@ -50,19 +50,32 @@ pub async fn run_async<B: TestBackend>() {
         .unwrap();
     assert_eq!((report.rows_deleted, report.caught_up), (30, true));
 
+    // The pause between batches is taken, as by the blocking run: three
+    // batches, two pauses (none after the short batch that ends the pass).
+    seed::<B>(&mut conn, "h", &ids("paced", 250), Some(30 * DAY));
+    let pause = std::time::Duration::from_millis(150);
+    let report = prune
+        .clone()
+        .pause(pause)
+        .run_async(&mut async_conn)
+        .await
+        .unwrap();
+    assert_eq!((report.rows_deleted, report.batches), (250, 3));
+    assert!(
+        report.elapsed >= 2 * pause,
+        "the pauses were skipped: {report}"
+    );
+
     // A handler with a window of its own: everybody else's pass walks the
     // handlers one by one (each found by an index probe on this async
     // connection), skipping it.
     seed::<B>(&mut conn, "keep", &ids("kept", 40), Some(10 * DAY));
     seed::<B>(&mut conn, "a", &ids("old", 30), Some(10 * DAY));
     seed::<B>(&mut conn, "z", &ids("old", 20), Some(10 * DAY));
-    let per_handler = policy(7 * DAY, DAY)
-        .with_handler(handler("keep"), secs(30 * DAY))
-        .unwrap();
+    let per_handler = policy(7 * DAY, DAY).with_handler(handler("keep"), secs(30 * DAY));
     let mut scopes = Vec::new();
     let report = Prune::new(per_handler)
         .batch_size(25)
-        .unwrap()
         .run_async_with_progress(&mut async_conn, |batch| {
             scopes.push((batch.scope.to_string(), batch.rows));
             ControlFlow::Continue(())

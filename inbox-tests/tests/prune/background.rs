@@ -4,7 +4,7 @@
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use inbox_runtime::prune::{BackgroundPruner, PruneRun};
+use inbox_runtime::prune::{BackgroundPruner, PrunerRun};
 use inbox_runtime::Prune;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -15,7 +15,7 @@ use crate::support::*;
 /// second, before failing rather than hanging.
 const LIVENESS: Duration = Duration::from_secs(60);
 
-/// What the tests need from a [`PruneRun`], sent over a channel (also by
+/// What the tests need from a [`PrunerRun`], sent over a channel (also by
 /// the `task` tests).
 #[derive(Debug)]
 pub(crate) struct Seen {
@@ -30,8 +30,8 @@ pub(crate) struct Seen {
     pub(crate) next_run_in: Duration,
 }
 
-impl From<&PruneRun> for Seen {
-    fn from(run: &PruneRun) -> Self {
+impl From<&PrunerRun> for Seen {
+    fn from(run: &PrunerRun) -> Self {
         Seen {
             run: run.run,
             outcome: match &run.outcome {
@@ -43,9 +43,9 @@ impl From<&PruneRun> for Seen {
     }
 }
 
-fn reporter() -> (impl FnMut(&PruneRun) + Send + 'static, Receiver<Seen>) {
+fn reporter() -> (impl FnMut(&PrunerRun) + Send + 'static, Receiver<Seen>) {
     let (tx, rx) = mpsc::channel();
-    let on_run = move |run: &PruneRun| {
+    let on_run = move |run: &PrunerRun| {
         let _ = tx.send(Seen::from(run));
     };
     (on_run, rx)
@@ -77,7 +77,7 @@ pub fn stops_on_its_handle<B: TestBackend>() {
     let mut conn = db.connect();
     seed::<B>(&mut conn, "h", &ids("old", 120), Some(30 * DAY));
     let (on_run, runs) = reporter();
-    let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)).batch_size(50).unwrap())
+    let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)).batch_size(50))
         .every(Duration::from_secs(3_600))
         .spawn(db.pool(2), on_run)
         .unwrap();
@@ -111,7 +111,6 @@ pub fn stop_interrupts_a_long_run<B: TestBackend>() {
     // 100 batches with 50 ms pauses: a five-second run.
     let prune = Prune::new(policy(7 * DAY, DAY))
         .batch_size(10)
-        .unwrap()
         .pause(Duration::from_millis(50));
     let handle = BackgroundPruner::new(prune)
         .spawn(db.pool(1), on_run)
@@ -136,7 +135,7 @@ pub fn a_panicking_callback_does_not_stop_it<B: TestBackend>() {
     let (tx, runs) = mpsc::channel();
     let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)))
         .every(Duration::from_millis(20))
-        .spawn(db.pool(1), move |run: &PruneRun| {
+        .spawn(db.pool(1), move |run: &PrunerRun| {
             let _ = tx.send(run.run);
             if run.run == 1 {
                 panic!("a bug in the report callback (expected by this test)");
@@ -239,7 +238,7 @@ pub fn persistent_failures_back_off<B: TestBackend>() {
     let (tx, runs) = mpsc::channel();
     let handle = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)))
         .every(Duration::ZERO)
-        .spawn(db.pool(1), move |run: &PruneRun| {
+        .spawn(db.pool(1), move |run: &PrunerRun| {
             let _ = tx.send((run.is_ok(), run.next_run_in, run.to_string()));
         })
         .unwrap();

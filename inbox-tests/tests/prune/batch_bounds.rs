@@ -124,9 +124,7 @@ pub fn one_handler_batch_reads_the_index_and_locks_its_limit<B: BatchProbe>() {
     }
     conn.batch_execute(B::ANALYZE).unwrap();
 
-    let prune = Prune::new(policy(7 * DAY, DAY).only(handler("h7")))
-        .batch_size(LIMIT)
-        .unwrap();
+    let prune = Prune::new(policy(7 * DAY, DAY).only(handler("h7"))).batch_size(LIMIT);
     let statements = prune.statements();
     let statement = &statements[0];
     let (index, sorts) = B::plan(&mut conn, &B::inline(&B::debug(statement)));
@@ -211,10 +209,8 @@ pub fn override_backlog_is_neither_read_nor_locked<B: BatchProbe>() {
     conn.batch_execute(B::ANALYZE).unwrap();
 
     // The audit trail keeps its ids for 30 days, everybody else for 7.
-    let policy = policy(7 * DAY, DAY)
-        .with_handler(handler(AUDIT), secs(30 * DAY))
-        .unwrap();
-    let prune = Prune::new(policy).batch_size(BATCH).unwrap();
+    let policy = policy(7 * DAY, DAY).with_handler(handler(AUDIT), secs(30 * DAY));
+    let prune = Prune::new(policy).batch_size(BATCH);
 
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut watcher = Watcher::<B::Connection> {

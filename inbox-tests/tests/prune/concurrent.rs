@@ -93,7 +93,7 @@ pub fn pruning_alongside_live_handlers<B: TestBackend>() {
                 let pruners_done = &pruners_done;
                 scope.spawn(move || {
                     let mut conn = db.connect();
-                    let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(200).unwrap();
+                    let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(200);
                     let mut run = PrunerRun {
                         rows: 0,
                         batches: 0,

@@ -62,7 +62,7 @@ pub(crate) fn held_rows_survive_with<B: ServerBackend>(
         let (done_tx, done_rx) = mpsc::channel();
         let run = &run;
         scope.spawn(move || {
-            let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(64).unwrap();
+            let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(64);
             let _ = done_tx.send(run(&prune));
         });
         let report = done_rx

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use inbox_runtime::{parse_duration, InboxError, Prune, RetentionPolicy, RetentionProblem};
+use inbox_runtime::retention::parse_duration;
+use inbox_runtime::{InboxError, Prune, RetentionPolicy, RetentionProblem};
 
 use crate::support::*;
 
@@ -60,8 +61,11 @@ fn window_shorter_than_the_redelivery_window_is_rejected() {
          processed again"
     );
     // Per handler too, naming the handler.
-    let (_, text) =
-        problem(policy(7 * DAY, 2 * DAY).with_handler(handler("billing.apply"), secs(DAY)));
+    let (_, text) = problem(
+        policy(7 * DAY, 2 * DAY)
+            .with_handler(handler("billing.apply"), secs(DAY))
+            .check(),
+    );
     assert!(
         text.starts_with(
             "invalid retention setting for handler `billing.apply`: the retention window (1d)"
@@ -101,20 +105,27 @@ fn unparsable_durations_are_rejected() {
 #[test]
 fn bad_batch_sizes_are_rejected() {
     let prune = Prune::new(policy(7 * DAY, DAY));
-    let (found, text) = problem(prune.clone().batch_size(0));
-    assert_eq!(
-        found,
-        RetentionProblem::BatchSize {
-            requested: 0,
-            max: 100_000
-        }
+    let error = prune.clone().batch_size(0).check().unwrap_err();
+    assert!(
+        matches!(
+            error,
+            InboxError::InvalidBatchSize {
+                requested: 0,
+                max: 100_000
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        !error.is_retryable(),
+        "a configuration error is not retryable"
     );
     assert_eq!(
-        text,
-        "invalid retention setting: the batch size 0 is not between 1 and 100000"
+        error.to_string(),
+        "invalid pruning batch size: 0 is not between 1 and 100000"
     );
-    assert!(prune.clone().batch_size(100_001).is_err());
-    assert!(prune.batch_size(100_000).is_ok());
+    assert!(prune.clone().batch_size(100_001).check().is_err());
+    assert!(prune.batch_size(100_000).check().is_ok());
 }
 
 #[test]

@@ -128,10 +128,8 @@ fn check_upgraded<B: TestBackend>(conn: &mut B::Connection, new: &[String]) {
         deliver(conn, "a", "new-0", false).unwrap(),
         Outcome::Duplicate
     );
-    let policy = policy(7 * DAY, DAY)
-        .with_handler(handler("b"), secs(30 * DAY))
-        .unwrap();
-    let report = Prune::new(policy).batch_size(7).unwrap().run(conn).unwrap();
+    let policy = policy(7 * DAY, DAY).with_handler(handler("b"), secs(30 * DAY));
+    let report = Prune::new(policy).batch_size(7).run(conn).unwrap();
     assert_eq!(report.rows_deleted, 30, "a's expired ids: {report}");
     assert_eq!(stored_ids(conn, "b").len(), 20);
 }

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use inbox_runtime::prune::{BackgroundPruner, PruneRun};
+use inbox_runtime::prune::{BackgroundPruner, PrunerRun};
 use inbox_runtime::Prune;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
@@ -21,11 +21,11 @@ use crate::support::*;
 const LIVENESS: Duration = Duration::from_secs(60);
 
 fn reporter() -> (
-    impl FnMut(&PruneRun) + Send + 'static,
+    impl FnMut(&PrunerRun) + Send + 'static,
     UnboundedReceiver<Seen>,
 ) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let on_run = move |run: &PruneRun| {
+    let on_run = move |run: &PrunerRun| {
         let _ = tx.send(Seen::from(run));
     };
     (on_run, rx)
@@ -78,7 +78,7 @@ pub async fn prunes_on_its_interval<B: ServerBackend>() {
     seed::<B>(&mut conn, "h", &ids("old", 120), Some(30 * DAY));
     seed::<B>(&mut conn, "h", &ids("new", 5), None);
     let (on_run, mut runs) = reporter();
-    let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(50).unwrap();
+    let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(50);
     let task = BackgroundPruner::new(prune)
         .every(Duration::from_millis(100))
         .spawn_task(B::deadpool(db.url(), 2), on_run);
@@ -135,7 +135,6 @@ pub async fn stop_waits_for_the_run_in_flight<B: ServerBackend>() {
     let (on_run, mut runs) = reporter();
     let prune = Prune::new(policy(7 * DAY, DAY))
         .batch_size(10)
-        .unwrap()
         .pause(Duration::from_millis(50));
     let task = BackgroundPruner::new(prune).spawn_task(B::deadpool(db.url(), 1), on_run);
     let deadline = Instant::now() + LIVENESS;
@@ -258,7 +257,7 @@ pub async fn a_panicking_callback_does_not_stop_it<B: ServerBackend>() {
     let (tx, mut runs) = mpsc::unbounded_channel();
     let task = BackgroundPruner::new(Prune::new(policy(7 * DAY, DAY)))
         .every(Duration::from_millis(20))
-        .spawn_task(B::deadpool(db.url(), 1), move |run: &PruneRun| {
+        .spawn_task(B::deadpool(db.url(), 1), move |run: &PrunerRun| {
             let _ = tx.send(run.run);
             if run.run == 1 {
                 panic!("a bug in the report callback (expected by this test)");

@@ -37,7 +37,7 @@ pub fn inside_stays_outside_goes<B: TestBackend>() {
         );
     }
 
-    let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(100).unwrap();
+    let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(100);
     let report = prune.run(&mut conn).unwrap();
     assert_eq!(report.rows_deleted, 230 + 120 + 5, "{report}");
     assert_eq!(report.batches, 4, "100 + 100 + 100 + 55: {report}");
@@ -81,14 +81,10 @@ pub fn handler_windows_and_scopes<B: TestBackend>() {
     seed::<B>(&mut conn, "c", &ids("c1", 10), Some(DAY));
 
     // `b` keeps its ids for 30 days, everybody else for 7.
-    let policy = policy(7 * DAY, DAY)
-        .with_handler(handler("b"), secs(30 * DAY))
-        .unwrap();
+    let policy = policy(7 * DAY, DAY).with_handler(handler("b"), secs(30 * DAY));
 
     // Restricted to `a`: only a's expired rows go.
-    let only_a = Prune::new(policy.clone().only(handler("a")))
-        .batch_size(40)
-        .unwrap();
+    let only_a = Prune::new(policy.clone().only(handler("a"))).batch_size(40);
     let report = only_a.run(&mut conn).unwrap();
     assert_eq!((report.rows_deleted, report.batches), (50, 2), "{report}");
     assert!(stored_ids(&mut conn, "a").is_empty());
@@ -96,7 +92,7 @@ pub fn handler_windows_and_scopes<B: TestBackend>() {
     assert_eq!(stored_ids(&mut conn, "c").len(), 40);
 
     // The whole policy: b by its own window, the rest by the default one.
-    let prune = Prune::new(policy).batch_size(40).unwrap();
+    let prune = Prune::new(policy).batch_size(40);
     let mut scopes = Vec::new();
     let report = prune
         .run_with_progress(&mut conn, |batch| {
@@ -123,7 +119,7 @@ pub fn progress_and_limits<B: TestBackend>() {
     let Some(db) = B::open() else { return };
     let mut conn = db.connect();
     seed::<B>(&mut conn, "h", &ids("old", 250), Some(30 * DAY));
-    let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(100).unwrap();
+    let prune = Prune::new(policy(7 * DAY, DAY)).batch_size(100);
 
     // A cap on batches: stops early, says so.
     let report = prune.clone().max_batches(2).run(&mut conn).unwrap();

@@ -1,4 +1,6 @@
-//! One pruning batch as a Diesel query, written once per backend.
+//! The pruning batch as a Diesel query, and the pieces of SQL every
+//! backend's batch is assembled from: each backend file fills a [`Delete`]
+//! with its own SQL (see `InboxBackend::walk_prune_batch`).
 
 use std::fmt;
 use std::time::Duration;
@@ -11,8 +13,8 @@ use diesel::sql_types::{BigInt, Text};
 use diesel::{QueryResult, RunQueryDsl};
 
 use crate::backend::InboxBackend;
+use crate::duration::format_duration;
 use crate::key::HandlerName;
-use crate::retention::format_duration;
 
 /// Which handlers' rows a pruning pass covers.
 ///
@@ -88,7 +90,7 @@ impl fmt::Display for PruneScope<'_> {
 /// # #[cfg(feature = "postgres")] {
 /// use inbox_runtime::{Prune, RetentionPolicy};
 ///
-/// let prune = Prune::new(RetentionPolicy::parse("7d", "1d")?).batch_size(1000)?;
+/// let prune = Prune::new(RetentionPolicy::parse("7d", "1d")?).batch_size(1000);
 /// let statements = prune.statements();
 /// let sql = diesel::debug_query::<diesel::pg::Pg, _>(&statements[0]).to_string();
 /// assert!(sql.starts_with("DELETE FROM inbox_messages WHERE ctid = ANY(ARRAY(SELECT ctid"));
@@ -160,7 +162,7 @@ impl<'p> PruneBatchStatement<'p> {
     ///
     /// ```
     /// # use inbox_runtime::{Prune, RetentionPolicy};
-    /// let prune = Prune::new(RetentionPolicy::parse("7d", "1d")?).batch_size(250)?;
+    /// let prune = Prune::new(RetentionPolicy::parse("7d", "1d")?).batch_size(250);
     /// assert_eq!(prune.statements()[0].limit(), 250);
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
@@ -229,28 +231,30 @@ where
 /// window, bound in microseconds between `cutoff.0` and `cutoff.1`. A batch
 /// over one handler picks with `one_handler`, any other with `all`.
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-struct Delete {
-    head: &'static str,
-    one_handler: Pick,
-    all: Pick,
-    lock: &'static str,
-    tail: &'static str,
+pub(crate) struct Delete {
+    pub(crate) head: &'static str,
+    pub(crate) one_handler: Pick,
+    pub(crate) all: Pick,
+    pub(crate) lock: &'static str,
+    pub(crate) tail: &'static str,
 }
 
 /// How a batch picks its rows: which index it walks.
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-struct Pick {
+pub(crate) struct Pick {
     /// `SELECT … FROM inbox_messages`, with an index hint where the backend
     /// has them.
-    select: &'static str,
+    pub(crate) select: &'static str,
     /// `received_at` as the walked index has it.
-    key: &'static str,
-    cutoff: (&'static str, &'static str),
+    pub(crate) key: &'static str,
+    /// The SQL before and after the bound window (in microseconds).
+    pub(crate) cutoff: (&'static str, &'static str),
 }
 
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 impl Delete {
-    fn walk<'b, DB>(
+    /// Writes `batch` with this backend's SQL.
+    pub(crate) fn walk<'b, DB>(
         &self,
         batch: &'b PruneBatchStatement<'_>,
         mut out: AstPass<'_, 'b, DB>,
@@ -281,116 +285,6 @@ impl Delete {
         out.push_sql(self.tail);
         Ok(())
     }
-}
-
-/// PostgreSQL: pick and lock the oldest expired rows, skipping rows another
-/// transaction holds (a live handler, a second pruner), then delete them by
-/// their physical address: a TID scan, no second index lookup.
-///
-/// PostgreSQL has no index hints. A batch over one handler compares and
-/// orders by `received_at AT TIME ZONE 'UTC'` (the same instants), which only
-/// the index on `(handler, (received_at AT TIME ZONE 'UTC'))` serves: on
-/// `received_at` itself the planner would sometimes walk the `received_at`
-/// index instead (its order is the table's, which makes it look cheap) and
-/// read every other handler's row on the way.
-#[cfg(feature = "postgres")]
-pub(crate) fn walk_postgres<'b>(
-    batch: &'b PruneBatchStatement<'_>,
-    out: AstPass<'_, 'b, diesel::pg::Pg>,
-) -> QueryResult<()> {
-    Delete {
-        head: "DELETE FROM inbox_messages WHERE ctid = ANY(ARRAY(",
-        one_handler: Pick {
-            select: "SELECT ctid FROM inbox_messages",
-            key: "(received_at AT TIME ZONE 'UTC')",
-            cutoff: (
-                "((now() - ",
-                " * INTERVAL '1 microsecond') AT TIME ZONE 'UTC')",
-            ),
-        },
-        all: Pick {
-            select: "SELECT ctid FROM inbox_messages",
-            key: "received_at",
-            cutoff: ("now() - ", " * INTERVAL '1 microsecond'"),
-        },
-        lock: " FOR UPDATE SKIP LOCKED",
-        tail: "))",
-    }
-    .walk(batch, out)
-}
-
-/// MySQL / MariaDB: the expired keys are picked in a derived table (which
-/// MySQL materializes because of its `LIMIT`) with `SKIP LOCKED`, then joined
-/// to the table by primary key. `STRAIGHT_JOIN` keeps that order: the other
-/// order scans the whole table and waits on every row a live handler holds.
-///
-/// The pick walks an index oldest first and stops after `limit` rows: for
-/// one handler `(handler, received_at)`, which holds that handler's rows
-/// only; otherwise `received_at`. InnoDB locks every row a locking read
-/// passes, so the index decides which rows a batch holds. Left to itself,
-/// the optimizer reads a one-handler scope through the primary key
-/// (`handler = ?`) and sorts, locking every expired row of the handler in
-/// every batch; through `received_at` it would lock every other handler's
-/// row it walks past. So the index is forced. (A batch that reaches the end
-/// of its scope also locks the index entry that ends it, the scope's next
-/// row, until it commits: InnoDB reads one entry past a range.)
-#[cfg(feature = "mysql")]
-pub(crate) fn walk_mysql<'b>(
-    batch: &'b PruneBatchStatement<'_>,
-    out: AstPass<'_, 'b, diesel::mysql::Mysql>,
-) -> QueryResult<()> {
-    const CUTOFF: (&str, &str) = ("UTC_TIMESTAMP(6) - INTERVAL ", " MICROSECOND");
-    Delete {
-        head: "DELETE inbox_messages FROM (",
-        one_handler: Pick {
-            select: "SELECT handler, message_id FROM inbox_messages \
-                     FORCE INDEX (inbox_messages_handler_received_at_idx)",
-            key: "received_at",
-            cutoff: CUTOFF,
-        },
-        all: Pick {
-            select: "SELECT handler, message_id FROM inbox_messages \
-                     FORCE INDEX (inbox_messages_received_at_idx)",
-            key: "received_at",
-            cutoff: CUTOFF,
-        },
-        lock: " FOR UPDATE SKIP LOCKED",
-        tail: ") AS expired STRAIGHT_JOIN inbox_messages \
-               ON inbox_messages.handler = expired.handler AND inbox_messages.message_id = expired.message_id",
-    }
-    .walk(batch, out)
-}
-
-/// SQLite: one writer at a time, so no row locks to skip; the table has no
-/// rowid, so rows are picked by primary key. The cutoff is formatted like the
-/// column (`YYYY-MM-DD HH:MM:SS.SSS`, UTC) so text comparison orders by time.
-/// A batch over one handler walks `(handler, received_at)` (`INDEXED BY`).
-#[cfg(feature = "sqlite")]
-pub(crate) fn walk_sqlite<'b>(
-    batch: &'b PruneBatchStatement<'_>,
-    out: AstPass<'_, 'b, diesel::sqlite::Sqlite>,
-) -> QueryResult<()> {
-    const CUTOFF: (&str, &str) = (
-        "strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.6f seconds', ",
-        " / 1000000.0))",
-    );
-    Delete {
-        head: "DELETE FROM inbox_messages WHERE (handler, message_id) IN (",
-        one_handler: Pick {
-            select: "SELECT handler, message_id FROM inbox_messages \
-                     INDEXED BY inbox_messages_handler_received_at_idx",
-            key: "received_at",
-            cutoff: CUTOFF,
-        },
-        all: Pick {
-            select: "SELECT handler, message_id FROM inbox_messages",
-            key: "received_at",
-            cutoff: CUTOFF,
-        },
-        lock: "",
-        tail: ")",
-    }
-    .walk(batch, out)
 }
 
 /// The first handler name after `after` in the inbox (`""`: the first of
@@ -457,12 +351,6 @@ where
     async move { diesel_async::RunQueryDsl::get_result(NextHandler { after }, conn).await }
 }
 
-/// Isolation for a batch's transaction, per backend (see `InboxBackend`).
-#[cfg(feature = "mysql")]
-pub(crate) const MYSQL_BEFORE_BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
-#[cfg(feature = "postgres")]
-pub(crate) const POSTGRES_AFTER_BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -482,62 +370,5 @@ mod tests {
             statement.to_string(),
             "handler `a`, older than 2h, 10 rows at a time"
         );
-    }
-
-    #[cfg(feature = "postgres")]
-    #[test]
-    fn postgres_sql() {
-        let list = [
-            HandlerName::new("a").unwrap(),
-            HandlerName::new("b").unwrap(),
-        ];
-        let statement =
-            PruneBatchStatement::new(PruneScope::AllExcept(&list), Duration::from_secs(1), 10);
-        let sql = diesel::debug_query::<diesel::pg::Pg, _>(&statement).to_string();
-        assert_eq!(
-            sql,
-            "DELETE FROM inbox_messages WHERE ctid = ANY(ARRAY(SELECT ctid FROM inbox_messages \
-             WHERE received_at < now() - $1 * INTERVAL '1 microsecond' AND handler NOT IN ($2, $3) \
-             ORDER BY received_at LIMIT $4 FOR UPDATE SKIP LOCKED)) -- binds: [1000000, \"a\", \"b\", 10]"
-        );
-        let one =
-            PruneBatchStatement::new(PruneScope::Handler(&list[0]), Duration::from_secs(1), 10);
-        let sql = diesel::debug_query::<diesel::pg::Pg, _>(&one).to_string();
-        assert_eq!(
-            sql,
-            "DELETE FROM inbox_messages WHERE ctid = ANY(ARRAY(SELECT ctid FROM inbox_messages \
-             WHERE (received_at AT TIME ZONE 'UTC') < ((now() - $1 * INTERVAL '1 microsecond') AT TIME ZONE 'UTC') \
-             AND handler = $2 ORDER BY (received_at AT TIME ZONE 'UTC') LIMIT $3 FOR UPDATE SKIP LOCKED)) \
-             -- binds: [1000000, \"a\", 10]"
-        );
-    }
-
-    #[cfg(feature = "mysql")]
-    #[test]
-    fn mysql_sql() {
-        let a = HandlerName::new("a").unwrap();
-        let statement =
-            PruneBatchStatement::new(PruneScope::Handler(&a), Duration::from_millis(1), 5);
-        let sql = diesel::debug_query::<diesel::mysql::Mysql, _>(&statement).to_string();
-        assert!(sql.starts_with("DELETE inbox_messages FROM (SELECT handler, message_id FROM inbox_messages FORCE INDEX (inbox_messages_handler_received_at_idx) WHERE received_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND handler = ? ORDER BY received_at LIMIT ? FOR UPDATE SKIP LOCKED) AS expired STRAIGHT_JOIN"), "{sql}");
-        assert!(sql.ends_with("-- binds: [1000, \"a\", 5]"), "{sql}");
-        let all = PruneBatchStatement::new(PruneScope::All, Duration::from_millis(1), 5);
-        let sql = diesel::debug_query::<diesel::mysql::Mysql, _>(&all).to_string();
-        assert!(
-            sql.contains("FORCE INDEX (inbox_messages_received_at_idx) WHERE"),
-            "{sql}"
-        );
-    }
-
-    #[cfg(feature = "sqlite")]
-    #[test]
-    fn sqlite_sql() {
-        let statement = PruneBatchStatement::new(PruneScope::All, Duration::from_secs(60), 5);
-        let sql = diesel::debug_query::<diesel::sqlite::Sqlite, _>(&statement).to_string();
-        assert!(
-            sql.contains("(handler, message_id) IN (SELECT handler, message_id"),
-            "{sql}"
-        );
-        assert!(sql.ends_with("-- binds: [60000000, 5]"), "{sql}");
     }
 }

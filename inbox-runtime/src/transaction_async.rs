@@ -15,13 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::backend::InboxBackend;
-use crate::claim::{
-    claim_from_affected_rows, ensure_in_transaction, refused_or_database, Claim, ClaimStatement,
-};
+use crate::claim::{claim_from_affected_rows, refused_or_database, Claim, ClaimStatement};
 use crate::error::{into_handler_error, HandlerError, InboxError};
+use crate::execution::{require_transaction, OpenTransactionGuard, RetryPolicy};
 use crate::key::ClaimKey;
 use crate::outcome::OnDuplicate;
-use crate::recovery::{recovery, retry_claim, Recovery};
+use crate::recovery::{recovery, Recovery};
 use crate::scope::{either, report_after_failed_rollback, Scope};
 
 /// How long the server keeps the transaction of an async handler whose
@@ -125,7 +124,7 @@ where
     C: AsyncConnection,
     C::Backend: InboxBackend,
 {
-    ensure_in_transaction(status(conn))?;
+    require_transaction(status(conn))?;
     let affected = diesel_async::RunQueryDsl::execute(ClaimStatement::new(key), conn).await?;
     Ok(claim_from_affected_rows(affected))
 }
@@ -248,14 +247,13 @@ where
 {
     let scope = Scope::bounded::<C::Backend>(status(conn), abandoned_transaction_timeout())?;
     let mut transaction = ClaimedTransaction {
-        conn,
+        guard: OpenTransactionGuard::new(conn),
         scope,
-        open: false,
     };
-    let mut attempt = 1;
+    let mut tries = RetryPolicy::CLAIM.tries();
     loop {
         transaction.begin().await?;
-        match claim_statement_async(transaction.conn, key).await {
+        match claim_statement_async(transaction.guard.conn(), key).await {
             Ok(Claim::Claimed) => return Ok(Some(transaction)),
             Ok(Claim::Duplicate) => {
                 transaction.commit().await?;
@@ -266,10 +264,10 @@ where
                     let cause = refused_or_database(key, error);
                     return Err(either(report_after_failed_rollback(cause, rollback_error)));
                 }
-                if !(transaction.scope.is_outermost() && retry_claim(&error, attempt)) {
+                // Claims retry at once (the policy's wait is zero).
+                if !(transaction.scope.is_outermost() && tries.again(&error).is_some()) {
                     return Err(refused_or_database(key, error));
                 }
-                attempt += 1;
             }
         }
     }
@@ -285,12 +283,10 @@ where
 /// [`run_idempotent_async`](crate::run_idempotent_async#cancellation).
 #[must_use = "the claim's transaction stays open until `finish` commits or rolls it back"]
 pub struct ClaimedTransaction<'c, C: AsyncConnection> {
-    conn: &'c mut C,
+    /// The connection, marked broken if this is dropped between the level's
+    /// `BEGIN` (or savepoint) and the end of its commit or rollback.
+    guard: OpenTransactionGuard<'c, C>,
     scope: Scope,
-    /// Set from the moment the level's `BEGIN` (or savepoint) is sent until
-    /// its commit or rollback has completed, so that a cancellation at any
-    /// point in between marks the connection broken.
-    open: bool,
 }
 
 impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
@@ -303,7 +299,7 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
     /// # }
     /// ```
     pub fn conn(&mut self) -> &mut C {
-        self.conn
+        self.guard.conn()
     }
 
     /// Ends the transaction by the body's result: commits the claim and the
@@ -366,31 +362,42 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
     /// Sends `BEGIN` (or the savepoint). Marked open first, so a
     /// cancellation while it is in flight also marks the connection broken.
     async fn begin(&mut self) -> Result<(), InboxError> {
-        self.open = true;
-        let begun = self.conn.batch_execute(&self.scope.begin_sql()).await;
+        self.guard.set_open(true);
+        let begun = self
+            .guard
+            .conn()
+            .batch_execute(&self.scope.begin_sql())
+            .await;
         if let Err(error) = begun {
-            self.open = false;
+            self.guard.set_open(false);
             return Err(error.into());
         }
-        self.scope.entered(status(self.conn))?;
+        self.scope.entered(status(self.guard.conn()))?;
         Ok(())
     }
 
     /// Commits the level; on failure, rolls it back and says why it did not
     /// commit (the blocking runner's rules).
     async fn commit(&mut self) -> Result<(), InboxError> {
-        if !self.scope.is_open(status(self.conn))? {
+        if !self.scope.is_open(status(self.guard.conn()))? {
             return Err(self.ended_by_body());
         }
-        let committed = self.conn.batch_execute(&self.scope.commit_sql()).await;
+        let committed = self
+            .guard
+            .conn()
+            .batch_execute(&self.scope.commit_sql())
+            .await;
         let Err(commit_error) = committed else {
-            self.open = false;
-            return self.scope.left(status(self.conn)).map_err(Into::into);
+            self.guard.set_open(false);
+            return self
+                .scope
+                .left(status(self.guard.conn()))
+                .map_err(Into::into);
         };
         let mut aborted = false;
         if recovery(&commit_error) != Recovery::Reconnect {
             if let Some(probe) = self.scope.aborted_probe_sql() {
-                aborted = self.conn.batch_execute(probe).await.is_err();
+                aborted = self.guard.conn().batch_execute(probe).await.is_err();
             }
         }
         let failed = self.scope.failed_commit(aborted, commit_error);
@@ -403,30 +410,31 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
     /// Rolls back the level and whatever the body left open above it; a
     /// rollback that fails marks the connection broken.
     async fn roll_back(&mut self) -> Result<(), InboxError> {
-        if !self.scope.is_open(status(self.conn))? {
+        if !self.scope.is_open(status(self.guard.conn()))? {
             return Err(self.ended_by_body());
         }
-        let rolled_back = self.conn.batch_execute(&self.scope.rollback_sql()).await;
-        self.open = false;
+        let rolled_back = self
+            .guard
+            .conn()
+            .batch_execute(&self.scope.rollback_sql())
+            .await;
+        self.guard.set_open(false);
         match rolled_back {
-            Ok(()) => self.scope.left(status(self.conn)).map_err(Into::into),
-            Err(error) => Err(self.scope.lose(status(self.conn), error)),
+            Ok(()) => self
+                .scope
+                .left(status(self.guard.conn()))
+                .map_err(Into::into),
+            Err(error) => Err(self.scope.lose(status(self.guard.conn()), error)),
         }
     }
 
     /// The body ended the handler's level itself.
     fn ended_by_body(&mut self) -> InboxError {
-        self.open = false;
-        self.scope
-            .lose(status(self.conn), diesel::result::Error::NotInTransaction)
-    }
-}
-
-impl<C: AsyncConnection> Drop for ClaimedTransaction<'_, C> {
-    fn drop(&mut self) {
-        if self.open {
-            C::TransactionManager::transaction_manager_status_mut(self.conn).set_in_error();
-        }
+        self.guard.set_open(false);
+        self.scope.lose(
+            status(self.guard.conn()),
+            diesel::result::Error::NotInTransaction,
+        )
     }
 }
 

@@ -1,33 +1,36 @@
 //! Pruning on an interval in the background: a thread over an r2d2 pool
 //! (feature `r2d2`, [`BackgroundPruner::spawn`]) or a tokio task over a
 //! diesel-async pool (feature `tokio`, [`BackgroundPruner::spawn_task`]).
-//! Both share the builder, the run reports, the stop and run-now signals,
-//! and the backoff after failures; only the waiting and the connection
-//! checkout differ.
+//! Both run the one scheduling loop of this module ([`schedule`]) and share
+//! the builder, the run reports, the stop and run-now signals and the
+//! backoff after failures; a front end ([`FrontEnd`]: `thread`, `task`)
+//! only checks a connection out and waits, blocking or async. Stopping is
+//! signalled (a condition variable wakes a thread, a `Notify` a task),
+//! never polled.
 
 use std::any::Any;
 use std::fmt;
+use std::future::Future;
 use std::ops::ControlFlow;
 use std::panic::{self, AssertUnwindSafe};
+use std::pin::Pin;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
-
-#[cfg(feature = "r2d2")]
-use std::sync::Arc;
-#[cfg(feature = "r2d2")]
-use std::thread::{self, JoinHandle};
 
 #[cfg(feature = "r2d2")]
 use diesel::connection::LoadConnection;
 #[cfg(feature = "r2d2")]
-use diesel::r2d2::{ManageConnection, Pool, PoolError};
+use diesel::r2d2::PoolError;
 
+#[cfg(feature = "r2d2")]
+use super::driver::{block_ready, drive, Blocking};
 #[cfg(feature = "r2d2")]
 use super::Prune;
 use super::{PruneError, PruneReport};
 #[cfg(feature = "r2d2")]
 use crate::backend::InboxBackend;
-use crate::retention::format_duration;
+use crate::duration::format_duration;
 
 /// The longest a background pruner backs off after failed runs in a row.
 ///
@@ -50,18 +53,19 @@ fn next_wait(every: Duration, failures: u32) -> Duration {
 /// Work a [`BackgroundPruner`] runs on every tick: [`Prune`] (batched
 /// deletes) or, on PostgreSQL, `partitioned::Maintenance`.
 ///
-/// `should_stop` turns `true` when the pruner's handle asks it to stop; a
-/// long job checks it between batches and returns early.
+/// `stop` tells when the pruner's handle asks it to stop; a long job checks
+/// it between batches and returns early, and pauses through it (a stop
+/// request ends the pause at once).
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
-/// use inbox_runtime::{Prune, RetentionPolicy, prune::PruneJob};
+/// use inbox_runtime::{Prune, RetentionPolicy, prune::{PruneJob, StopSignal}};
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
 /// inbox_runtime::setup(&mut conn)?;
 /// let mut job = Prune::new(RetentionPolicy::parse("7d", "1d")?);
-/// let report = PruneJob::<SqliteConnection>::run_job(&mut job, &mut conn, &|| false)?;
+/// let report = PruneJob::<SqliteConnection>::run_job(&mut job, &mut conn, &StopSignal::never())?;
 /// assert!(report.caught_up);
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -69,11 +73,7 @@ fn next_wait(every: Duration, failures: u32) -> Duration {
 #[cfg(feature = "r2d2")]
 pub trait PruneJob<C>: Send + 'static {
     /// Runs the job once on `conn`.
-    fn run_job(
-        &mut self,
-        conn: &mut C,
-        should_stop: &dyn Fn() -> bool,
-    ) -> Result<PruneReport, PruneError>;
+    fn run_job(&mut self, conn: &mut C, stop: &StopSignal<'_>) -> Result<PruneReport, PruneError>;
 }
 
 #[cfg(feature = "r2d2")]
@@ -82,16 +82,74 @@ where
     C: LoadConnection,
     C::Backend: InboxBackend,
 {
-    fn run_job(
-        &mut self,
-        conn: &mut C,
-        should_stop: &dyn Fn() -> bool,
-    ) -> Result<PruneReport, PruneError> {
-        self.run_pausing(
-            conn,
-            |_| go_on(!should_stop()),
-            |pause| pause_unless(pause, should_stop),
-        )
+    fn run_job(&mut self, conn: &mut C, stop: &StopSignal<'_>) -> Result<PruneReport, PruneError> {
+        let pause = |wait| stop.pause(wait);
+        let progress = |_: &super::BatchProgress<'_>| go_on(!stop.is_requested());
+        block_ready(drive(self, &mut Blocking { conn, pause }, progress))
+    }
+}
+
+/// A [`PruneJob`]'s view of its pruner's stop requests.
+///
+/// ```
+/// use std::time::Duration;
+/// use inbox_runtime::prune::StopSignal;
+///
+/// let never = StopSignal::never();
+/// assert!(!never.is_requested());
+/// assert!(never.pause(Duration::from_millis(1)).is_continue());
+/// ```
+#[cfg(feature = "r2d2")]
+#[derive(Debug, Clone, Copy)]
+pub struct StopSignal<'s> {
+    signals: Option<&'s Signals>,
+}
+
+#[cfg(feature = "r2d2")]
+impl StopSignal<'static> {
+    /// A signal no stop request ever comes through: for running a job by
+    /// hand.
+    ///
+    /// ```
+    /// assert!(!inbox_runtime::prune::StopSignal::never().is_requested());
+    /// ```
+    pub fn never() -> Self {
+        StopSignal { signals: None }
+    }
+}
+
+#[cfg(feature = "r2d2")]
+impl<'s> StopSignal<'s> {
+    pub(super) fn new(signals: &'s Signals) -> Self {
+        StopSignal {
+            signals: Some(signals),
+        }
+    }
+
+    /// `true` once the pruner is asked to stop.
+    ///
+    /// ```
+    /// assert!(!inbox_runtime::prune::StopSignal::never().is_requested());
+    /// ```
+    pub fn is_requested(&self) -> bool {
+        self.signals.is_some_and(Signals::stop_requested)
+    }
+
+    /// Sleeps `pause`, woken at once by a stop request: `Break` then.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let flow = inbox_runtime::prune::StopSignal::never().pause(Duration::ZERO);
+    /// assert!(flow.is_continue());
+    /// ```
+    pub fn pause(&self, pause: Duration) -> ControlFlow<()> {
+        match self.signals {
+            Some(signals) => go_on(signals.wait(pause, false)),
+            None => {
+                std::thread::sleep(pause);
+                ControlFlow::Continue(())
+            }
+        }
     }
 }
 
@@ -104,36 +162,16 @@ pub(super) fn go_on(go_on: bool) -> ControlFlow<()> {
     }
 }
 
-/// Sleeps `pause`, checking `should_stop` every few milliseconds: `Break`
-/// as soon as it turns `true`.
-#[cfg(feature = "r2d2")]
-fn pause_unless(pause: Duration, should_stop: &dyn Fn() -> bool) -> ControlFlow<()> {
-    const SLICE: Duration = Duration::from_millis(10);
-    let deadline = Instant::now().checked_add(pause);
-    loop {
-        if should_stop() {
-            return ControlFlow::Break(());
-        }
-        let left = deadline.map_or(SLICE, |deadline| {
-            deadline.saturating_duration_since(Instant::now())
-        });
-        if left.is_zero() {
-            return ControlFlow::Continue(());
-        }
-        thread::sleep(left.min(SLICE));
-    }
-}
-
 /// Why a background run failed.
 ///
 /// ```
-/// use inbox_runtime::prune::PruneRunError;
-/// let err = PruneRunError::Panicked("boom".into());
+/// use inbox_runtime::prune::PrunerRunError;
+/// let err = PrunerRunError::Panicked("boom".into());
 /// assert_eq!(err.to_string(), "the pruning job panicked: boom");
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum PruneRunError {
+pub enum PrunerRunError {
     /// No connection could be checked out of the pool in time (the database
     /// is down or restarting, or the pool is exhausted).
     #[cfg(feature = "r2d2")]
@@ -149,28 +187,28 @@ pub enum PruneRunError {
     Panicked(String),
 }
 
-impl fmt::Display for PruneRunError {
+impl fmt::Display for PrunerRunError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             #[cfg(feature = "r2d2")]
-            PruneRunError::Checkout(error) => write!(f, "no database connection: {error}"),
+            PrunerRunError::Checkout(error) => write!(f, "no database connection: {error}"),
             #[cfg(feature = "tokio")]
-            PruneRunError::AsyncCheckout(error) => write!(f, "no database connection: {error}"),
-            PruneRunError::Prune(error) => error.fmt(f),
-            PruneRunError::Panicked(message) => write!(f, "the pruning job panicked: {message}"),
+            PrunerRunError::AsyncCheckout(error) => write!(f, "no database connection: {error}"),
+            PrunerRunError::Prune(error) => error.fmt(f),
+            PrunerRunError::Panicked(message) => write!(f, "the pruning job panicked: {message}"),
         }
     }
 }
 
-impl std::error::Error for PruneRunError {
+impl std::error::Error for PrunerRunError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             #[cfg(feature = "r2d2")]
-            PruneRunError::Checkout(error) => Some(error),
+            PrunerRunError::Checkout(error) => Some(error),
             #[cfg(feature = "tokio")]
-            PruneRunError::AsyncCheckout(error) => Some(&**error),
-            PruneRunError::Prune(error) => Some(error),
-            PruneRunError::Panicked(_) => None,
+            PrunerRunError::AsyncCheckout(error) => Some(&**error),
+            PrunerRunError::Prune(error) => Some(error),
+            PrunerRunError::Panicked(_) => None,
         }
     }
 }
@@ -182,12 +220,12 @@ impl std::error::Error for PruneRunError {
 /// # #[cfg(all(feature = "postgres", feature = "r2d2"))] {
 /// use std::sync::mpsc;
 /// use diesel::r2d2::{ConnectionManager, Pool};
-/// use inbox_runtime::{Prune, RetentionPolicy, prune::{BackgroundPruner, PruneRun}};
+/// use inbox_runtime::{Prune, RetentionPolicy, prune::{BackgroundPruner, PrunerRun}};
 ///
 /// let pool = Pool::new(ConnectionManager::<diesel::PgConnection>::new("postgres://localhost/app"))?;
 /// let (runs, received) = mpsc::channel::<String>();
 /// let handle = BackgroundPruner::new(Prune::new(RetentionPolicy::parse("7d", "2d")?))
-///     .spawn(pool, move |run: &PruneRun| {
+///     .spawn(pool, move |run: &PrunerRun| {
 ///         let _ = runs.send(run.to_string());
 ///     })?;
 /// println!("{}", received.recv()?); // "prune run 1: deleted 12000 rows in 3 batches in 48.0 ms (caught up)"
@@ -197,7 +235,7 @@ impl std::error::Error for PruneRunError {
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
-pub struct PruneRun {
+pub struct PrunerRun {
     /// The run's number, from 1.
     pub run: u64,
     /// When it started (wall clock, for logs).
@@ -206,18 +244,18 @@ pub struct PruneRun {
     pub elapsed: Duration,
     /// What it did, or why it failed. A failed run is retried at the next
     /// interval.
-    pub outcome: Result<PruneReport, PruneRunError>,
+    pub outcome: Result<PruneReport, PrunerRunError>,
     /// How long the pruner waits before its next run, unless stopped or
     /// woken by `run_now`: the interval, or after failed runs in a row at
     /// least a backoff (see [`MAX_RETRY_BACKOFF`]).
     pub next_run_in: Duration,
 }
 
-impl PruneRun {
+impl PrunerRun {
     /// `true` when the run succeeded.
     ///
     /// ```
-    /// # fn check(run: &inbox_runtime::prune::PruneRun) {
+    /// # fn check(run: &inbox_runtime::prune::PrunerRun) {
     /// if !run.is_ok() { eprintln!("{run}"); }
     /// # }
     /// ```
@@ -226,7 +264,7 @@ impl PruneRun {
     }
 }
 
-impl fmt::Display for PruneRun {
+impl fmt::Display for PrunerRun {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.outcome {
             Ok(report) => write!(f, "prune run {}: {report}", self.run),
@@ -264,7 +302,7 @@ impl fmt::Display for PruneRun {
 /// use inbox_runtime::{Prune, RetentionPolicy, prune::BackgroundPruner};
 ///
 /// let pool = Pool::new(ConnectionManager::<diesel::PgConnection>::new("postgres://localhost/app"))?;
-/// let prune = Prune::new(RetentionPolicy::parse("7d", "2d")?).batch_size(5_000)?;
+/// let prune = Prune::new(RetentionPolicy::parse("7d", "2d")?).batch_size(5_000);
 /// let pruner = BackgroundPruner::new(prune)
 ///     .every(Duration::from_secs(60))
 ///     .spawn(pool, |run| {
@@ -283,7 +321,7 @@ pub struct BackgroundPruner<J> {
     pub(super) every: Duration,
     pub(super) checkout_timeout: Duration,
     #[cfg_attr(not(feature = "r2d2"), allow(dead_code))]
-    thread_name: String,
+    pub(super) thread_name: String,
 }
 
 impl<J> BackgroundPruner<J> {
@@ -345,118 +383,6 @@ impl<J> BackgroundPruner<J> {
     pub fn thread_name(mut self, name: impl Into<String>) -> Self {
         self.thread_name = name.into();
         self
-    }
-
-    /// Starts the thread. `on_run` receives every run's [`PruneRun`]; with
-    /// the `log` feature, runs are also logged (info, or warn on failure).
-    ///
-    /// ```no_run
-    /// # #[cfg(feature = "postgres")] {
-    /// # use diesel::r2d2::{ConnectionManager, Pool};
-    /// # use inbox_runtime::{Prune, RetentionPolicy, prune::BackgroundPruner};
-    /// let pool = Pool::new(ConnectionManager::<diesel::PgConnection>::new("postgres://localhost/app"))?;
-    /// let handle = BackgroundPruner::new(Prune::new(RetentionPolicy::parse("7d", "1d")?))
-    ///     .spawn(pool, |run| println!("{run}"))?;
-    /// # }
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[cfg(feature = "r2d2")]
-    pub fn spawn<M, F>(self, pool: Pool<M>, on_run: F) -> std::io::Result<PrunerHandle>
-    where
-        M: ManageConnection,
-        J: PruneJob<M::Connection>,
-        F: FnMut(&PruneRun) + Send + 'static,
-    {
-        let signals = Arc::new(Signals::default());
-        let worker = Worker {
-            job: self.job,
-            checkout_timeout: self.checkout_timeout,
-            pool,
-            book: RunBook::new(self.every, on_run),
-            signals: Arc::clone(&signals),
-        };
-        let thread = thread::Builder::new()
-            .name(self.thread_name)
-            .spawn(move || worker.run())?;
-        Ok(PrunerHandle {
-            signals,
-            thread: Some(thread),
-        })
-    }
-}
-
-/// Controls a running [`BackgroundPruner`]. Dropping it stops the thread and
-/// waits for it.
-///
-/// ```no_run
-/// # #[cfg(feature = "postgres")] {
-/// # use diesel::r2d2::{ConnectionManager, Pool};
-/// # use inbox_runtime::{Prune, RetentionPolicy, prune::BackgroundPruner};
-/// # let pool = Pool::new(ConnectionManager::<diesel::PgConnection>::new("postgres://localhost/app"))?;
-/// let handle = BackgroundPruner::new(Prune::new(RetentionPolicy::parse("7d", "1d")?)).spawn(pool, |_| {})?;
-/// handle.run_now(); // don't wait for the interval
-/// assert!(handle.stop().is_ok());
-/// # }
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[cfg(feature = "r2d2")]
-#[derive(Debug)]
-pub struct PrunerHandle {
-    signals: Arc<Signals>,
-    thread: Option<JoinHandle<()>>,
-}
-
-#[cfg(feature = "r2d2")]
-impl PrunerHandle {
-    /// Starts the next run now instead of at the end of the interval (if a
-    /// run is in progress, another follows it right away).
-    ///
-    /// ```no_run
-    /// # fn f(handle: &inbox_runtime::prune::PrunerHandle) {
-    /// handle.run_now();
-    /// # }
-    /// ```
-    pub fn run_now(&self) {
-        self.signals.request_run();
-    }
-
-    /// Stops the thread and waits for it: a run in progress ends after its
-    /// current batch (or its connection checkout, or at once if it is
-    /// pausing between batches). `Err` only if the thread
-    /// itself panicked, which the pruner is built not to do.
-    ///
-    /// ```no_run
-    /// # fn f(handle: inbox_runtime::prune::PrunerHandle) {
-    /// handle.stop().expect("the pruner thread never panics");
-    /// # }
-    /// ```
-    pub fn stop(mut self) -> thread::Result<()> {
-        self.signals.request_stop();
-        match self.thread.take() {
-            Some(thread) => thread.join(),
-            None => Ok(()),
-        }
-    }
-
-    /// `true` once the thread has ended.
-    ///
-    /// ```no_run
-    /// # fn f(handle: &inbox_runtime::prune::PrunerHandle) {
-    /// assert!(!handle.is_finished());
-    /// # }
-    /// ```
-    pub fn is_finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
-    }
-}
-
-#[cfg(feature = "r2d2")]
-impl Drop for PrunerHandle {
-    fn drop(&mut self) {
-        self.signals.request_stop();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
@@ -572,7 +498,7 @@ impl Signals {
 
 /// A pruner's runs: numbering, timing, the report callback (and log), and
 /// the wait before the next run.
-pub(super) struct RunBook<F> {
+pub(super) struct RunLog<F> {
     on_run: F,
     every: Duration,
     runs: u64,
@@ -581,15 +507,15 @@ pub(super) struct RunBook<F> {
 }
 
 /// A run in progress.
-pub(super) struct RunStart {
+pub(super) struct RunStarted {
     run: u64,
     at: SystemTime,
     clock: Instant,
 }
 
-impl<F: FnMut(&PruneRun)> RunBook<F> {
+impl<F: FnMut(&PrunerRun)> RunLog<F> {
     pub(super) fn new(every: Duration, on_run: F) -> Self {
-        RunBook {
+        RunLog {
             on_run,
             every,
             runs: 0,
@@ -597,9 +523,9 @@ impl<F: FnMut(&PruneRun)> RunBook<F> {
         }
     }
 
-    pub(super) fn start(&mut self) -> RunStart {
+    pub(super) fn start(&mut self) -> RunStarted {
         self.runs += 1;
-        RunStart {
+        RunStarted {
             run: self.runs,
             at: SystemTime::now(),
             clock: Instant::now(),
@@ -611,14 +537,14 @@ impl<F: FnMut(&PruneRun)> RunBook<F> {
     /// not take the pruner down with it.
     pub(super) fn finish(
         &mut self,
-        start: RunStart,
-        outcome: Result<PruneReport, PruneRunError>,
+        start: RunStarted,
+        outcome: Result<PruneReport, PrunerRunError>,
     ) -> Duration {
         self.failures = match outcome {
             Ok(_) => 0,
             Err(_) => self.failures.saturating_add(1),
         };
-        let run = PruneRun {
+        let run = PrunerRun {
             run: start.run,
             started_at: start.at,
             elapsed: start.clock.elapsed(),
@@ -636,49 +562,58 @@ impl<F: FnMut(&PruneRun)> RunBook<F> {
     }
 }
 
-#[cfg(feature = "r2d2")]
-struct Worker<J, M: ManageConnection, F> {
-    job: J,
-    checkout_timeout: Duration,
-    pool: Pool<M>,
-    book: RunBook<F>,
-    signals: Arc<Signals>,
+/// How a pruner's runs execute and how it waits between them: on a thread
+/// of its own (blocking, over an r2d2 pool) or as a tokio task (over a
+/// diesel-async pool).
+pub(super) trait FrontEnd {
+    /// One run: a connection from the pool, then the job on it, stopping
+    /// between batches (or in a pause) when asked to.
+    fn run_once(&mut self) -> impl Future<Output = Result<PruneReport, PrunerRunError>>;
+
+    /// Waits `delay` for the next run: `false` if a stop request ends the
+    /// wait, `true` when it elapses or a run-now request ends it.
+    fn wait(&mut self, delay: Duration) -> impl Future<Output = bool>;
 }
 
-#[cfg(feature = "r2d2")]
-impl<J, M, F> Worker<J, M, F>
+/// The scheduling loop of every pruner: runs until stopped, each run
+/// reported to `log` (a panic in the run or the report is caught), then
+/// waits the interval (or the backoff).
+pub(super) async fn schedule<E, F>(mut front: E, mut log: RunLog<F>, signals: &Signals)
 where
-    M: ManageConnection,
-    J: PruneJob<M::Connection>,
-    F: FnMut(&PruneRun),
+    E: FrontEnd,
+    F: FnMut(&PrunerRun),
 {
-    fn run(mut self) {
-        while !self.signals.stop_requested() {
-            let start = self.book.start();
-            let outcome = panic::catch_unwind(AssertUnwindSafe(|| self.run_once()))
-                .unwrap_or_else(|panic| Err(panicked(panic)));
-            let wait = self.book.finish(start, outcome);
-            if !self.signals.wait(wait, true) {
-                break;
-            }
+    while !signals.stop_requested() {
+        let start = log.start();
+        let outcome = CatchUnwind(Box::pin(front.run_once()))
+            .await
+            .unwrap_or_else(|panic| Err(panicked(panic)));
+        let wait = log.finish(start, outcome);
+        if !front.wait(wait).await {
+            break;
         }
     }
+}
 
-    fn run_once(&mut self) -> Result<PruneReport, PruneRunError> {
-        let mut conn = self
-            .pool
-            .get_timeout(self.checkout_timeout)
-            .map_err(PruneRunError::Checkout)?;
-        let signals = &self.signals;
-        self.job
-            .run_job(&mut conn, &|| signals.stop_requested())
-            .map_err(PruneRunError::Prune)
+/// A future that catches a panic of the future it polls.
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
     }
 }
 
 /// The error for a job that panicked, caught by the pruner.
-pub(super) fn panicked(panic: Box<dyn Any + Send>) -> PruneRunError {
-    PruneRunError::Panicked(if let Some(message) = panic.downcast_ref::<&str>() {
+pub(super) fn panicked(panic: Box<dyn Any + Send>) -> PrunerRunError {
+    PrunerRunError::Panicked(if let Some(message) = panic.downcast_ref::<&str>() {
         (*message).to_owned()
     } else if let Some(message) = panic.downcast_ref::<String>() {
         message.clone()

@@ -1,0 +1,240 @@
+//! The database backends the inbox supports, and what differs between them.
+//!
+//! Everything backend-specific lives behind [`InboxBackend`], one file per
+//! backend ([`postgres`], [`sqlite`], [`mysql`]): the schema and its
+//! migrations, the claim statement, the pruning batch and its isolation,
+//! the SQL that begins and ends a handler's transaction, and the server
+//! messages that classify its errors. The rest of the runtime is written
+//! once, generically over Diesel's `Connection`.
+//!
+//! This module depends on nothing of the runtime above it (only on
+//! [`ClaimKey`]): the claim, the runners, pruning and error classification
+//! call into it, never the reverse.
+//!
+//! Adding a backend: one file here implementing [`InboxBackend`] (and its
+//! [`ServerMessages`], listed in [`SERVER_MESSAGES`]), its migrations under
+//! `migrations/<backend>/`, and its feature in `Cargo.toml`.
+
+use diesel::backend::Backend;
+use diesel::query_builder::AstPass;
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+use diesel::sql_types::Text;
+use diesel::QueryResult;
+
+use crate::key::ClaimKey;
+
+pub(crate) mod mysql;
+pub(crate) mod postgres;
+pub(crate) mod prune_batch;
+pub(crate) mod sqlite;
+
+pub(crate) use prune_batch::NextHandler;
+pub use prune_batch::{PruneBatchStatement, PruneScope};
+
+/// A Diesel backend the inbox can store claims in: PostgreSQL (`postgres`
+/// feature), SQLite (`sqlite`) or MySQL/MariaDB (`mysql`).
+///
+/// The claim is one statement that inserts the `(handler, message_id)` row
+/// and reports, by its affected-row count, whether the row is new. It never
+/// checks before inserting and never relies on catching a unique violation
+/// (which would abort a PostgreSQL transaction):
+///
+/// | backend | claim statement |
+/// |---|---|
+/// | PostgreSQL, SQLite | `INSERT … ON CONFLICT (handler, message_id) DO NOTHING` |
+/// | MySQL, MariaDB | `INSERT IGNORE …` (ids are validated first, since `IGNORE` would also silence truncation) |
+///
+/// A concurrent delivery of the same id blocks on the first one's row lock
+/// until that transaction commits (then it is a duplicate) or rolls back
+/// (then it claims the id itself).
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use inbox_runtime::InboxBackend;
+/// assert!(<diesel::sqlite::Sqlite as InboxBackend>::CREATE_SCHEMA_SQL.contains("inbox_messages"));
+/// # }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "the inbox does not support the `{Self}` database backend",
+    label = "no inbox schema or claim statement for `{Self}`",
+    note = "the inbox supports PostgreSQL, SQLite and MySQL/MariaDB: enable the `postgres`, `sqlite` or `mysql` feature of `inbox-runtime`, and make a generic connection's `Backend` one of them"
+)]
+pub trait InboxBackend: Backend + sealed::Sealed {
+    /// SQL that creates the inbox table and its indexes as the latest
+    /// migration leaves them; safe to run again. On PostgreSQL and MySQL it
+    /// also adds to an inbox created by an earlier version what it lacks (an
+    /// index; on PostgreSQL the `received_at` default). An SQLite table
+    /// created before 2026-12-03 needs a rebuild, which
+    /// [`setup`](crate::setup) does and this SQL does not.
+    const CREATE_SCHEMA_SQL: &'static str;
+    /// SQL that drops the inbox table.
+    const DROP_SCHEMA_SQL: &'static str;
+
+    /// Brings an inbox that [`CREATE_SCHEMA_SQL`](Self::CREATE_SCHEMA_SQL)
+    /// found in place up to date, where SQL that is safe to run again cannot
+    /// (SQLite: the rebuild of its 2026-12-03 migration, only for a table
+    /// that still has the old checks). Run by [`setup`](crate::setup) after
+    /// that SQL.
+    #[doc(hidden)]
+    fn upgrade_schema<C>(conn: &mut C) -> QueryResult<()>
+    where
+        C: diesel::Connection<Backend = Self>,
+    {
+        let _ = conn;
+        Ok(())
+    }
+
+    /// Commits a handler's outermost transaction. On PostgreSQL it first runs
+    /// a statement that fails when the transaction is aborted (a failed
+    /// statement whose error the body ignored), because PostgreSQL answers
+    /// `COMMIT` in an aborted transaction with a silent `ROLLBACK`; both go
+    /// in one round trip.
+    #[doc(hidden)]
+    const OUTERMOST_COMMIT_SQL: &'static str;
+
+    /// After [`OUTERMOST_COMMIT_SQL`](Self::OUTERMOST_COMMIT_SQL) failed:
+    /// a statement that fails again if the transaction is still open and
+    /// aborted, and succeeds if the `COMMIT` itself failed (which ends the
+    /// transaction). `None` where the commit has no check.
+    #[doc(hidden)]
+    const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str>;
+
+    /// Begins an async handler's outermost transaction so that the server
+    /// ends it (closing the connection) once it sits idle for longer than
+    /// `limit`: what bounds how long a dropped handler future keeps its
+    /// claim locked. `None`: the backend has no such setting.
+    #[doc(hidden)]
+    fn bounded_idle_begin_sql(limit: std::time::Duration) -> Option<String>;
+
+    /// Appended to the `COMMIT` and `ROLLBACK` of a transaction begun with
+    /// [`bounded_idle_begin_sql`](Self::bounded_idle_begin_sql): restores
+    /// what it changed for the session (`""`: nothing to restore).
+    #[doc(hidden)]
+    const BOUNDED_IDLE_END_SQL: &'static str;
+
+    /// Writes the claim statement for `key` (used by `ClaimStatement`).
+    #[doc(hidden)]
+    fn walk_claim<'b>(key: &'b ClaimKey, out: AstPass<'_, 'b, Self>) -> QueryResult<()>;
+
+    /// Writes one pruning batch (used by [`PruneBatchStatement`]).
+    #[doc(hidden)]
+    fn walk_prune_batch<'b>(
+        batch: &'b PruneBatchStatement<'_>,
+        out: AstPass<'_, 'b, Self>,
+    ) -> QueryResult<()>;
+
+    /// The first handler name after `after` in the inbox (`""`: the first of
+    /// all), `None` past the last: one index probe. A pruning pass over every
+    /// handler but some walks the handlers with it.
+    #[doc(hidden)]
+    fn next_prune_handler<C>(conn: &mut C, after: &str) -> QueryResult<Option<String>>
+    where
+        C: diesel::connection::LoadConnection<Backend = Self>;
+
+    /// [`next_prune_handler`](Self::next_prune_handler) on a diesel-async
+    /// connection.
+    #[cfg(feature = "async")]
+    #[doc(hidden)]
+    fn next_prune_handler_async<'c, C>(
+        conn: &'c mut C,
+        after: &'c str,
+    ) -> impl std::future::Future<Output = QueryResult<Option<String>>> + Send + 'c
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>;
+
+    /// SQL run right before a pruning batch's transaction begins (`""`: none).
+    #[doc(hidden)]
+    const PRUNE_BEFORE_BEGIN_SQL: &'static str;
+
+    /// SQL run first inside a pruning batch's transaction (`""`: none).
+    #[doc(hidden)]
+    const PRUNE_AFTER_BEGIN_SQL: &'static str;
+}
+
+pub(crate) mod sealed {
+    /// Only the backends of this module implement [`InboxBackend`](super::InboxBackend).
+    pub trait Sealed {}
+}
+
+/// Pushes `(handler, message_id)` as two bound text parameters.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) fn push_key<'b, DB>(key: &'b ClaimKey, out: &mut AstPass<'_, 'b, DB>) -> QueryResult<()>
+where
+    DB: Backend + diesel::sql_types::HasSqlType<Text>,
+    str: diesel::serialize::ToSql<Text, DB>,
+{
+    out.push_sql("(");
+    out.push_bind_param::<Text, str>(key.handler().as_str())?;
+    out.push_sql(", ");
+    out.push_bind_param::<Text, str>(key.message_id())?;
+    out.push_sql(")");
+    Ok(())
+}
+
+/// The claim for backends with `ON CONFLICT` (PostgreSQL, SQLite). Naming the
+/// conflict target keeps every other constraint violation an error.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) fn walk_insert_on_conflict_do_nothing<'b, DB>(
+    key: &'b ClaimKey,
+    mut out: AstPass<'_, 'b, DB>,
+) -> QueryResult<()>
+where
+    DB: Backend + diesel::sql_types::HasSqlType<Text>,
+    str: diesel::serialize::ToSql<Text, DB>,
+{
+    out.push_sql("INSERT INTO inbox_messages (handler, message_id) VALUES ");
+    push_key(key, &mut out)?;
+    out.push_sql(" ON CONFLICT (handler, message_id) DO NOTHING");
+    Ok(())
+}
+
+/// Includes a file of one of this crate's migrations:
+/// `migration_sql!("postgres", "2026-12-01-000000_create_inbox_messages", "up.sql")`.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+macro_rules! migration_sql {
+    ($backend:literal, $migration:literal, $file:literal) => {
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/migrations/",
+            $backend,
+            "/",
+            $migration,
+            "/",
+            $file
+        ))
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) use migration_sql;
+
+/// What a backend's server (and its drivers) say when a statement fails in
+/// a way the error's kind does not tell: `(server code, message text)`
+/// pairs, matched by substring. Read by [`recovery`](crate::recovery()) only, for every
+/// backend at once (a Diesel error does not say which backend sent it), so
+/// every table is compiled whatever the features.
+#[derive(Debug)]
+pub(crate) struct ServerMessages {
+    /// A lock conflict the database resolved by rolling back (deadlock,
+    /// serialization failure, lock wait timeout), reported as `Unknown`.
+    pub(crate) lock_conflict: &'static [(&'static str, &'static str)],
+    /// A connection that is gone or cannot write: reported as `Unknown`, or
+    /// under a kind that would otherwise mean something else.
+    pub(crate) connection_lost: &'static [(&'static str, &'static str)],
+    /// The server refused the text of an id, reported as `Unknown`.
+    pub(crate) refused_text: &'static [(&'static str, &'static str)],
+}
+
+/// Failures of the operating system's sockets, whatever the backend.
+const IO_MESSAGES: ServerMessages = ServerMessages {
+    lock_conflict: &[],
+    connection_lost: &[("io", "Broken pipe"), ("io", "Connection reset by peer")],
+    refused_text: &[],
+};
+
+/// Every backend's messages, and the operating system's.
+pub(crate) const SERVER_MESSAGES: [&ServerMessages; 4] = [
+    &postgres::MESSAGES,
+    &mysql::MESSAGES,
+    &sqlite::MESSAGES,
+    &IO_MESSAGES,
+];

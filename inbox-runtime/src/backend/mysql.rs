@@ -1,0 +1,218 @@
+//! MySQL and MariaDB (feature `mysql`): everything the inbox does
+//! differently on them, in one place.
+//!
+//! - **Schema**: the migrations under `migrations/mysql/`; the latest schema
+//!   is their `up.sql` files in order (the index is created only when
+//!   missing). Ids are `VARBINARY`, so comparison is exact.
+//! - **Claim**: `INSERT IGNORE …` (ids are validated first, since `IGNORE`
+//!   would also silence truncation).
+//! - **Commit**: a plain `COMMIT`.
+//! - **Idle bound** of an async handler's transaction: the session's
+//!   `wait_timeout`, lowered for the transaction and restored at its end.
+//! - **Pruning batch**: a derived table of expired keys picked `FOR UPDATE
+//!   SKIP LOCKED` through a forced index, joined back by primary key; `READ
+//!   COMMITTED` is set before the transaction begins.
+//! - **Errors**: plain statements (`BEGIN`, `COMMIT`) on blocking
+//!   connections, and every error on diesel-async's driver, carry no error
+//!   number, so the server's messages are matched, see [`MESSAGES`].
+
+use super::ServerMessages;
+
+/// MySQL's and MariaDB's messages (and diesel-async's driver's) for the
+/// errors Diesel does not map (see [`recovery`](crate::recovery())).
+pub(crate) const MESSAGES: ServerMessages = ServerMessages {
+    lock_conflict: &[
+        (
+            "1213 ER_LOCK_DEADLOCK",
+            "Deadlock found when trying to get lock",
+        ),
+        ("1205 ER_LOCK_WAIT_TIMEOUT", "Lock wait timeout exceeded"),
+        ("1020 ER_CHECKREAD", "Record has changed since last read"),
+    ],
+    connection_lost: &[
+        ("2006 CR_SERVER_GONE_ERROR", "has gone away"),
+        ("2013 CR_SERVER_LOST", "Lost connection to"),
+        ("1053 ER_SERVER_SHUTDOWN", "Server shutdown in progress"),
+        ("1927 ER_CONNECTION_KILLED", "Connection was killed"),
+        (
+            "1047 ER_UNKNOWN_COM_ERROR (Galera)",
+            "WSREP has not yet prepared node for application use",
+        ),
+        ("1290 ER_OPTION_PREVENTS_STATEMENT", "--read-only option"),
+        (
+            "4031 ER_CLIENT_INTERACTION_TIMEOUT",
+            "disconnected by the server because of inactivity",
+        ),
+        // mysql_async (diesel-async's driver).
+        ("mysql_async", "Connection to the server is closed"),
+        ("mysql_async", "Input/output error"),
+    ],
+    refused_text: &[],
+};
+
+#[cfg(all(feature = "mysql", feature = "migrations"))]
+pub(crate) use imp::MIGRATIONS;
+
+/// The inbox table for MySQL/MariaDB queries of your own (re-exported as
+/// `inbox_runtime::schema::mysql`).
+///
+/// The id columns are `VARBINARY` in the database and read as UTF-8 text.
+#[cfg(feature = "mysql")]
+pub mod table {
+    diesel::table! {
+        /// Claimed message ids, one row per `(handler, message_id)`.
+        inbox_messages (handler, message_id) {
+            /// The handler's deduplication scope.
+            handler -> Text,
+            /// The producer-assigned message id.
+            message_id -> Text,
+            /// When the id was claimed (UTC), by the database clock.
+            received_at -> Datetime,
+        }
+    }
+}
+
+#[cfg(feature = "mysql")]
+mod imp {
+    use diesel::mysql::Mysql;
+    use diesel::query_builder::AstPass;
+    use diesel::QueryResult;
+
+    use crate::backend::prune_batch::{next_handler, Delete, Pick};
+    use crate::backend::{migration_sql, push_key, sealed, InboxBackend, PruneBatchStatement};
+    use crate::key::ClaimKey;
+
+    /// The latest schema: the migrations' `up.sql` files, in order (the
+    /// index is created only when missing).
+    const SCHEMA_SQL: &str = concat!(
+        migration_sql!("mysql", "2026-12-01-000000_create_inbox_messages", "up.sql"),
+        "\n",
+        migration_sql!("mysql", "2026-12-03-000000_handler_index", "up.sql"),
+    );
+
+    /// This backend's Diesel migrations.
+    #[cfg(feature = "migrations")]
+    pub(crate) const MIGRATIONS: diesel_migrations::EmbeddedMigrations =
+        diesel_migrations::embed_migrations!("migrations/mysql");
+
+    impl sealed::Sealed for Mysql {}
+
+    impl InboxBackend for Mysql {
+        const CREATE_SCHEMA_SQL: &'static str = SCHEMA_SQL;
+        const DROP_SCHEMA_SQL: &'static str = migration_sql!(
+            "mysql",
+            "2026-12-01-000000_create_inbox_messages",
+            "down.sql"
+        );
+        const OUTERMOST_COMMIT_SQL: &'static str = "COMMIT";
+        const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;
+        const BOUNDED_IDLE_END_SQL: &'static str =
+            "; SET SESSION wait_timeout = @inbox_saved_wait_timeout";
+
+        /// `wait_timeout` (MySQL and MariaDB alike) closes a connection idle
+        /// for that long, in a transaction or not, so it is lowered for the
+        /// handler's transaction only and restored when it ends.
+        fn bounded_idle_begin_sql(limit: std::time::Duration) -> Option<String> {
+            let seconds = limit.as_secs_f64().ceil().clamp(1.0, 31_536_000.0) as u64;
+            Some(format!(
+                "SET @inbox_saved_wait_timeout = @@SESSION.wait_timeout, \
+                 SESSION wait_timeout = {seconds}; BEGIN"
+            ))
+        }
+        const PRUNE_BEFORE_BEGIN_SQL: &'static str =
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
+        const PRUNE_AFTER_BEGIN_SQL: &'static str = "";
+
+        fn walk_claim<'b>(key: &'b ClaimKey, mut out: AstPass<'_, 'b, Self>) -> QueryResult<()> {
+            // `ON DUPLICATE KEY UPDATE` cannot be used: Diesel connects with
+            // CLIENT_FOUND_ROWS, so a duplicate would also report one row.
+            out.push_sql("INSERT IGNORE INTO inbox_messages (handler, message_id) VALUES ");
+            push_key(key, &mut out)
+        }
+
+        /// The expired keys are picked in a derived table (which MySQL
+        /// materializes because of its `LIMIT`) with `SKIP LOCKED`, then
+        /// joined to the table by primary key. `STRAIGHT_JOIN` keeps that
+        /// order: the other order scans the whole table and waits on every
+        /// row a live handler holds.
+        ///
+        /// The pick walks an index oldest first and stops after `limit`
+        /// rows: for one handler `(handler, received_at)`, which holds that
+        /// handler's rows only; otherwise `received_at`. InnoDB locks every
+        /// row a locking read passes, so the index decides which rows a
+        /// batch holds. Left to itself, the optimizer reads a one-handler
+        /// scope through the primary key (`handler = ?`) and sorts, locking
+        /// every expired row of the handler in every batch; through
+        /// `received_at` it would lock every other handler's row it walks
+        /// past. So the index is forced. (A batch that reaches the end of its
+        /// scope also locks the index entry that ends it, the scope's next
+        /// row, until it commits: InnoDB reads one entry past a range.)
+        fn walk_prune_batch<'b>(
+            batch: &'b PruneBatchStatement<'_>,
+            out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            const CUTOFF: (&str, &str) = ("UTC_TIMESTAMP(6) - INTERVAL ", " MICROSECOND");
+            Delete {
+                head: "DELETE inbox_messages FROM (",
+                one_handler: Pick {
+                    select: "SELECT handler, message_id FROM inbox_messages \
+                             FORCE INDEX (inbox_messages_handler_received_at_idx)",
+                    key: "received_at",
+                    cutoff: CUTOFF,
+                },
+                all: Pick {
+                    select: "SELECT handler, message_id FROM inbox_messages \
+                             FORCE INDEX (inbox_messages_received_at_idx)",
+                    key: "received_at",
+                    cutoff: CUTOFF,
+                },
+                lock: " FOR UPDATE SKIP LOCKED",
+                tail: ") AS expired STRAIGHT_JOIN inbox_messages \
+                       ON inbox_messages.handler = expired.handler AND inbox_messages.message_id = expired.message_id",
+            }
+            .walk(batch, out)
+        }
+
+        fn next_prune_handler<C>(conn: &mut C, after: &str) -> QueryResult<Option<String>>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            next_handler(conn, after)
+        }
+
+        #[cfg(feature = "async")]
+        fn next_prune_handler_async<'c, C>(
+            conn: &'c mut C,
+            after: &'c str,
+        ) -> impl std::future::Future<Output = QueryResult<Option<String>>> + Send + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            crate::backend::prune_batch::next_handler_async(conn, after)
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use std::time::Duration;
+
+        use crate::backend::{PruneBatchStatement, PruneScope};
+        use crate::key::HandlerName;
+
+        #[test]
+        fn prune_batch_sql() {
+            let a = HandlerName::new("a").unwrap();
+            let statement =
+                PruneBatchStatement::new(PruneScope::Handler(&a), Duration::from_millis(1), 5);
+            let sql = diesel::debug_query::<diesel::mysql::Mysql, _>(&statement).to_string();
+            assert!(sql.starts_with("DELETE inbox_messages FROM (SELECT handler, message_id FROM inbox_messages FORCE INDEX (inbox_messages_handler_received_at_idx) WHERE received_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND handler = ? ORDER BY received_at LIMIT ? FOR UPDATE SKIP LOCKED) AS expired STRAIGHT_JOIN"), "{sql}");
+            assert!(sql.ends_with("-- binds: [1000, \"a\", 5]"), "{sql}");
+            let all = PruneBatchStatement::new(PruneScope::All, Duration::from_millis(1), 5);
+            let sql = diesel::debug_query::<diesel::mysql::Mysql, _>(&all).to_string();
+            assert!(
+                sql.contains("FORCE INDEX (inbox_messages_received_at_idx) WHERE"),
+                "{sql}"
+            );
+        }
+    }
+}

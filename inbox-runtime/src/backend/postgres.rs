@@ -1,0 +1,255 @@
+//! PostgreSQL (feature `postgres`): everything the inbox does differently on
+//! it, in one place.
+//!
+//! - **Schema**: the migrations under `migrations/postgres/`; the latest
+//!   schema is their `up.sql` files in order (each later one checks the
+//!   catalog first, so it is safe to run again).
+//! - **Claim**: `INSERT … ON CONFLICT (handler, message_id) DO NOTHING`.
+//! - **Commit**: a failed statement aborts the transaction, and PostgreSQL
+//!   answers `COMMIT` in an aborted transaction with a silent `ROLLBACK`; the
+//!   outermost commit is therefore preceded by `SELECT 1`, in the same round
+//!   trip, which fails in an aborted transaction.
+//! - **Idle bound** of an async handler's transaction: `SET LOCAL
+//!   idle_in_transaction_session_timeout`.
+//! - **Pruning batch**: `DELETE … WHERE ctid = ANY(ARRAY(SELECT ctid … FOR
+//!   UPDATE SKIP LOCKED))` at `READ COMMITTED`.
+//! - **Errors**: blocking connections do not expose the SQLSTATE, so the
+//!   server's (English) messages are matched, see [`MESSAGES`].
+
+use super::ServerMessages;
+
+/// PostgreSQL's messages for the codes Diesel does not map (see
+/// [`recovery`](crate::recovery())).
+pub(crate) const MESSAGES: ServerMessages = ServerMessages {
+    lock_conflict: &[
+        ("40P01 deadlock_detected", "deadlock detected"),
+        ("40001 serialization_failure", "could not serialize access"),
+        ("55P03 lock_not_available", "could not obtain lock on"),
+        (
+            "55P03 lock_not_available",
+            "canceling statement due to lock timeout",
+        ),
+    ],
+    connection_lost: &[
+        // Every FATAL that ends a session says "terminating connection …":
+        // 57P01 admin_shutdown ("due to administrator command", "due to
+        // immediate shutdown command"), 57P02 crash_shutdown ("because of
+        // crash of another server process"), 57P05 idle_session_timeout,
+        // 25P03 idle_in_transaction_session_timeout, a standby's conflict
+        // with recovery, the postmaster's exit.
+        (
+            "57P01, 57P02, 57P05, 25P03 (FATAL)",
+            "terminating connection",
+        ),
+        (
+            "57P03 cannot_connect_now",
+            "the database system is starting up",
+        ),
+        (
+            "57P03 cannot_connect_now",
+            "the database system is shutting down",
+        ),
+        (
+            "57P03 cannot_connect_now",
+            "the database system is in recovery mode",
+        ),
+        (
+            "57P03 cannot_connect_now",
+            "the database system is not yet accepting connections",
+        ),
+        (
+            "57P03 cannot_connect_now",
+            "the database system is not accepting connections",
+        ),
+        (
+            "25006 read_only_sql_transaction",
+            "in a read-only transaction",
+        ),
+        ("libpq", "server closed the connection unexpectedly"),
+        ("libpq", "SSL connection has been closed unexpectedly"),
+        ("libpq", "no connection to the server"),
+        ("libpq", "connection to server was lost"),
+    ],
+    refused_text: &[
+        (
+            "22P05 untranslatable_character",
+            "has no equivalent in encoding",
+        ),
+        (
+            "22021 character_not_in_repertoire",
+            "invalid byte sequence for encoding",
+        ),
+    ],
+};
+
+#[cfg(all(feature = "postgres", feature = "migrations"))]
+pub(crate) use imp::MIGRATIONS;
+
+#[cfg(feature = "postgres")]
+/// The inbox table for PostgreSQL queries of your own (re-exported as
+/// `inbox_runtime::schema::postgres`).
+pub mod table {
+    diesel::table! {
+        /// Claimed message ids, one row per `(handler, message_id)`.
+        inbox_messages (handler, message_id) {
+            /// The handler's deduplication scope.
+            handler -> Text,
+            /// The producer-assigned message id.
+            message_id -> Text,
+            /// When the id was claimed, by the database clock.
+            received_at -> Timestamptz,
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod imp {
+    use diesel::pg::Pg;
+    use diesel::query_builder::AstPass;
+    use diesel::QueryResult;
+
+    use crate::backend::prune_batch::{next_handler, Delete, Pick};
+    use crate::backend::{migration_sql, sealed, InboxBackend, PruneBatchStatement};
+    use crate::key::ClaimKey;
+
+    /// The latest schema: the migrations' `up.sql` files, in order. The
+    /// later ones check the catalog before changing anything, so running it
+    /// on an up-to-date inbox changes nothing.
+    const SCHEMA_SQL: &str = concat!(
+        migration_sql!(
+            "postgres",
+            "2026-12-01-000000_create_inbox_messages",
+            "up.sql"
+        ),
+        "\n",
+        migration_sql!(
+            "postgres",
+            "2026-12-03-000000_handler_index_and_statement_clock",
+            "up.sql"
+        ),
+    );
+
+    /// This backend's Diesel migrations.
+    #[cfg(feature = "migrations")]
+    pub(crate) const MIGRATIONS: diesel_migrations::EmbeddedMigrations =
+        diesel_migrations::embed_migrations!("migrations/postgres");
+
+    impl sealed::Sealed for Pg {}
+
+    impl InboxBackend for Pg {
+        const CREATE_SCHEMA_SQL: &'static str = SCHEMA_SQL;
+        const DROP_SCHEMA_SQL: &'static str = migration_sql!(
+            "postgres",
+            "2026-12-01-000000_create_inbox_messages",
+            "down.sql"
+        );
+        const OUTERMOST_COMMIT_SQL: &'static str = "SELECT 1; COMMIT";
+        const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = Some("SELECT 1");
+        const BOUNDED_IDLE_END_SQL: &'static str = "";
+
+        /// `SET LOCAL` ends with the transaction: nothing to restore.
+        fn bounded_idle_begin_sql(limit: std::time::Duration) -> Option<String> {
+            let millis = limit.as_millis().clamp(1, i32::MAX as u128);
+            Some(format!(
+                "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {millis}"
+            ))
+        }
+        const PRUNE_BEFORE_BEGIN_SQL: &'static str = "";
+        const PRUNE_AFTER_BEGIN_SQL: &'static str =
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
+
+        fn walk_claim<'b>(key: &'b ClaimKey, out: AstPass<'_, 'b, Self>) -> QueryResult<()> {
+            crate::backend::walk_insert_on_conflict_do_nothing(key, out)
+        }
+
+        /// Picks and locks the oldest expired rows, skipping rows another
+        /// transaction holds (a live handler, a second pruner), then deletes
+        /// them by their physical address: a TID scan, no second index
+        /// lookup.
+        ///
+        /// PostgreSQL has no index hints. A batch over one handler compares
+        /// and orders by `received_at AT TIME ZONE 'UTC'` (the same
+        /// instants), which only the index on `(handler, (received_at AT TIME
+        /// ZONE 'UTC'))` serves: on `received_at` itself the planner would
+        /// sometimes walk the `received_at` index instead (its order is the
+        /// table's, which makes it look cheap) and read every other handler's
+        /// row on the way.
+        fn walk_prune_batch<'b>(
+            batch: &'b PruneBatchStatement<'_>,
+            out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            Delete {
+                head: "DELETE FROM inbox_messages WHERE ctid = ANY(ARRAY(",
+                one_handler: Pick {
+                    select: "SELECT ctid FROM inbox_messages",
+                    key: "(received_at AT TIME ZONE 'UTC')",
+                    cutoff: (
+                        "((now() - ",
+                        " * INTERVAL '1 microsecond') AT TIME ZONE 'UTC')",
+                    ),
+                },
+                all: Pick {
+                    select: "SELECT ctid FROM inbox_messages",
+                    key: "received_at",
+                    cutoff: ("now() - ", " * INTERVAL '1 microsecond'"),
+                },
+                lock: " FOR UPDATE SKIP LOCKED",
+                tail: "))",
+            }
+            .walk(batch, out)
+        }
+
+        fn next_prune_handler<C>(conn: &mut C, after: &str) -> QueryResult<Option<String>>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            next_handler(conn, after)
+        }
+
+        #[cfg(feature = "async")]
+        fn next_prune_handler_async<'c, C>(
+            conn: &'c mut C,
+            after: &'c str,
+        ) -> impl std::future::Future<Output = QueryResult<Option<String>>> + Send + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            crate::backend::prune_batch::next_handler_async(conn, after)
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use std::time::Duration;
+
+        use crate::backend::{PruneBatchStatement, PruneScope};
+        use crate::key::HandlerName;
+
+        #[test]
+        fn prune_batch_sql() {
+            let list = [
+                HandlerName::new("a").unwrap(),
+                HandlerName::new("b").unwrap(),
+            ];
+            let statement =
+                PruneBatchStatement::new(PruneScope::AllExcept(&list), Duration::from_secs(1), 10);
+            let sql = diesel::debug_query::<diesel::pg::Pg, _>(&statement).to_string();
+            assert_eq!(
+                sql,
+                "DELETE FROM inbox_messages WHERE ctid = ANY(ARRAY(SELECT ctid FROM inbox_messages \
+                 WHERE received_at < now() - $1 * INTERVAL '1 microsecond' AND handler NOT IN ($2, $3) \
+                 ORDER BY received_at LIMIT $4 FOR UPDATE SKIP LOCKED)) -- binds: [1000000, \"a\", \"b\", 10]"
+            );
+            let one =
+                PruneBatchStatement::new(PruneScope::Handler(&list[0]), Duration::from_secs(1), 10);
+            let sql = diesel::debug_query::<diesel::pg::Pg, _>(&one).to_string();
+            assert_eq!(
+                sql,
+                "DELETE FROM inbox_messages WHERE ctid = ANY(ARRAY(SELECT ctid FROM inbox_messages \
+                 WHERE (received_at AT TIME ZONE 'UTC') < ((now() - $1 * INTERVAL '1 microsecond') AT TIME ZONE 'UTC') \
+                 AND handler = $2 ORDER BY (received_at AT TIME ZONE 'UTC') LIMIT $3 FOR UPDATE SKIP LOCKED)) \
+                 -- binds: [1000000, \"a\", 10]"
+            );
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! SQLite (feature `sqlite`): everything the inbox does differently on it,
+//! in one place.
+//!
+//! - **Schema**: written out in `schema.sql` (its 2026-12-03 migration
+//!   rebuilds the table, which [`setup`](crate::setup) runs only for a table
+//!   that still needs it: [`InboxBackend::upgrade_schema`]).
+//! - **Claim**: `INSERT … ON CONFLICT (handler, message_id) DO NOTHING`.
+//! - **Commit**: a plain `COMMIT`; no idle bound (SQLite has no server).
+//! - **Pruning batch**: `DELETE … WHERE (handler, message_id) IN (SELECT …
+//!   LIMIT ?)`: one writer at a time, so no row locks to skip.
+//! - **Errors**: none of its own to recognise by message.
+
+use super::ServerMessages;
+
+/// SQLite reports nothing by message that its error kinds do not tell.
+pub(crate) const MESSAGES: ServerMessages = ServerMessages {
+    lock_conflict: &[],
+    connection_lost: &[],
+    refused_text: &[],
+};
+
+#[cfg(all(feature = "sqlite", feature = "migrations"))]
+pub(crate) use imp::MIGRATIONS;
+
+/// The inbox table for SQLite queries of your own (re-exported as
+/// `inbox_runtime::schema::sqlite`).
+#[cfg(feature = "sqlite")]
+pub mod table {
+    diesel::table! {
+        /// Claimed message ids, one row per `(handler, message_id)`.
+        inbox_messages (handler, message_id) {
+            /// The handler's deduplication scope.
+            handler -> Text,
+            /// The producer-assigned message id.
+            message_id -> Text,
+            /// When the id was claimed (UTC), by the database clock.
+            received_at -> Timestamp,
+        }
+    }
+}
+
+#[cfg(feature = "sqlite")]
+mod imp {
+    use diesel::connection::Connection;
+    use diesel::query_builder::AstPass;
+    use diesel::sqlite::Sqlite;
+    use diesel::QueryResult;
+
+    use crate::backend::prune_batch::{next_handler, Delete, Pick};
+    use crate::backend::{migration_sql, sealed, InboxBackend, PruneBatchStatement};
+    use crate::key::ClaimKey;
+
+    /// The latest schema, written out: the 2026-12-03 migration rebuilds
+    /// the table, which [`upgrade`] does only for a table that needs it.
+    const SCHEMA_SQL: &str = include_str!("sqlite/schema.sql");
+
+    /// The rebuild of an inbox created before 2026-12-03.
+    const REBUILD_SQL: &str = migration_sql!(
+        "sqlite",
+        "2026-12-03-000000_handler_index_and_encoding_independent_checks",
+        "up.sql"
+    );
+
+    /// This backend's Diesel migrations.
+    #[cfg(feature = "migrations")]
+    pub(crate) const MIGRATIONS: diesel_migrations::EmbeddedMigrations =
+        diesel_migrations::embed_migrations!("migrations/sqlite");
+
+    /// Rebuilds an inbox whose length checks count bytes in the database's
+    /// encoding (created before 2026-12-03: in a UTF-16 database they refuse
+    /// valid ids), in one transaction; an inbox already rebuilt is left
+    /// alone.
+    ///
+    /// The table's definition is read from `sqlite_master`. Only a count can
+    /// come back through a generic `Connection`, so the check is an `INSERT
+    /// … SELECT` into a temporary table, which counts the outdated
+    /// definitions.
+    fn upgrade<C>(conn: &mut C) -> QueryResult<()>
+    where
+        C: Connection<Backend = Sqlite>,
+    {
+        conn.transaction(|conn| {
+            conn.batch_execute(
+                "CREATE TEMP TABLE IF NOT EXISTS inbox_outdated_schema (name TEXT); \
+                 DELETE FROM temp.inbox_outdated_schema",
+            )?;
+            let outdated = conn.execute_returning_count(&diesel::sql_query(
+                "INSERT INTO temp.inbox_outdated_schema (name) \
+                 SELECT name FROM main.sqlite_master \
+                 WHERE type = 'table' AND name = 'inbox_messages' \
+                   AND (instr(sql, 'length(CAST(handler AS BLOB)) BETWEEN 1 AND 255)') > 0 \
+                     OR instr(sql, 'length(CAST(message_id AS BLOB)) BETWEEN 1 AND 255)') > 0)",
+            ))?;
+            conn.batch_execute("DROP TABLE temp.inbox_outdated_schema")?;
+            if outdated > 0 {
+                conn.batch_execute(REBUILD_SQL)?;
+            }
+            Ok(())
+        })
+    }
+
+    impl sealed::Sealed for Sqlite {}
+
+    impl InboxBackend for Sqlite {
+        const CREATE_SCHEMA_SQL: &'static str = SCHEMA_SQL;
+        const DROP_SCHEMA_SQL: &'static str = migration_sql!(
+            "sqlite",
+            "2026-12-01-000000_create_inbox_messages",
+            "down.sql"
+        );
+        const OUTERMOST_COMMIT_SQL: &'static str = "COMMIT";
+        const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;
+        const BOUNDED_IDLE_END_SQL: &'static str = "";
+
+        fn bounded_idle_begin_sql(_limit: std::time::Duration) -> Option<String> {
+            None
+        }
+        const PRUNE_BEFORE_BEGIN_SQL: &'static str = "";
+        const PRUNE_AFTER_BEGIN_SQL: &'static str = "";
+
+        fn walk_claim<'b>(key: &'b ClaimKey, out: AstPass<'_, 'b, Self>) -> QueryResult<()> {
+            crate::backend::walk_insert_on_conflict_do_nothing(key, out)
+        }
+
+        /// One writer at a time, so no row locks to skip; the table has no
+        /// rowid, so rows are picked by primary key. The cutoff is formatted
+        /// like the column (`YYYY-MM-DD HH:MM:SS.SSS`, UTC) so text
+        /// comparison orders by time. A batch over one handler walks
+        /// `(handler, received_at)` (`INDEXED BY`).
+        fn walk_prune_batch<'b>(
+            batch: &'b PruneBatchStatement<'_>,
+            out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            const CUTOFF: (&str, &str) = (
+                "strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.6f seconds', ",
+                " / 1000000.0))",
+            );
+            Delete {
+                head: "DELETE FROM inbox_messages WHERE (handler, message_id) IN (",
+                one_handler: Pick {
+                    select: "SELECT handler, message_id FROM inbox_messages \
+                             INDEXED BY inbox_messages_handler_received_at_idx",
+                    key: "received_at",
+                    cutoff: CUTOFF,
+                },
+                all: Pick {
+                    select: "SELECT handler, message_id FROM inbox_messages",
+                    key: "received_at",
+                    cutoff: CUTOFF,
+                },
+                lock: "",
+                tail: ")",
+            }
+            .walk(batch, out)
+        }
+
+        fn next_prune_handler<C>(conn: &mut C, after: &str) -> QueryResult<Option<String>>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            next_handler(conn, after)
+        }
+
+        #[cfg(feature = "async")]
+        fn next_prune_handler_async<'c, C>(
+            conn: &'c mut C,
+            after: &'c str,
+        ) -> impl std::future::Future<Output = QueryResult<Option<String>>> + Send + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            crate::backend::prune_batch::next_handler_async(conn, after)
+        }
+
+        fn upgrade_schema<C>(conn: &mut C) -> QueryResult<()>
+        where
+            C: Connection<Backend = Self>,
+        {
+            upgrade(conn)
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use std::time::Duration;
+
+        use crate::backend::{PruneBatchStatement, PruneScope};
+
+        #[test]
+        fn prune_batch_sql() {
+            let statement = PruneBatchStatement::new(PruneScope::All, Duration::from_secs(60), 5);
+            let sql = diesel::debug_query::<diesel::sqlite::Sqlite, _>(&statement).to_string();
+            assert!(
+                sql.contains("(handler, message_id) IN (SELECT handler, message_id"),
+                "{sql}"
+            );
+            assert!(sql.ends_with("-- binds: [60000000, 5]"), "{sql}");
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! What every path that runs SQL shares, blocking and async, handlers and
+//! pruning alike: how deep the connection's transaction is ([`depth`]),
+//! when a failed transaction is tried again ([`retry`]), and, on
+//! diesel-async, what marks a connection broken when a future is dropped
+//! inside a transaction ([`guard`]).
+
+pub(crate) mod depth;
+#[cfg(feature = "async")]
+pub(crate) mod guard;
+pub(crate) mod retry;
+
+pub(crate) use depth::{depth, require_no_transaction, require_transaction};
+#[cfg(feature = "async")]
+pub(crate) use guard::OpenTransactionGuard;
+pub(crate) use retry::RetryPolicy;
+pub use retry::CLAIM_ATTEMPTS;
