@@ -30,6 +30,11 @@ pub enum Command {
         /// The backends whose packages to install.
         backends: Vec<Backend>,
     },
+    /// `xtask __serve`: the guardian of the servers (see [`crate::guard`]).
+    Serve {
+        /// The backends whose servers to start.
+        backends: Vec<Backend>,
+    },
     /// `cargo xtask help`, or no command.
     Help,
 }
@@ -38,7 +43,7 @@ pub enum Command {
 pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Command, String> {
     let command = match args.next().as_deref() {
         None | Some("help" | "--help" | "-h") => return Ok(Command::Help),
-        Some(command @ ("test" | "deps")) => command.to_owned(),
+        Some(command @ ("test" | "deps" | crate::guard::SERVE)) => command.to_owned(),
         Some(other) => return Err(format!("unknown command `{other}`\n{USAGE}")),
     };
     let mut backends = Vec::new();
@@ -64,7 +69,8 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Command, String> 
             backends,
             cargo_args,
         },
-        _ => Command::Deps { backends },
+        "deps" => Command::Deps { backends },
+        _ => Command::Serve { backends },
     })
 }
 

@@ -14,15 +14,16 @@
 //! 3. runs the suite with `INBOX_REQUIRE_DATABASES=1`: every backend is
 //!    `cargo test --workspace --all-features`, one backend the quick loop
 //!    of `inbox-runtime` and the suite with that backend's feature alone;
-//! 4. stops and removes the servers, also when the tests fail or on Ctrl-C,
-//!    and exits with cargo's code.
+//! 4. stops and removes the servers, also when the tests fail or on Ctrl-C
+//!    (they live in a guardian process, see [`guard`]), and exits with
+//!    cargo's code.
 //!
 //! `cargo xtask deps [--backend …]` does step 1 alone (`.ci/run` calls it
 //! before its lints, which build every backend).
 
 mod backend;
 mod cli;
-mod interrupt;
+mod guard;
 mod packages;
 mod servers;
 mod suite;
@@ -53,19 +54,19 @@ fn run() -> Result<ExitCode, String> {
             packages::ensure(&backends)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Serve { backends } => {
+            guard::serve(&backends)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Test {
             backends,
             cargo_args,
         } => {
             let started = Instant::now();
-            interrupt::install()?;
             packages::ensure(&backends)?;
-            // Stopped and removed when dropped, at the end of this block,
-            // whatever the suite's outcome.
-            let servers = servers::Servers::start(&backends)?;
-            if interrupt::interrupted() {
-                return Err("interrupted".to_owned());
-            }
+            // The servers are stopped and removed when the guard is dropped,
+            // whatever the suite's outcome (and when this process dies).
+            let servers = guard::Guard::spawn(&backends)?;
             let code = suite::run(&backends, &cargo_args, servers.environment())?;
             drop(servers);
             eprintln!(

@@ -16,7 +16,7 @@ const PG_BIN: &str = "INBOX_TEST_PG_BIN";
 const DATABASE: &str = "test";
 
 /// The servers of one run, stopped and removed on drop, and the environment
-/// that points the suite at them.
+/// that points the suite at them (held by the guardian, see [`crate::guard`]).
 pub struct Servers {
     // Held for their drop.
     _postgres: Option<PgServer>,

@@ -6,7 +6,6 @@ use std::process::Command;
 use std::time::Instant;
 
 use crate::backend::Backend;
-use crate::interrupt;
 
 /// The package that holds the end-to-end suites and the test-database support.
 const TEST_PACKAGE: &str = "inbox-suite";
@@ -20,7 +19,7 @@ const REQUIRE_DATABASES: &str = "INBOX_REQUIRE_DATABASES";
 pub fn run(
     backends: &[Backend],
     cargo_args: &[String],
-    environment: &[(&'static str, String)],
+    environment: &[(String, String)],
 ) -> Result<u8, String> {
     let mut command = cargo_test(backends, selects_targets(cargo_args));
     command
@@ -34,7 +33,7 @@ pub fn run(
         .collect();
     eprintln!("xtask: {REQUIRE_DATABASES}=1 cargo {}", printable.join(" "));
     let started = Instant::now();
-    let status = interrupt::run_child(&mut command)?;
+    let status = command.status().map_err(|e| format!("{command:?}: {e}"))?;
     eprintln!(
         "xtask: the suite took {:.1} s ({status})",
         started.elapsed().as_secs_f64()
