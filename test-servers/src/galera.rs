@@ -9,9 +9,17 @@ use crate::mariadb::{client, mariadbd, spawn_server};
 use crate::process::{free_ports, log_tail, on_path, private_dir, run, running_as_root};
 
 /// The number of nodes of a [`GaleraCluster`].
+///
+/// ```
+/// assert_eq!(inbox_test_servers::galera::NODES, 3);
+/// ```
 pub const NODES: usize = 3;
 
 /// The database every node serves.
+///
+/// ```
+/// assert_eq!(inbox_test_servers::galera::DATABASE, "inbox_galera");
+/// ```
 pub const DATABASE: &str = "inbox_galera";
 
 const PROVIDER: &str = "/usr/lib/galera/libgalera_smm.so";
