@@ -1,0 +1,37 @@
+//! Throwaway database servers for the inbox test suite, on this machine
+//! only: each one lives in a fresh temporary directory (mode 0700), listens
+//! on 127.0.0.1 on a port the OS picks, and is stopped and removed on drop.
+//!
+//! - [`PgServer`]: a PostgreSQL server from the installed binaries
+//!   (`initdb`, `pg_ctl`, `psql`);
+//! - [`MariaDbServer`]: a MariaDB server (`mariadb-install-db`, `mariadbd`)
+//!   with a user of its own and a random password;
+//! - [`GaleraCluster`]: a 3-node MariaDB Galera cluster.
+//!
+//! Standard library only, so that `cargo xtask` builds before any client
+//! library is installed: SQL goes through the servers' own client binaries
+//! (`psql`, `mariadb`). Run as root, the servers run as their system users
+//! (`postgres`, `mysql`), as their binaries require.
+//!
+//! ```no_run
+//! use inbox_test_servers::{MariaDbServer, PgServer};
+//!
+//! let postgres = PgServer::start_protected()?; // scram-sha-256, random password
+//! postgres.create_database("test")?;
+//! let mariadb = MariaDbServer::start()?;
+//! mariadb.create_database("test")?;
+//! println!("{}\n{}", postgres.url_of("test"), mariadb.url_of("test"));
+//! // Both are stopped and their directories removed here, on drop.
+//! # Ok::<(), String>(())
+//! ```
+
+pub mod galera;
+mod mariadb;
+mod postgres;
+mod process;
+mod secret;
+
+pub use galera::GaleraCluster;
+pub use mariadb::MariaDbServer;
+pub use postgres::PgServer;
+pub use process::{free_ports, running_as_root, unique_name};

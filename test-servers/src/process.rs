@@ -1,0 +1,110 @@
+//! What every throwaway server needs from the machine: a unique name, free
+//! ports, a private directory, and commands run to completion.
+
+use std::os::unix::fs::DirBuilderExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A name no other test (in this or a concurrent run) uses.
+///
+/// ```
+/// let a = inbox_test_servers::unique_name("t");
+/// let b = inbox_test_servers::unique_name("t");
+/// assert_ne!(a, b);
+/// assert!(a.starts_with("t_"));
+/// ```
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!(
+        "{prefix}_{}_{}_{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Whether this process runs as root (the throwaway servers then run as
+/// their own system user, as their binaries require).
+///
+/// ```
+/// let _root: bool = inbox_test_servers::running_as_root();
+/// ```
+pub fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+}
+
+/// `count` distinct ports nobody listens on now, for the throwaway servers
+/// (the OS picks them; all are held until all are picked, then released).
+///
+/// ```
+/// let ports = inbox_test_servers::free_ports(2)?;
+/// assert_ne!(ports[0], ports[1]);
+/// # Ok::<(), String>(())
+/// ```
+pub fn free_ports(count: usize) -> Result<Vec<u16>, String> {
+    let listeners = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("find a free port: {e}"))?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("find a free port: {e}"))
+}
+
+/// A fresh directory `<temp>/<prefix>_<unique>`, mode 0700, owned by the
+/// system user `owner` when given (root hands it to `postgres` or `mysql`).
+pub(crate) fn private_dir(prefix: &str, owner: Option<&str>) -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(unique_name(prefix));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("create {}: {e}", dir.display()))?;
+    if let Some(owner) = owner {
+        run(Command::new("chown")
+            .arg(format!("{owner}:{owner}"))
+            .arg(&dir))?;
+    }
+    Ok(dir)
+}
+
+/// Runs `command` to completion: its standard output, or an error with its
+/// status and both outputs.
+pub(crate) fn run(command: &mut Command) -> Result<String, String> {
+    let output = command.output().map_err(|e| format!("{command:?}: {e}"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{command:?}: {}\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+/// Whether `program` is an executable file on `PATH`.
+pub(crate) fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+/// The last `lines` lines of the log file at `path`, indented, for an error.
+pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+    tail.iter()
+        .rev()
+        .map(|line| format!("\n    {line}"))
+        .collect()
+}
