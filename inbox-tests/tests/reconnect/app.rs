@@ -103,7 +103,7 @@ pub fn assert_exactly_once(urls: &[String], messages: usize) {
         .map(|i| format!("pay-{i}"))
         .filter(|id| !rows.contains_key(id))
         .collect();
-    let doubled: Vec<(&String, &i64)> = rows.iter().filter(|(_, &n)| n != 1).collect();
+    let doubled: Vec<(&String, &i64)> = rows.iter().filter(|&(_, &n)| n != 1).collect();
     assert!(lost.is_empty(), "messages lost: {lost:?}");
     assert!(doubled.is_empty(), "effects not exactly once: {doubled:?}");
     assert_eq!(
