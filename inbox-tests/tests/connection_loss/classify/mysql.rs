@@ -5,8 +5,6 @@
 //! `Unknown` with the message). Each test prints what the driver said and
 //! what `recovery()` answered.
 
-use std::time::{Duration, Instant};
-
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::Error;
@@ -14,20 +12,12 @@ use inbox_runtime::{idempotent, Recovery};
 
 use inbox_tests::{connection_id, terminate, Mysql, TestBackend};
 
+use super::{msg, victim, wait_until, Msg};
 use crate::support::{AppError, Findings};
 
 /// Rows to fight over.
 const LOCKS_DDL: &str = "CREATE TABLE cls (k INT PRIMARY KEY, v INT NOT NULL) ENGINE = InnoDB;
                          INSERT INTO cls VALUES (1, 0), (2, 0);";
-
-/// A delivery.
-pub struct Msg {
-    pub id: String,
-}
-
-fn msg(id: &str) -> Msg {
-    Msg { id: id.to_owned() }
-}
 
 /// Whether connection `id` is running a statement that starts with `prefix`.
 fn running_sql(id: i64, prefix: &str) -> String {
@@ -50,22 +40,11 @@ fn prepared(conn: &mut MysqlConnection, sql: &str) -> Result<(), Error> {
 
 /// Blocks until connection `id` runs a statement starting with `prefix`.
 fn wait_until_running(observer: &mut MysqlConnection, id: i64, prefix: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let running: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
-            &running_sql(id, prefix),
-        ))
-        .get_result(observer)
-        .expect("read the process list");
-        if running > 0 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "connection {id} never ran {prefix}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until::<Mysql>(
+        observer,
+        &running_sql(id, prefix),
+        &format!("connection {id} never ran {prefix}"),
+    );
 }
 
 /// A deadlock between `a` and `b`, each statement run by `run`; the
@@ -90,10 +69,7 @@ fn deadlock(db: &Mysql, run: fn(&mut MysqlConnection, &str) -> Result<(), Error>
     let b_result = run(&mut b, "UPDATE cls SET v = v + 1 WHERE k = 1");
     let _ = b.batch_execute("ROLLBACK");
     let a_result = waiter.join().expect("no panic");
-    [a_result, b_result]
-        .into_iter()
-        .find_map(Result::err)
-        .expect("one of the two is the deadlock's victim")
+    victim(a_result, b_result)
 }
 
 #[test]
@@ -169,12 +145,11 @@ fn blocking_mysql_errors_classify_by_server_code() {
 
 #[cfg(feature = "async")]
 mod asynchronous {
-    use std::time::{Duration, Instant};
-
     use diesel::result::Error;
     use diesel_async::{AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
     use inbox_runtime::{idempotent, Recovery};
 
+    use super::super::{victim, wait_until_async};
     use super::{msg, running_sql, Msg, LOCKS_DDL};
     use inbox_tests::{connection_id_async, terminate_async, Mysql, TestBackend};
 
@@ -195,22 +170,13 @@ mod asynchronous {
         diesel::sql_query(sql).execute(conn).await.map(drop)
     }
 
-    async fn count(observer: &mut Conn, sql: &str) -> i64 {
-        diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(sql))
-            .get_result(observer)
-            .await
-            .expect("read the process list")
-    }
-
     async fn wait_until_running(observer: &mut Conn, id: i64, prefix: &str) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while count(observer, &running_sql(id, prefix)).await == 0 {
-            assert!(
-                Instant::now() < deadline,
-                "connection {id} never ran {prefix}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_until_async::<Mysql>(
+            observer,
+            &running_sql(id, prefix),
+            &format!("connection {id} never ran {prefix}"),
+        )
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -247,10 +213,7 @@ mod asynchronous {
         let b_result = statement(&mut b, "UPDATE cls SET v = v + 1 WHERE k = 1").await;
         let _ = b.batch_execute("ROLLBACK").await;
         let (mut a, a_result) = waiter.await.expect("no panic");
-        let error = [a_result, b_result]
-            .into_iter()
-            .find_map(Result::err)
-            .expect("one of the two is the deadlock's victim");
+        let error = victim(a_result, b_result);
         seen.diesel("1213 ER_LOCK_DEADLOCK", &error, Recovery::Retry);
 
         // 1205.

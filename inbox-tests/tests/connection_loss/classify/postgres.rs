@@ -3,8 +3,6 @@
 //! SQLSTATE: the inbox reads the message) and async (`AsyncPgConnection`).
 //! Each test prints what the driver said and what `recovery()` answered.
 
-use std::time::{Duration, Instant};
-
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::Error;
@@ -12,20 +10,12 @@ use inbox_runtime::{idempotent, Recovery};
 
 use inbox_tests::{connection_id, Postgres, TestBackend};
 
+use super::{msg, victim, wait_until, Msg};
 use crate::support::{AppError, Findings};
 
 /// The setup: a row to fight over.
 const LOCKS_DDL: &str = "CREATE TABLE cls (k INT PRIMARY KEY, v INT NOT NULL);
                          INSERT INTO cls VALUES (1, 0), (2, 0);";
-
-/// A delivery.
-pub struct Msg {
-    pub id: String,
-}
-
-fn msg(id: &str) -> Msg {
-    Msg { id: id.to_owned() }
-}
 
 #[idempotent(id = msg.id, handler = "loss.classify")]
 fn touch(conn: &mut PgConnection, msg: &Msg) -> Result<(), AppError> {
@@ -38,24 +28,20 @@ fn statement(conn: &mut PgConnection, sql: &str) -> Result<(), Error> {
     diesel::sql_query(sql).execute(conn).map(drop)
 }
 
+/// Whether backend `pid` waits for a lock (a scalar subquery).
+fn waiting_sql(pid: i64) -> String {
+    format!(
+        "(SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock')"
+    )
+}
+
 /// Blocks until backend `pid` waits for a lock (bounded).
 fn wait_for_lock(observer: &mut PgConnection, pid: i64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let waiting: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(&format!(
-            "(SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock')"
-        )))
-        .get_result(observer)
-        .expect("read pg_stat_activity");
-        if waiting > 0 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "backend {pid} never waited for the lock"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until::<Postgres>(
+        observer,
+        &waiting_sql(pid),
+        &format!("backend {pid} never waited for the lock"),
+    );
 }
 
 #[test]
@@ -115,10 +101,7 @@ fn blocking_postgres_errors_classify_by_server_code() {
     let b_result = statement(&mut b, "UPDATE cls SET v = v + 1 WHERE k = 1");
     let _ = b.batch_execute("ROLLBACK");
     let a_result = waiter.join().expect("no panic");
-    let error = [a_result, b_result]
-        .into_iter()
-        .find_map(Result::err)
-        .expect("one of the two is the deadlock's victim");
+    let error = victim(a_result, b_result);
     seen.diesel("40P01 deadlock_detected", &error, Recovery::Retry);
 
     // 25006: a session whose transactions are read-only, as on a standby.
@@ -166,13 +149,12 @@ fn blocking_postgres_errors_classify_by_server_code() {
 
 #[cfg(feature = "async")]
 mod asynchronous {
-    use std::time::{Duration, Instant};
-
     use diesel::result::Error;
     use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
     use inbox_runtime::{idempotent, Recovery};
 
-    use super::{msg, Msg, LOCKS_DDL};
+    use super::super::{victim, wait_until_async};
+    use super::{msg, waiting_sql, Msg, LOCKS_DDL};
     use inbox_tests::{connection_id_async, Postgres, TestBackend};
 
     use crate::support::{AppError, Findings};
@@ -191,23 +173,12 @@ mod asynchronous {
     }
 
     async fn wait_for_lock(observer: &mut AsyncPgConnection, pid: i64) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let waiting: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(&format!(
-                "(SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock')"
-            )))
-            .get_result(observer)
-            .await
-            .expect("read pg_stat_activity");
-            if waiting > 0 {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "backend {pid} never waited for the lock"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_until_async::<Postgres>(
+            observer,
+            &waiting_sql(pid),
+            &format!("backend {pid} never waited for the lock"),
+        )
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,10 +245,7 @@ mod asynchronous {
         let b_result = statement(&mut b, "UPDATE cls SET v = v + 1 WHERE k = 1").await;
         let _ = b.batch_execute("ROLLBACK").await;
         let a_result = waiter.await.expect("no panic");
-        let error = [a_result, b_result]
-            .into_iter()
-            .find_map(Result::err)
-            .expect("one of the two is the deadlock's victim");
+        let error = victim(a_result, b_result);
         seen.diesel("40P01 deadlock_detected", &error, Recovery::Retry);
 
         // 25006.
