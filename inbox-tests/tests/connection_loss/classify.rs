@@ -4,8 +4,12 @@
 
 use std::time::{Duration, Instant};
 
+use diesel::prelude::*;
 use diesel::result::Error;
-use inbox_tests::{ServerBackend, SqlRows};
+use inbox_runtime::{idempotent, InboxBackend};
+use inbox_tests::{DieselBackend, ServerBackend, SqlRows};
+
+use crate::support::{AppError, Findings};
 
 #[cfg(feature = "mysql")]
 mod mysql;
@@ -22,6 +26,37 @@ pub struct Msg {
 
 fn msg(id: &str) -> Msg {
     Msg { id: id.to_owned() }
+}
+
+/// The handler each case delivers to: it updates a row of the lock table.
+#[idempotent(id = msg.id, handler = "loss.classify")]
+fn touch<C>(conn: &mut C, msg: &Msg) -> Result<(), AppError>
+where
+    C: Connection,
+    C::Backend: InboxBackend,
+    diesel::query_builder::SqlQuery: diesel::query_builder::QueryFragment<C::Backend>,
+{
+    let _ = &msg.id;
+    diesel::sql_query("UPDATE cls SET v = v + 1 WHERE k = 2").execute(conn)?;
+    Ok(())
+}
+
+/// [`touch`] on a diesel-async connection.
+#[cfg(feature = "async")]
+#[idempotent(id = msg.id, handler = "loss.classify_async")]
+async fn touch_async<C>(conn: &mut C, msg: &Msg) -> Result<(), AppError>
+where
+    C: diesel_async::AsyncConnection,
+    C::Backend: InboxBackend,
+    diesel::query_builder::SqlQuery: diesel::query_builder::QueryFragment<C::Backend>,
+{
+    let _ = &msg.id;
+    diesel_async::RunQueryDsl::execute(
+        diesel::sql_query("UPDATE cls SET v = v + 1 WHERE k = 2"),
+        conn,
+    )
+    .await?;
+    Ok(())
 }
 
 /// Blocks until `count_sql` (a scalar subquery) counts more than zero on
@@ -59,4 +94,40 @@ fn victim(a: Result<(), Error>, b: Result<(), Error>) -> Error {
         .into_iter()
         .find_map(Result::err)
         .expect("one of the two is the deadlock's victim")
+}
+
+/// A delivery on a new connection whose session `read_only_sql` made
+/// read-only: refused, and the error says `Reconnect` (recorded as `case`).
+fn read_only_refused<B: ServerBackend>(
+    db: &B,
+    read_only_sql: &str,
+    case: &'static str,
+    seen: &mut Findings,
+) where
+    diesel::query_builder::SqlQuery: diesel::query_builder::QueryFragment<DieselBackend<B>>,
+{
+    use diesel::connection::SimpleConnection;
+    let mut read_only = db.connect();
+    read_only.batch_execute(read_only_sql).unwrap();
+    let error = touch(&mut read_only, &msg("ro-1")).expect_err("read-only");
+    seen.handler(case, &error, inbox_runtime::Recovery::Reconnect);
+}
+
+/// [`read_only_refused`] on a diesel-async connection.
+#[cfg(feature = "async")]
+async fn read_only_refused_async<B: ServerBackend>(
+    db: &B,
+    read_only_sql: &str,
+    case: &'static str,
+    seen: &mut Findings,
+) where
+    diesel::query_builder::SqlQuery: diesel::query_builder::QueryFragment<DieselBackend<B>>,
+{
+    use diesel_async::SimpleAsyncConnection;
+    let mut read_only = db.connect_async().await;
+    read_only.batch_execute(read_only_sql).await.unwrap();
+    let error = touch_async(&mut read_only, &msg("ro-1"))
+        .await
+        .expect_err("read-only");
+    seen.handler(case, &error, inbox_runtime::Recovery::Reconnect);
 }

@@ -8,12 +8,12 @@
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::Error;
-use inbox_runtime::{idempotent, Recovery};
+use inbox_runtime::Recovery;
 
 use inbox_tests::{connection_id, terminate, Mysql, TestBackend};
 
-use super::{msg, victim, wait_until, Msg};
-use crate::support::{AppError, Findings};
+use super::{msg, read_only_refused, touch, victim, wait_until};
+use crate::support::Findings;
 
 /// Rows to fight over.
 const LOCKS_DDL: &str = "CREATE TABLE cls (k INT PRIMARY KEY, v INT NOT NULL) ENGINE = InnoDB;
@@ -24,13 +24,6 @@ fn running_sql(id: i64, prefix: &str) -> String {
     format!(
         "(SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE id = {id} AND info LIKE '{prefix}%')"
     )
-}
-
-#[idempotent(id = msg.id, handler = "loss.classify")]
-fn touch(conn: &mut MysqlConnection, msg: &Msg) -> Result<(), AppError> {
-    let _ = &msg.id;
-    diesel::sql_query("UPDATE cls SET v = v + 1 WHERE k = 2").execute(conn)?;
-    Ok(())
 }
 
 /// A prepared statement (the path Diesel maps error numbers on).
@@ -104,15 +97,11 @@ fn blocking_mysql_errors_classify_by_server_code() {
     a.batch_execute("ROLLBACK").unwrap();
 
     // 1792: a session whose transactions are read-only.
-    let mut read_only = db.connect();
-    read_only
-        .batch_execute("SET SESSION TRANSACTION READ ONLY")
-        .unwrap();
-    let error = touch(&mut read_only, &msg("ro-1")).expect_err("read-only");
-    seen.handler(
+    read_only_refused(
+        &db,
+        "SET SESSION TRANSACTION READ ONLY",
         "1792 ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION (handler)",
-        &error,
-        Recovery::Reconnect,
+        &mut seen,
     );
 
     // KILL while the connection is idle: its next statements, then a
@@ -147,24 +136,15 @@ fn blocking_mysql_errors_classify_by_server_code() {
 mod asynchronous {
     use diesel::result::Error;
     use diesel_async::{AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
-    use inbox_runtime::{idempotent, Recovery};
+    use inbox_runtime::Recovery;
 
-    use super::super::{victim, wait_until_async};
-    use super::{msg, running_sql, Msg, LOCKS_DDL};
+    use super::super::{read_only_refused_async, touch_async, victim, wait_until_async};
+    use super::{msg, running_sql, LOCKS_DDL};
     use inbox_tests::{connection_id_async, terminate_async, Mysql, TestBackend};
 
-    use crate::support::{AppError, Findings};
+    use crate::support::Findings;
 
     type Conn = AsyncMysqlConnection;
-
-    #[idempotent(id = msg.id, handler = "loss.classify_async")]
-    async fn touch(conn: &mut Conn, msg: &Msg) -> Result<(), AppError> {
-        let _ = &msg.id;
-        diesel::sql_query("UPDATE cls SET v = v + 1 WHERE k = 2")
-            .execute(conn)
-            .await?;
-        Ok(())
-    }
 
     async fn statement(conn: &mut Conn, sql: &str) -> Result<(), Error> {
         diesel::sql_query(sql).execute(conn).await.map(drop)
@@ -230,19 +210,13 @@ mod asynchronous {
         a.batch_execute("ROLLBACK").await.unwrap();
 
         // 1792.
-        let mut read_only = db.connect_async().await;
-        read_only
-            .batch_execute("SET SESSION TRANSACTION READ ONLY")
-            .await
-            .unwrap();
-        let error = touch(&mut read_only, &msg("ro-1"))
-            .await
-            .expect_err("read-only");
-        seen.handler(
+        read_only_refused_async(
+            &db,
+            "SET SESSION TRANSACTION READ ONLY",
             "1792 ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION (handler)",
-            &error,
-            Recovery::Reconnect,
-        );
+            &mut seen,
+        )
+        .await;
 
         // KILL while idle.
         let mut victim = db.connect_async().await;
@@ -256,7 +230,7 @@ mod asynchronous {
             .await
             .expect_err("killed");
         seen.diesel("KILL (idle), next statement", &error, Recovery::Reconnect);
-        let error = touch(&mut victim, &msg("killed-1"))
+        let error = touch_async(&mut victim, &msg("killed-1"))
             .await
             .expect_err("killed");
         seen.handler("KILL (idle), handler", &error, Recovery::Reconnect);
@@ -271,7 +245,9 @@ mod asynchronous {
         seen.diesel("KILL (in a statement)", &error, Recovery::Reconnect);
 
         // Never.
-        let error = touch(&mut b, &msg("")).await.expect_err("an empty id");
+        let error = touch_async(&mut b, &msg(""))
+            .await
+            .expect_err("an empty id");
         seen.handler("invalid message id (handler)", &error, Recovery::Never);
 
         seen.check("mysql async");

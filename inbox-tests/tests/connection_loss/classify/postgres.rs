@@ -6,23 +6,16 @@
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::Error;
-use inbox_runtime::{idempotent, Recovery};
+use inbox_runtime::Recovery;
 
 use inbox_tests::{connection_id, Postgres, TestBackend};
 
-use super::{msg, victim, wait_until, Msg};
-use crate::support::{AppError, Findings};
+use super::{msg, read_only_refused, touch, victim, wait_until};
+use crate::support::Findings;
 
 /// The setup: a row to fight over.
 const LOCKS_DDL: &str = "CREATE TABLE cls (k INT PRIMARY KEY, v INT NOT NULL);
                          INSERT INTO cls VALUES (1, 0), (2, 0);";
-
-#[idempotent(id = msg.id, handler = "loss.classify")]
-fn touch(conn: &mut PgConnection, msg: &Msg) -> Result<(), AppError> {
-    let _ = &msg.id;
-    diesel::sql_query("UPDATE cls SET v = v + 1 WHERE k = 2").execute(conn)?;
-    Ok(())
-}
 
 fn statement(conn: &mut PgConnection, sql: &str) -> Result<(), Error> {
     diesel::sql_query(sql).execute(conn).map(drop)
@@ -105,15 +98,11 @@ fn blocking_postgres_errors_classify_by_server_code() {
     seen.diesel("40P01 deadlock_detected", &error, Recovery::Retry);
 
     // 25006: a session whose transactions are read-only, as on a standby.
-    let mut read_only = db.connect();
-    read_only
-        .batch_execute("SET default_transaction_read_only = on")
-        .unwrap();
-    let error = touch(&mut read_only, &msg("ro-1")).expect_err("read-only");
-    seen.handler(
+    read_only_refused(
+        &db,
+        "SET default_transaction_read_only = on",
         "25006 read_only_sql_transaction (handler)",
-        &error,
-        Recovery::Reconnect,
+        &mut seen,
     );
 
     // 57P01: the backend terminated; the first statement after it, then
@@ -151,22 +140,13 @@ fn blocking_postgres_errors_classify_by_server_code() {
 mod asynchronous {
     use diesel::result::Error;
     use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
-    use inbox_runtime::{idempotent, Recovery};
+    use inbox_runtime::Recovery;
 
-    use super::super::{victim, wait_until_async};
-    use super::{msg, waiting_sql, Msg, LOCKS_DDL};
+    use super::super::{read_only_refused_async, touch_async, victim, wait_until_async};
+    use super::{msg, waiting_sql, LOCKS_DDL};
     use inbox_tests::{connection_id_async, Postgres, TestBackend};
 
-    use crate::support::{AppError, Findings};
-
-    #[idempotent(id = msg.id, handler = "loss.classify_async")]
-    async fn touch(conn: &mut AsyncPgConnection, msg: &Msg) -> Result<(), AppError> {
-        let _ = &msg.id;
-        diesel::sql_query("UPDATE cls SET v = v + 1 WHERE k = 2")
-            .execute(conn)
-            .await?;
-        Ok(())
-    }
+    use crate::support::Findings;
 
     async fn statement(conn: &mut AsyncPgConnection, sql: &str) -> Result<(), Error> {
         diesel::sql_query(sql).execute(conn).await.map(drop)
@@ -249,19 +229,13 @@ mod asynchronous {
         seen.diesel("40P01 deadlock_detected", &error, Recovery::Retry);
 
         // 25006.
-        let mut read_only = db.connect_async().await;
-        read_only
-            .batch_execute("SET default_transaction_read_only = on")
-            .await
-            .unwrap();
-        let error = touch(&mut read_only, &msg("ro-1"))
-            .await
-            .expect_err("read-only");
-        seen.handler(
+        read_only_refused_async(
+            &db,
+            "SET default_transaction_read_only = on",
             "25006 read_only_sql_transaction (handler)",
-            &error,
-            Recovery::Reconnect,
-        );
+            &mut seen,
+        )
+        .await;
 
         // 57P01, then the closed connection.
         let mut victim = db.connect_async().await;
@@ -288,13 +262,15 @@ mod asynchronous {
             &error,
             Recovery::Reconnect,
         );
-        let error = touch(&mut victim, &msg("closed-1"))
+        let error = touch_async(&mut victim, &msg("closed-1"))
             .await
             .expect_err("closed");
         seen.handler("closed connection (handler)", &error, Recovery::Reconnect);
 
         // Never.
-        let error = touch(&mut b, &msg("")).await.expect_err("an empty id");
+        let error = touch_async(&mut b, &msg(""))
+            .await
+            .expect_err("an empty id");
         seen.handler("invalid message id (handler)", &error, Recovery::Never);
 
         seen.check("postgres async");
