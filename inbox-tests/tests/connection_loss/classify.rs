@@ -131,3 +131,29 @@ async fn read_only_refused_async<B: ServerBackend>(
         .expect_err("read-only");
     seen.handler(case, &error, inbox_runtime::Recovery::Reconnect);
 }
+
+/// The server's test database with the lock table (`locks_ddl`, run on the
+/// first connection), and two connections to it; `None` when it skips.
+fn with_locks<B: ServerBackend>(locks_ddl: &str) -> Option<(B, B::Connection, B::Connection)> {
+    use diesel::connection::SimpleConnection;
+    let db = B::open()?;
+    let mut a = db.connect();
+    a.batch_execute(locks_ddl).expect("create the lock table");
+    let b = db.connect();
+    Some((db, a, b))
+}
+
+/// [`with_locks`] on diesel-async connections.
+#[cfg(feature = "async")]
+async fn with_locks_async<B: ServerBackend>(
+    locks_ddl: &str,
+) -> Option<(B, B::AsyncConnection, B::AsyncConnection)> {
+    use diesel_async::SimpleAsyncConnection;
+    let db = B::open()?;
+    let mut a = db.connect_async().await;
+    a.batch_execute(locks_ddl)
+        .await
+        .expect("create the lock table");
+    let b = db.connect_async().await;
+    Some((db, a, b))
+}

@@ -12,7 +12,7 @@ use inbox_runtime::Recovery;
 
 use inbox_tests::{connection_id, terminate, Mysql, TestBackend};
 
-use super::{msg, read_only_refused, touch, victim, wait_until};
+use super::{msg, read_only_refused, touch, victim, wait_until, with_locks};
 use crate::support::Findings;
 
 /// Rows to fight over.
@@ -67,12 +67,9 @@ fn deadlock(db: &Mysql, run: fn(&mut MysqlConnection, &str) -> Result<(), Error>
 
 #[test]
 fn blocking_mysql_errors_classify_by_server_code() {
-    let Some(db) = Mysql::open() else {
+    let Some((db, mut a, mut b)) = with_locks::<Mysql>(LOCKS_DDL) else {
         return;
     };
-    let mut a = db.connect();
-    a.batch_execute(LOCKS_DDL).expect("create the lock table");
-    let mut b = db.connect();
     let mut seen = Findings::default();
 
     // 1213, from a prepared statement (Diesel maps it) and from a plain
@@ -138,7 +135,9 @@ mod asynchronous {
     use diesel_async::{AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
     use inbox_runtime::Recovery;
 
-    use super::super::{read_only_refused_async, touch_async, victim, wait_until_async};
+    use super::super::{
+        read_only_refused_async, touch_async, victim, wait_until_async, with_locks_async,
+    };
     use super::{msg, running_sql, LOCKS_DDL};
     use inbox_tests::{connection_id_async, terminate_async, Mysql, TestBackend};
 
@@ -161,14 +160,9 @@ mod asynchronous {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn async_mysql_errors_classify_by_server_code() {
-        let Some(db) = Mysql::open() else {
+        let Some((db, mut a, mut b)) = with_locks_async::<Mysql>(LOCKS_DDL).await else {
             return;
         };
-        let mut a = db.connect_async().await;
-        a.batch_execute(LOCKS_DDL)
-            .await
-            .expect("create the lock table");
-        let mut b = db.connect_async().await;
         let mut seen = Findings::default();
 
         // 1213 (diesel-async does not map it: message only).

@@ -10,7 +10,7 @@ use inbox_runtime::Recovery;
 
 use inbox_tests::{connection_id, Postgres, TestBackend};
 
-use super::{msg, read_only_refused, touch, victim, wait_until};
+use super::{msg, read_only_refused, touch, victim, wait_until, with_locks};
 use crate::support::Findings;
 
 /// The setup: a row to fight over.
@@ -39,12 +39,9 @@ fn wait_for_lock(observer: &mut PgConnection, pid: i64) {
 
 #[test]
 fn blocking_postgres_errors_classify_by_server_code() {
-    let Some(db) = Postgres::open() else {
+    let Some((db, mut a, mut b)) = with_locks::<Postgres>(LOCKS_DDL) else {
         return;
     };
-    let mut a = db.connect();
-    a.batch_execute(LOCKS_DDL).expect("create the lock table");
-    let mut b = db.connect();
     let mut seen = Findings::default();
 
     // 40001: REPEATABLE READ, a row updated by another transaction since
@@ -142,7 +139,9 @@ mod asynchronous {
     use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
     use inbox_runtime::Recovery;
 
-    use super::super::{read_only_refused_async, touch_async, victim, wait_until_async};
+    use super::super::{
+        read_only_refused_async, touch_async, victim, wait_until_async, with_locks_async,
+    };
     use super::{msg, waiting_sql, LOCKS_DDL};
     use inbox_tests::{connection_id_async, Postgres, TestBackend};
 
@@ -163,14 +162,9 @@ mod asynchronous {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn async_postgres_errors_classify_by_server_code() {
-        let Some(db) = Postgres::open() else {
+        let Some((db, mut a, mut b)) = with_locks_async::<Postgres>(LOCKS_DDL).await else {
             return;
         };
-        let mut a = db.connect_async().await;
-        a.batch_execute(LOCKS_DDL)
-            .await
-            .expect("create the lock table");
-        let mut b = db.connect_async().await;
         let mut seen = Findings::default();
 
         // 40001.
