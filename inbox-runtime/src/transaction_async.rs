@@ -379,14 +379,7 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
     /// Commits the level; on failure, rolls it back and says why it did not
     /// commit (the blocking runner's rules).
     async fn commit(&mut self) -> Result<(), InboxError> {
-        if !self.scope.is_open(status(self.guard.conn()))? {
-            return Err(self.ended_by_body());
-        }
-        let committed = self
-            .guard
-            .conn()
-            .batch_execute(&self.scope.commit_sql())
-            .await;
+        let committed = self.end_level(Scope::commit_sql).await?;
         let Err(commit_error) = committed else {
             self.guard.set_open(false);
             return self
@@ -410,14 +403,7 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
     /// Rolls back the level and whatever the body left open above it; a
     /// rollback that fails marks the connection broken.
     async fn roll_back(&mut self) -> Result<(), InboxError> {
-        if !self.scope.is_open(status(self.guard.conn()))? {
-            return Err(self.ended_by_body());
-        }
-        let rolled_back = self
-            .guard
-            .conn()
-            .batch_execute(&self.scope.rollback_sql())
-            .await;
+        let rolled_back = self.end_level(Scope::rollback_sql).await?;
         self.guard.set_open(false);
         match rolled_back {
             Ok(()) => self
@@ -426,6 +412,18 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
                 .map_err(Into::into),
             Err(error) => Err(self.scope.lose(status(self.guard.conn()), error)),
         }
+    }
+
+    /// Runs the statement `sql` writes (the level's commit or rollback):
+    /// its result, or `Err` if the body ended the level itself.
+    async fn end_level(
+        &mut self,
+        sql: fn(&Scope) -> std::borrow::Cow<'_, str>,
+    ) -> Result<QueryResult<()>, InboxError> {
+        if !self.scope.is_open(status(self.guard.conn()))? {
+            return Err(self.ended_by_body());
+        }
+        Ok(self.guard.conn().batch_execute(&sql(&self.scope)).await)
     }
 
     /// The body ended the handler's level itself.

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::mariadb::{client, mariadbd, spawn_server};
-use crate::process::{free_ports, log_tail, on_path, private_dir, run, running_as_root};
+use crate::process::{free_ports, log_tail, private_dir, require_installed, run, running_as_root};
 
 /// The number of nodes of a [`GaleraCluster`].
 ///
@@ -156,19 +156,11 @@ impl GaleraCluster {
         if !Path::new(PROVIDER).exists() {
             missing.push(PROVIDER);
         }
-        missing.extend(
-            ["rsync", "wsrep_sst_rsync"]
-                .into_iter()
-                .filter(|program| !on_path(program)),
-        );
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
-                "missing {} (Debian: mariadb-server galera-4 rsync)",
-                missing.join(", ")
-            ))
-        }
+        require_installed(
+            missing,
+            &["rsync", "wsrep_sst_rsync"],
+            "mariadb-server galera-4 rsync",
+        )
     }
 
     /// The URL of [`DATABASE`] on `node` (0, 1 or 2), as root.

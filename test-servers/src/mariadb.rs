@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::process::{free_ports, log_tail, on_path, private_dir, run, running_as_root};
+use crate::process::{
+    free_ports, log_tail, on_path, private_dir, require_installed, run, running_as_root,
+};
 use crate::secret::random_password;
 
 /// Where Debian puts the server (not on a normal user's `PATH`).
@@ -77,19 +79,11 @@ impl MariaDbServer {
         if !mariadbd_installed() {
             missing.push("mariadbd");
         }
-        missing.extend(
-            ["mariadb-install-db", "mariadb"]
-                .into_iter()
-                .filter(|program| !on_path(program)),
-        );
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
-                "missing {} (Debian: mariadb-server)",
-                missing.join(", ")
-            ))
-        }
+        require_installed(
+            missing,
+            &["mariadb-install-db", "mariadb"],
+            "mariadb-server",
+        )
     }
 
     fn try_start() -> Result<Self, String> {

@@ -99,6 +99,25 @@ pub(crate) fn on_path(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
+/// `Ok` when nothing is `missing` and every one of `programs` is on `PATH`;
+/// otherwise `Err` naming what is missing and the Debian `packages` that
+/// bring it.
+pub(crate) fn require_installed(
+    mut missing: Vec<&'static str>,
+    programs: &[&'static str],
+    packages: &str,
+) -> Result<(), String> {
+    missing.extend(programs.iter().copied().filter(|program| !on_path(program)));
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "missing {} (Debian: {packages})",
+            missing.join(", ")
+        ))
+    }
+}
+
 /// The last `lines` lines of the log file at `path`, indented, for an error.
 pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
     let log = std::fs::read_to_string(path).unwrap_or_default();

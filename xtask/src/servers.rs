@@ -40,40 +40,48 @@ impl Servers {
                     .environment
                     .push((PG_BIN, bin.display().to_string()));
             }
-            if let Some(url) = given(POSTGRES_URL) {
-                eprintln!("xtask: PostgreSQL at {} ({POSTGRES_URL})", redacted(&url));
-            } else {
-                let started = Instant::now();
-                let server = PgServer::start_protected()?;
-                server.create_database(DATABASE)?;
-                let url = server.url_of(DATABASE);
-                eprintln!(
-                    "xtask: throwaway PostgreSQL at {} ready in {:.1} s",
-                    redacted(&url),
-                    started.elapsed().as_secs_f64()
-                );
-                servers.environment.push((POSTGRES_URL, url));
-                servers._postgres = Some(server);
-            }
+            servers._postgres =
+                servers.given_or_started(("PostgreSQL", "PostgreSQL"), POSTGRES_URL, || {
+                    let server = PgServer::start_protected()?;
+                    server.create_database(DATABASE)?;
+                    let url = server.url_of(DATABASE);
+                    Ok((server, url))
+                })?;
         }
         if backends.contains(&Backend::Mysql) {
-            if let Some(url) = given(MYSQL_URL) {
-                eprintln!("xtask: MariaDB/MySQL at {} ({MYSQL_URL})", redacted(&url));
-            } else {
-                let started = Instant::now();
-                let server = MariaDbServer::start()?;
-                server.create_database(DATABASE)?;
-                let url = server.url_of(DATABASE);
-                eprintln!(
-                    "xtask: throwaway MariaDB at {} ready in {:.1} s",
-                    redacted(&url),
-                    started.elapsed().as_secs_f64()
-                );
-                servers.environment.push((MYSQL_URL, url));
-                servers._mariadb = Some(server);
-            }
+            servers._mariadb =
+                servers.given_or_started(("MariaDB/MySQL", "MariaDB"), MYSQL_URL, || {
+                    let server = MariaDbServer::start()?;
+                    server.create_database(DATABASE)?;
+                    let url = server.url_of(DATABASE);
+                    Ok((server, url))
+                })?;
         }
         Ok(servers)
+    }
+
+    /// The server at the URL in variable `variable` when it is set (`None`),
+    /// otherwise the throwaway one `start` starts, its URL set for the suite.
+    /// `names`: what the server is called in the log, given and throwaway.
+    fn given_or_started<S>(
+        &mut self,
+        (given_name, throwaway_name): (&str, &str),
+        variable: &'static str,
+        start: impl FnOnce() -> Result<(S, String), String>,
+    ) -> Result<Option<S>, String> {
+        if let Some(url) = given(variable) {
+            eprintln!("xtask: {given_name} at {} ({variable})", redacted(&url));
+            return Ok(None);
+        }
+        let started = Instant::now();
+        let (server, url) = start()?;
+        eprintln!(
+            "xtask: throwaway {throwaway_name} at {} ready in {:.1} s",
+            redacted(&url),
+            started.elapsed().as_secs_f64()
+        );
+        self.environment.push((variable, url));
+        Ok(Some(server))
     }
 
     /// The variables to set for the suite (the URLs of the servers started

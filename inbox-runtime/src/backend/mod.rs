@@ -207,6 +207,36 @@ macro_rules! migration_sql {
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub(crate) use migration_sql;
 
+/// [`InboxBackend::next_prune_handler`] and
+/// [`InboxBackend::next_prune_handler_async`] as every backend implements
+/// them: [`NextHandler`] on the connection. Invoked inside each backend's
+/// `impl InboxBackend`, where the backend is known (which a default method
+/// is not).
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+macro_rules! next_prune_handler_fns {
+    () => {
+        fn next_prune_handler<C>(conn: &mut C, after: &str) -> QueryResult<Option<String>>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            crate::backend::prune_batch::next_handler(conn, after)
+        }
+
+        #[cfg(feature = "async")]
+        fn next_prune_handler_async<'c, C>(
+            conn: &'c mut C,
+            after: &'c str,
+        ) -> impl std::future::Future<Output = QueryResult<Option<String>>> + Send + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            crate::backend::prune_batch::next_handler_async(conn, after)
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) use next_prune_handler_fns;
+
 /// What a backend's server (and its drivers) say when a statement fails in
 /// a way the error's kind does not tell: `(server code, message text)`
 /// pairs, matched by substring. Read by [`recovery`](crate::recovery()) only, for every

@@ -78,7 +78,7 @@ mod imp {
     use diesel::query_builder::AstPass;
     use diesel::QueryResult;
 
-    use crate::backend::prune_batch::{next_handler, Delete, Pick};
+    use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{migration_sql, push_key, sealed, InboxBackend, PruneBatchStatement};
     use crate::key::ClaimKey;
 
@@ -173,42 +173,25 @@ mod imp {
             .walk(batch, out)
         }
 
-        fn next_prune_handler<C>(conn: &mut C, after: &str) -> QueryResult<Option<String>>
-        where
-            C: diesel::connection::LoadConnection<Backend = Self>,
-        {
-            next_handler(conn, after)
-        }
-
-        #[cfg(feature = "async")]
-        fn next_prune_handler_async<'c, C>(
-            conn: &'c mut C,
-            after: &'c str,
-        ) -> impl std::future::Future<Output = QueryResult<Option<String>>> + Send + 'c
-        where
-            C: diesel_async::AsyncConnection<Backend = Self>,
-        {
-            crate::backend::prune_batch::next_handler_async(conn, after)
-        }
+        crate::backend::next_prune_handler_fns!();
     }
 
     #[cfg(test)]
     mod tests {
         use std::time::Duration;
 
-        use crate::backend::{PruneBatchStatement, PruneScope};
+        use crate::backend::prune_batch::batch_sql;
+        use crate::backend::PruneScope;
         use crate::key::HandlerName;
+        use diesel::mysql::Mysql;
 
         #[test]
         fn prune_batch_sql() {
             let a = HandlerName::new("a").unwrap();
-            let statement =
-                PruneBatchStatement::new(PruneScope::Handler(&a), Duration::from_millis(1), 5);
-            let sql = diesel::debug_query::<diesel::mysql::Mysql, _>(&statement).to_string();
+            let sql = batch_sql::<Mysql>(PruneScope::Handler(&a), Duration::from_millis(1), 5);
             assert!(sql.starts_with("DELETE inbox_messages FROM (SELECT handler, message_id FROM inbox_messages FORCE INDEX (inbox_messages_handler_received_at_idx) WHERE received_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND handler = ? ORDER BY received_at LIMIT ? FOR UPDATE SKIP LOCKED) AS expired STRAIGHT_JOIN"), "{sql}");
             assert!(sql.ends_with("-- binds: [1000, \"a\", 5]"), "{sql}");
-            let all = PruneBatchStatement::new(PruneScope::All, Duration::from_millis(1), 5);
-            let sql = diesel::debug_query::<diesel::mysql::Mysql, _>(&all).to_string();
+            let sql = batch_sql::<Mysql>(PruneScope::All, Duration::from_millis(1), 5);
             assert!(
                 sql.contains("FORCE INDEX (inbox_messages_received_at_idx) WHERE"),
                 "{sql}"

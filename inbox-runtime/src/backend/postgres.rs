@@ -108,7 +108,7 @@ mod imp {
     use diesel::query_builder::AstPass;
     use diesel::QueryResult;
 
-    use crate::backend::prune_batch::{next_handler, Delete, Pick};
+    use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{migration_sql, sealed, InboxBackend, PruneBatchStatement};
     use crate::key::ClaimKey;
 
@@ -199,31 +199,17 @@ mod imp {
             .walk(batch, out)
         }
 
-        fn next_prune_handler<C>(conn: &mut C, after: &str) -> QueryResult<Option<String>>
-        where
-            C: diesel::connection::LoadConnection<Backend = Self>,
-        {
-            next_handler(conn, after)
-        }
-
-        #[cfg(feature = "async")]
-        fn next_prune_handler_async<'c, C>(
-            conn: &'c mut C,
-            after: &'c str,
-        ) -> impl std::future::Future<Output = QueryResult<Option<String>>> + Send + 'c
-        where
-            C: diesel_async::AsyncConnection<Backend = Self>,
-        {
-            crate::backend::prune_batch::next_handler_async(conn, after)
-        }
+        crate::backend::next_prune_handler_fns!();
     }
 
     #[cfg(test)]
     mod tests {
         use std::time::Duration;
 
-        use crate::backend::{PruneBatchStatement, PruneScope};
+        use crate::backend::prune_batch::batch_sql;
+        use crate::backend::PruneScope;
         use crate::key::HandlerName;
+        use diesel::pg::Pg;
 
         #[test]
         fn prune_batch_sql() {
@@ -231,18 +217,14 @@ mod imp {
                 HandlerName::new("a").unwrap(),
                 HandlerName::new("b").unwrap(),
             ];
-            let statement =
-                PruneBatchStatement::new(PruneScope::AllExcept(&list), Duration::from_secs(1), 10);
-            let sql = diesel::debug_query::<diesel::pg::Pg, _>(&statement).to_string();
+            let sql = batch_sql::<Pg>(PruneScope::AllExcept(&list), Duration::from_secs(1), 10);
             assert_eq!(
                 sql,
                 "DELETE FROM inbox_messages WHERE ctid = ANY(ARRAY(SELECT ctid FROM inbox_messages \
                  WHERE received_at < now() - $1 * INTERVAL '1 microsecond' AND handler NOT IN ($2, $3) \
                  ORDER BY received_at LIMIT $4 FOR UPDATE SKIP LOCKED)) -- binds: [1000000, \"a\", \"b\", 10]"
             );
-            let one =
-                PruneBatchStatement::new(PruneScope::Handler(&list[0]), Duration::from_secs(1), 10);
-            let sql = diesel::debug_query::<diesel::pg::Pg, _>(&one).to_string();
+            let sql = batch_sql::<Pg>(PruneScope::Handler(&list[0]), Duration::from_secs(1), 10);
             assert_eq!(
                 sql,
                 "DELETE FROM inbox_messages WHERE ctid = ANY(ARRAY(SELECT ctid FROM inbox_messages \

@@ -351,6 +351,17 @@ where
     async move { diesel_async::RunQueryDsl::get_result(NextHandler { after }, conn).await }
 }
 
+/// The SQL and binds of one pruning batch as `DB` writes it (`debug_query`),
+/// for the backends' tests of their statement.
+#[cfg(test)]
+pub(crate) fn batch_sql<DB>(scope: PruneScope<'_>, keep: Duration, limit: u32) -> String
+where
+    DB: InboxBackend + Default,
+    DB::QueryBuilder: Default,
+{
+    diesel::debug_query::<DB, _>(&PruneBatchStatement::new(scope, keep, limit)).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,7 +46,7 @@ mod imp {
     use diesel::sqlite::Sqlite;
     use diesel::QueryResult;
 
-    use crate::backend::prune_batch::{next_handler, Delete, Pick};
+    use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{migration_sql, sealed, InboxBackend, PruneBatchStatement};
     use crate::key::ClaimKey;
 
@@ -154,23 +154,7 @@ mod imp {
             .walk(batch, out)
         }
 
-        fn next_prune_handler<C>(conn: &mut C, after: &str) -> QueryResult<Option<String>>
-        where
-            C: diesel::connection::LoadConnection<Backend = Self>,
-        {
-            next_handler(conn, after)
-        }
-
-        #[cfg(feature = "async")]
-        fn next_prune_handler_async<'c, C>(
-            conn: &'c mut C,
-            after: &'c str,
-        ) -> impl std::future::Future<Output = QueryResult<Option<String>>> + Send + 'c
-        where
-            C: diesel_async::AsyncConnection<Backend = Self>,
-        {
-            crate::backend::prune_batch::next_handler_async(conn, after)
-        }
+        crate::backend::next_prune_handler_fns!();
 
         fn upgrade_schema<C>(conn: &mut C) -> QueryResult<()>
         where
@@ -184,12 +168,13 @@ mod imp {
     mod tests {
         use std::time::Duration;
 
-        use crate::backend::{PruneBatchStatement, PruneScope};
+        use crate::backend::prune_batch::batch_sql;
+        use crate::backend::PruneScope;
+        use diesel::sqlite::Sqlite;
 
         #[test]
         fn prune_batch_sql() {
-            let statement = PruneBatchStatement::new(PruneScope::All, Duration::from_secs(60), 5);
-            let sql = diesel::debug_query::<diesel::sqlite::Sqlite, _>(&statement).to_string();
+            let sql = batch_sql::<Sqlite>(PruneScope::All, Duration::from_secs(60), 5);
             assert!(
                 sql.contains("(handler, message_id) IN (SELECT handler, message_id"),
                 "{sql}"

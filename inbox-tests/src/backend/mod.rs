@@ -143,6 +143,34 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
                 .expect("connect (async)")
         }
     }
+
+    /// [`open`](Self::open), then a new connection that has run `ddl` (a
+    /// suite's effects table): both, or `None` when `open` skips.
+    fn open_with_effects(ddl: &str) -> Option<(Self, Self::Connection)> {
+        let db = Self::open()?;
+        let mut conn = db.connect();
+        diesel::connection::SimpleConnection::batch_execute(&mut conn, ddl)
+            .expect("create the effects table");
+        Some((db, conn))
+    }
+
+    /// [`open_with_effects`](Self::open_with_effects) on a new diesel-async
+    /// connection.
+    #[cfg(feature = "async")]
+    fn open_async_with_effects(
+        ddl: &str,
+    ) -> impl std::future::Future<Output = Option<(Self, Self::AsyncConnection)>> + Send {
+        let db = Self::open();
+        let ddl = ddl.to_owned();
+        async move {
+            let db = db?;
+            let mut conn = db.connect_async().await;
+            diesel_async::SimpleAsyncConnection::batch_execute(&mut conn, &ddl)
+                .await
+                .expect("create the effects table");
+            Some((db, conn))
+        }
+    }
 }
 
 /// What only a database server has, not embedded SQLite: connections with

@@ -7,19 +7,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use diesel_async::{AsyncConnection, SimpleAsyncConnection};
+use diesel_async::AsyncConnection;
 use inbox_tests::{AsyncSqlRows, ServerBackend, TestBackend};
 
 use crate::handlers::{literal, EFFECTS_DDL};
 
 /// A fresh database with the effects table, and a connection to it.
 pub async fn fresh<B: TestBackend>() -> Option<(B, B::AsyncConnection)> {
-    let db = B::open()?;
-    let mut conn = db.connect_async().await;
-    conn.batch_execute(EFFECTS_DDL)
-        .await
-        .expect("create the effects table");
-    Some((db, conn))
+    B::open_async_with_effects(EFFECTS_DDL).await
 }
 
 /// The effects recorded for message `id`.

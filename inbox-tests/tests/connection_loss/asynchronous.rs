@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use diesel::QueryResult;
 use diesel_async::pooled_connection::{PoolableConnection, RecyclingMethod};
-use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncConnection, RunQueryDsl};
 use inbox_runtime::prune::AsyncPrunePool;
 use inbox_runtime::{idempotent, InboxBackend, Outcome, Recovery};
 use inbox_tests::{
@@ -108,12 +108,7 @@ async fn effect<C: AsyncConnection>(conn: &mut C, id: &str, note: &str) -> Query
 }
 
 async fn fresh<B: TestBackend>() -> Option<(B, B::AsyncConnection)> {
-    let db = B::open()?;
-    let mut conn = db.connect_async().await;
-    conn.batch_execute(EFFECTS_DDL)
-        .await
-        .expect("create the effects table");
-    Some((db, conn))
+    B::open_async_with_effects(EFFECTS_DDL).await
 }
 
 /// `(inbox rows, effects)` of `id`, read on a connection of its own.

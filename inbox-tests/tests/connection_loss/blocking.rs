@@ -4,7 +4,6 @@
 
 use std::cell::{Cell, RefCell};
 
-use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use inbox_runtime::{idempotent, Outcome, Recovery};
@@ -94,11 +93,7 @@ fn effect<C: Connection>(conn: &mut C, id: &str, note: &str) -> QueryResult<()> 
 }
 
 fn fresh<B: TestBackend>() -> Option<(B, B::Connection)> {
-    let db = B::open()?;
-    let mut conn = db.connect();
-    conn.batch_execute(EFFECTS_DDL)
-        .expect("create the effects table");
-    Some((db, conn))
+    B::open_with_effects(EFFECTS_DDL)
 }
 
 /// `(inbox rows, effects)` of `id`, read on a connection of its own.

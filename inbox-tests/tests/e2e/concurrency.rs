@@ -150,6 +150,20 @@ fn run_race<B: E2e>(db: &B, plan: RacePlan) -> (Tally, Duration) {
     })
 }
 
+/// The start of a race's printed line: the backend, the plan and the
+/// deliveries' outcomes.
+fn race_summary(backend: &str, plan: &RacePlan, tally: &Tally) -> String {
+    format!(
+        "race {backend} ({}): threads={} ids={} deliveries={} processed={} duplicates={}",
+        plan.name,
+        plan.threads,
+        plan.ids,
+        tally.deliveries(),
+        tally.processed,
+        tally.duplicates,
+    )
+}
+
 /// Effects per message id.
 fn effects_per_id<C: Effects>(conn: &mut C) -> HashMap<String, usize> {
     let mut per_id = HashMap::new();
@@ -177,16 +191,9 @@ fn race_without_failures<B: E2e>(window: Option<usize>, name: &'static str) {
     let per_id = effects_per_id(&mut conn);
     let inbox = conn.inbox_rows();
     println!(
-        "race {} ({}): threads={} ids={} deliveries={} processed={} duplicates={} \
-         effects={effects_total} distinct_effect_ids={} inbox_rows={} \
+        "{} effects={effects_total} distinct_effect_ids={} inbox_rows={} \
          overlapping_duplicates={} errors={} elapsed={elapsed:.2?}",
-        B::NAME,
-        plan.name,
-        plan.threads,
-        plan.ids,
-        tally.deliveries(),
-        tally.processed,
-        tally.duplicates,
+        race_summary(B::NAME, &plan, &tally),
         per_id.len(),
         inbox.len(),
         tally.overlapping,
@@ -271,16 +278,9 @@ pub fn race_with_rollbacks<B: E2e>() {
     }
     let per_id = effects_per_id(&mut conn);
     println!(
-        "race {} ({}): threads={} ids={} deliveries={} processed={} duplicates={} \
-         body_failures={} deadlocks={} other_errors={} \
+        "{} body_failures={} deadlocks={} other_errors={} \
          processed_by_final_redelivery={late} effects={} elapsed={elapsed:.2?}",
-        B::NAME,
-        plan.name,
-        plan.threads,
-        plan.ids,
-        tally.deliveries(),
-        tally.processed,
-        tally.duplicates,
+        race_summary(B::NAME, &plan, &tally),
         tally.body_failures,
         tally.deadlocks.len(),
         tally.other_errors.len(),

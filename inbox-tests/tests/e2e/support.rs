@@ -6,7 +6,7 @@ use std::cell::Cell;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
 
-use diesel::connection::{LoadConnection, SimpleConnection, TransactionManager};
+use diesel::connection::{LoadConnection, TransactionManager};
 use diesel::prelude::*;
 use diesel::query_dsl::methods::ExecuteDsl;
 use diesel::query_dsl::LoadQuery;
@@ -405,11 +405,7 @@ pub type Pooled<B> = PooledConnection<ConnectionManager<<B as TestBackend>::Conn
 /// `None` after the harness's `skipped:` line.
 pub fn fresh<B: E2e>() -> Option<(B, B::Connection)> {
     quiet_deliberate_panics();
-    let db = B::open()?;
-    let mut conn = db.connect();
-    conn.batch_execute(&effects_ddl::<B>())
-        .expect("create the effects table");
-    Some((db, conn))
+    B::open_with_effects(&effects_ddl::<B>())
 }
 
 /// The effects table, its text columns of the backend's exact type.

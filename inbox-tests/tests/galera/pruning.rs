@@ -41,12 +41,26 @@ struct Count {
     n: i64,
 }
 
-fn count(conn: &mut MysqlConnection, sql: &str, pattern: &str) -> i64 {
-    diesel::sql_query(sql)
+/// The inbox's ids that match the `LIKE` pattern `pattern`.
+fn count(conn: &mut MysqlConnection, pattern: &str) -> i64 {
+    diesel::sql_query(COUNT_LIKE_SQL)
         .bind::<Text, _>(pattern)
         .get_result::<Count>(conn)
         .expect("count")
         .n
+}
+
+/// Counts the inbox's ids that match a `LIKE` pattern.
+const COUNT_LIKE_SQL: &str = "SELECT COUNT(*) AS n FROM inbox_messages WHERE message_id LIKE ?";
+
+/// A connection to `node` whose reads wait until the node has applied every
+/// write the cluster committed before them (`wsrep_sync_wait`).
+fn causal_reader(cluster: &GaleraCluster, node: usize) -> MysqlConnection {
+    let mut conn = connect(cluster, node);
+    diesel::sql_query("SET SESSION wsrep_sync_wait = 1")
+        .execute(&mut conn)
+        .expect("causal reads");
+    conn
 }
 
 /// This session's counter `name` (`Com_commit`, `Com_rollback`).
@@ -78,12 +92,8 @@ fn seed(cluster: &GaleraCluster, prefix: &str, rows: usize, days_ago: u32) {
     // Every node has applied the seed before the pruners start: a causal
     // read waits for it.
     for node in 0..NODES {
-        let mut conn = connect(cluster, node);
-        diesel::sql_query("SET SESSION wsrep_sync_wait = 1")
-            .execute(&mut conn)
-            .expect("causal reads");
-        let sql = "SELECT COUNT(*) AS n FROM inbox_messages WHERE message_id LIKE ?";
-        assert_eq!(count(&mut conn, sql, &format!("{prefix}-%")), seeded);
+        let mut conn = causal_reader(cluster, node);
+        assert_eq!(count(&mut conn, &format!("{prefix}-%")), seeded);
     }
 }
 
@@ -286,24 +296,20 @@ fn phase(cluster: &GaleraCluster, label: &str, with_handlers: bool) {
         .run(&mut conn)
         .expect("a final pass alone");
     for node in 0..NODES {
-        let mut conn = connect(cluster, node);
-        diesel::sql_query("SET SESSION wsrep_sync_wait = 1")
-            .execute(&mut conn)
-            .expect("causal reads");
-        let sql = "SELECT COUNT(*) AS n FROM inbox_messages WHERE message_id LIKE ?";
+        let mut conn = causal_reader(cluster, node);
         assert_eq!(
-            count(&mut conn, sql, &format!("{old}-%")),
+            count(&mut conn, &format!("{old}-%")),
             0,
             "expired ids left on node {node}"
         );
         assert_eq!(
-            count(&mut conn, sql, "prune-kept-%"),
+            count(&mut conn, "prune-kept-%"),
             KEPT as i64,
             "kept ids on node {node}"
         );
         let claimed: usize = handlers.iter().map(|h| h.claimed).sum();
         assert_eq!(
-            count(&mut conn, sql, &format!("{live}-%")),
+            count(&mut conn, &format!("{live}-%")),
             claimed as i64,
             "live claims on node {node}"
         );

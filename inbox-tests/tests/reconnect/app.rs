@@ -129,6 +129,7 @@ pub mod blocking {
     use inbox_runtime::{idempotent, Outcome};
 
     use super::{accounts, effects, AppError, Payment};
+    use crate::consumer::{consume, Progress, Report};
 
     #[idempotent(id = msg.id, handler = "reconnect.apply_payment")]
     pub fn apply_payment(conn: &mut PgConnection, msg: &Payment) -> Result<Outcome<()>, AppError> {
@@ -143,6 +144,22 @@ pub mod blocking {
             .execute(conn)?;
         Ok(Outcome::Processed(()))
     }
+
+    /// The README's consumer delivering `deliveries` with [`apply_payment`]
+    /// on connections it opens to `url` (again after each `Reconnect`).
+    pub fn consume_at(
+        url: &str,
+        deliveries: &[Payment],
+        progress: &Progress,
+    ) -> Result<Report, String> {
+        consume(
+            deliveries,
+            progress,
+            || PgConnection::establish(url).map_err(|e| e.to_string()),
+            apply_payment,
+            AppError::recovery,
+        )
+    }
 }
 
 /// The same handler on diesel-async (deadpool's and bb8's pooled
@@ -150,10 +167,11 @@ pub mod blocking {
 #[cfg(feature = "async")]
 pub mod nonblocking {
     use diesel::prelude::*;
-    use diesel_async::{AsyncPgConnection, RunQueryDsl};
+    use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
     use inbox_runtime::{idempotent, Outcome};
 
     use super::{accounts, effects, AppError, Payment};
+    use crate::consumer::{consume_async, Progress, Report};
 
     #[idempotent(id = msg.id, handler = "reconnect.apply_payment")]
     pub async fn apply_payment(
@@ -172,5 +190,26 @@ pub mod nonblocking {
             .execute(conn)
             .await?;
         Ok(Outcome::Processed(()))
+    }
+
+    /// [`blocking::consume_at`](super::blocking::consume_at) on
+    /// `AsyncPgConnection`s.
+    pub async fn consume_at(
+        url: &str,
+        deliveries: &[Payment],
+        progress: &Progress,
+    ) -> Result<Report, String> {
+        consume_async(
+            deliveries,
+            progress,
+            async || {
+                AsyncPgConnection::establish(url)
+                    .await
+                    .map_err(|e| e.to_string())
+            },
+            async |conn: &mut AsyncPgConnection, msg| apply_payment(conn, msg).await,
+            AppError::recovery,
+        )
+        .await
     }
 }

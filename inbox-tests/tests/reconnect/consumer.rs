@@ -65,6 +65,46 @@ impl Progress {
         let recoveries = self.recoveries.lock().unwrap_or_else(|e| e.into_inner());
         recoveries.iter().copied().find(|&at| at > since)
     }
+
+    /// Waits until the consumer has delivered `threshold` messages (for a
+    /// fault injector); `Err` if it stopped before, or after [`FAULT_WAIT`].
+    pub fn wait_for_processed(&self, threshold: usize) -> Result<(), String> {
+        wait_until("the consumer's progress", || {
+            self.processed() >= threshold || self.finished()
+        })?;
+        if self.finished() {
+            return Err(format!(
+                "the consumer stopped before {threshold} deliveries"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Waits for the consumer's first recovery after the fault injected at
+    /// `since`, and returns its instant; `Err` if it stopped without one, or
+    /// after [`FAULT_WAIT`].
+    pub fn wait_for_recovery(&self, since: Instant) -> Result<Instant, String> {
+        wait_until("the consumer to resume", || {
+            self.recovered_after(since).is_some() || self.finished()
+        })?;
+        self.recovered_after(since)
+            .ok_or_else(|| "the consumer stopped without resuming".to_owned())
+    }
+}
+
+/// A bound on each wait of a fault injector: reached only on a hang.
+pub const FAULT_WAIT: Duration = Duration::from_secs(60);
+
+/// Polls `done` until it holds, at most [`FAULT_WAIT`].
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) -> Result<(), String> {
+    let started = Instant::now();
+    while !done() {
+        if started.elapsed() > FAULT_WAIT {
+            return Err(format!("waited {FAULT_WAIT:?} for {what}"));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(())
 }
 
 /// What one consumer run saw.

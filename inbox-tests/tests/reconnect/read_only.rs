@@ -30,7 +30,6 @@ const MESSAGES: usize = 300;
 const SWITCH_AT: [usize; 2] = [70, 150];
 /// How long no server is writable during a switch.
 const NO_WRITABLE_SERVER: Duration = Duration::from_millis(300);
-const WAIT: Duration = Duration::from_secs(60);
 
 fn payment(i: usize) -> Payment {
     payments(i + 1).pop().expect("a payment")
@@ -68,32 +67,13 @@ fn switcher(
     std::thread::spawn(move || {
         let mut figures = Vec::new();
         for (k, threshold) in SWITCH_AT.into_iter().enumerate() {
-            let started = Instant::now();
-            while progress.processed() < threshold && !progress.finished() {
-                if started.elapsed() > WAIT {
-                    return Err("waited too long for the consumer's progress".to_owned());
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            if progress.finished() {
-                return Err(format!(
-                    "the consumer stopped before {threshold} deliveries"
-                ));
-            }
+            progress.wait_for_processed(threshold)?;
             let demoted = Instant::now();
             servers[k % 2].set_read_only(true);
             std::thread::sleep(NO_WRITABLE_SERVER);
             let promoted = Instant::now();
             servers[(k + 1) % 2].set_read_only(false);
-            while progress.recovered_after(demoted).is_none() && !progress.finished() {
-                if demoted.elapsed() > WAIT {
-                    return Err("waited too long for the consumer to resume".to_owned());
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            let recovered = progress
-                .recovered_after(demoted)
-                .ok_or("the consumer stopped without resuming")?;
+            let recovered = progress.wait_for_recovery(demoted)?;
             figures.push(Figure {
                 from_demotion: recovered - demoted,
                 from_promotion: recovered.saturating_duration_since(promoted),
@@ -134,9 +114,7 @@ mod blocking {
     use diesel::prelude::*;
 
     use super::*;
-    use crate::app::blocking::apply_payment;
-    use crate::app::AppError;
-    use crate::consumer::consume;
+    use crate::app::blocking::{apply_payment, consume_at};
     use inbox_runtime::Outcome;
 
     #[test]
@@ -173,13 +151,7 @@ mod blocking {
         };
         let progress = Arc::new(Progress::default());
         let switches = switcher(servers.clone(), progress.clone());
-        let consumer = consume(
-            &payments(MESSAGES),
-            &progress,
-            || PgConnection::establish(&url).map_err(|e| e.to_string()),
-            apply_payment,
-            AppError::recovery,
-        );
+        let consumer = consume_at(&url, &payments(MESSAGES), &progress);
         conclude(
             "PgConnection multi-host (libpq)",
             &servers,
@@ -195,9 +167,7 @@ mod nonblocking {
     use inbox_runtime::Outcome;
 
     use super::*;
-    use crate::app::nonblocking::apply_payment;
-    use crate::app::AppError;
-    use crate::consumer::consume_async;
+    use crate::app::nonblocking::{apply_payment, consume_at};
 
     #[tokio::test]
     async fn a_read_only_server_says_reconnect() {
@@ -242,18 +212,7 @@ mod nonblocking {
         };
         let progress = Arc::new(Progress::default());
         let switches = switcher(servers.clone(), progress.clone());
-        let consumer = consume_async(
-            &payments(MESSAGES),
-            &progress,
-            async || {
-                AsyncPgConnection::establish(&url)
-                    .await
-                    .map_err(|e| e.to_string())
-            },
-            async |conn: &mut AsyncPgConnection, msg| apply_payment(conn, msg).await,
-            AppError::recovery,
-        )
-        .await;
+        let consumer = consume_at(&url, &payments(MESSAGES), &progress).await;
         conclude(
             "AsyncPgConnection multi-host (tokio-postgres)",
             &servers,

@@ -22,8 +22,6 @@ use crate::consumer::{Progress, Report};
 const MESSAGES: usize = 500;
 /// The consumer's successful deliveries at which the server is restarted.
 const RESTART_AT: [usize; 3] = [80, 230, 380];
-/// A bound on each wait of the fault injector: reached only on a hang.
-const WAIT: Duration = Duration::from_secs(60);
 
 /// One restart, measured from the moment it was issued.
 struct Figure {
@@ -38,17 +36,6 @@ fn server() -> Option<Arc<PgServer>> {
     Some(Arc::new(server))
 }
 
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) -> Result<(), String> {
-    let started = Instant::now();
-    while !done() {
-        if started.elapsed() > WAIT {
-            return Err(format!("waited {WAIT:?} for {what}"));
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    Ok(())
-}
-
 /// Restarts `server` at each of [`RESTART_AT`], on a thread of its own, and
 /// waits after each restart for the consumer's next success.
 fn restarter(
@@ -58,23 +45,11 @@ fn restarter(
     std::thread::spawn(move || {
         let mut figures = Vec::new();
         for threshold in RESTART_AT {
-            wait_until("the consumer's progress", || {
-                progress.processed() >= threshold || progress.finished()
-            })?;
-            if progress.finished() {
-                return Err(format!(
-                    "the consumer stopped before {threshold} deliveries"
-                ));
-            }
+            progress.wait_for_processed(threshold)?;
             let issued = Instant::now();
             server.restart_immediate();
             let server_back = issued.elapsed();
-            wait_until("the consumer to resume", || {
-                progress.recovered_after(issued).is_some() || progress.finished()
-            })?;
-            let recovered = progress
-                .recovered_after(issued)
-                .ok_or("the consumer stopped without resuming")?;
+            let recovered = progress.wait_for_recovery(issued)?;
             figures.push(Figure {
                 server_back,
                 consumer_back: recovered - issued,
@@ -141,7 +116,7 @@ mod blocking {
     use diesel::r2d2::{ConnectionManager, Pool};
 
     use super::*;
-    use crate::app::blocking::apply_payment;
+    use crate::app::blocking::{apply_payment, consume_at};
     use crate::app::AppError;
     use crate::consumer::consume;
 
@@ -150,14 +125,7 @@ mod blocking {
         let Some(server) = server() else { return };
         let progress = Arc::new(Progress::default());
         let restarts = restarter(server.clone(), progress.clone());
-        let url = server.url();
-        let consumer = consume(
-            &deliveries(MESSAGES),
-            &progress,
-            || PgConnection::establish(&url).map_err(|e| e.to_string()),
-            apply_payment,
-            AppError::recovery,
-        );
+        let consumer = consume_at(&server.url(), &deliveries(MESSAGES), &progress);
         conclude("PgConnection", &server, consumer, restarts);
     }
 
@@ -204,31 +172,54 @@ mod nonblocking {
     use std::time::Duration;
 
     use diesel_async::pooled_connection::{bb8, deadpool, AsyncDieselConnectionManager};
-    use diesel_async::{AsyncConnection, AsyncPgConnection};
+    use diesel_async::AsyncPgConnection;
+    use std::ops::DerefMut;
 
     use super::*;
-    use crate::app::nonblocking::apply_payment;
+    use crate::app::nonblocking::{apply_payment, consume_at};
     use crate::app::AppError;
     use crate::consumer::consume_async;
+
+    /// A run with restarts on connections from a pool (`get`), then the
+    /// deliveries after a restart with the pool idle.
+    async fn pool_resumes<C>(
+        label: &str,
+        server: &Arc<PgServer>,
+        mut get: impl AsyncFnMut() -> Result<C, String>,
+    ) where
+        C: DerefMut<Target = AsyncPgConnection>,
+    {
+        let progress = Arc::new(Progress::default());
+        let restarts = restarter(server.clone(), progress.clone());
+        let consumer = consume_async(
+            &deliveries(MESSAGES),
+            &progress,
+            &mut get,
+            async |conn: &mut C, msg| apply_payment(conn, msg).await,
+            AppError::recovery,
+        )
+        .await;
+        conclude(label, server, consumer, restarts);
+
+        server.restart_immediate();
+        let after = consume_async(
+            &after_idle_restart(),
+            &Progress::default(),
+            &mut get,
+            async |conn: &mut C, msg| apply_payment(conn, msg).await,
+            AppError::recovery,
+        )
+        .await
+        .expect("deliveries after an idle restart");
+        assert_pool_discards_dead_connections(label, after);
+    }
 
     #[tokio::test]
     async fn an_async_connection_resumes_after_immediate_restarts() {
         let Some(server) = server() else { return };
         let progress = Arc::new(Progress::default());
         let restarts = restarter(server.clone(), progress.clone());
-        let url = server.url();
-        let consumer = consume_async(
-            &deliveries(MESSAGES),
-            &progress,
-            async || {
-                AsyncPgConnection::establish(&url)
-                    .await
-                    .map_err(|e| e.to_string())
-            },
-            async |conn: &mut AsyncPgConnection, msg| apply_payment(conn, msg).await,
-            AppError::recovery,
-        )
-        .await;
+        let consumer = consume_at(&server.url(), &deliveries(MESSAGES), &progress).await;
         conclude("AsyncPgConnection", &server, consumer, restarts);
     }
 
@@ -243,33 +234,10 @@ mod nonblocking {
             .max_size(2)
             .build()
             .expect("a pool");
-        let progress = Arc::new(Progress::default());
-        let restarts = restarter(server.clone(), progress.clone());
-        let consumer = consume_async(
-            &deliveries(MESSAGES),
-            &progress,
-            async || pool.get().await.map_err(|e| e.to_string()),
-            async |conn: &mut deadpool::Object<AsyncPgConnection>, msg| {
-                apply_payment(conn, msg).await
-            },
-            AppError::recovery,
-        )
+        pool_resumes("deadpool", &server, async || {
+            pool.get().await.map_err(|e| e.to_string())
+        })
         .await;
-        conclude("deadpool", &server, consumer, restarts);
-
-        server.restart_immediate();
-        let after = consume_async(
-            &after_idle_restart(),
-            &Progress::default(),
-            async || pool.get().await.map_err(|e| e.to_string()),
-            async |conn: &mut deadpool::Object<AsyncPgConnection>, msg| {
-                apply_payment(conn, msg).await
-            },
-            AppError::recovery,
-        )
-        .await
-        .expect("deliveries after an idle restart");
-        assert_pool_discards_dead_connections("deadpool", after);
     }
 
     #[tokio::test]
@@ -284,32 +252,9 @@ mod nonblocking {
             .build(manager)
             .await
             .expect("a pool");
-        let progress = Arc::new(Progress::default());
-        let restarts = restarter(server.clone(), progress.clone());
-        let consumer = consume_async(
-            &deliveries(MESSAGES),
-            &progress,
-            async || pool.get_owned().await.map_err(|e| e.to_string()),
-            async |conn: &mut bb8::PooledConnection<'static, AsyncPgConnection>, msg| {
-                apply_payment(conn, msg).await
-            },
-            AppError::recovery,
-        )
+        pool_resumes("bb8", &server, async || {
+            pool.get_owned().await.map_err(|e| e.to_string())
+        })
         .await;
-        conclude("bb8", &server, consumer, restarts);
-
-        server.restart_immediate();
-        let after = consume_async(
-            &after_idle_restart(),
-            &Progress::default(),
-            async || pool.get_owned().await.map_err(|e| e.to_string()),
-            async |conn: &mut bb8::PooledConnection<'static, AsyncPgConnection>, msg| {
-                apply_payment(conn, msg).await
-            },
-            AppError::recovery,
-        )
-        .await
-        .expect("deliveries after an idle restart");
-        assert_pool_discards_dead_connections("bb8", after);
     }
 }

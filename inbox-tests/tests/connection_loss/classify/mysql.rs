@@ -5,42 +5,25 @@
 //! `Unknown` with the message). Each test prints what the driver said and
 //! what `recovery()` answered.
 
-use std::time::{Duration, Instant};
-
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::Error;
-use inbox_runtime::{idempotent, Recovery};
+use inbox_runtime::Recovery;
 
 use inbox_tests::{connection_id, terminate, Mysql, TestBackend};
 
-use crate::support::{AppError, Findings};
+use super::{msg, read_only_refused, touch, victim, wait_until, with_locks};
+use crate::support::Findings;
 
 /// Rows to fight over.
 const LOCKS_DDL: &str = "CREATE TABLE cls (k INT PRIMARY KEY, v INT NOT NULL) ENGINE = InnoDB;
                          INSERT INTO cls VALUES (1, 0), (2, 0);";
-
-/// A delivery.
-pub struct Msg {
-    pub id: String,
-}
-
-fn msg(id: &str) -> Msg {
-    Msg { id: id.to_owned() }
-}
 
 /// Whether connection `id` is running a statement that starts with `prefix`.
 fn running_sql(id: i64, prefix: &str) -> String {
     format!(
         "(SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE id = {id} AND info LIKE '{prefix}%')"
     )
-}
-
-#[idempotent(id = msg.id, handler = "loss.classify")]
-fn touch(conn: &mut MysqlConnection, msg: &Msg) -> Result<(), AppError> {
-    let _ = &msg.id;
-    diesel::sql_query("UPDATE cls SET v = v + 1 WHERE k = 2").execute(conn)?;
-    Ok(())
 }
 
 /// A prepared statement (the path Diesel maps error numbers on).
@@ -50,22 +33,11 @@ fn prepared(conn: &mut MysqlConnection, sql: &str) -> Result<(), Error> {
 
 /// Blocks until connection `id` runs a statement starting with `prefix`.
 fn wait_until_running(observer: &mut MysqlConnection, id: i64, prefix: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let running: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
-            &running_sql(id, prefix),
-        ))
-        .get_result(observer)
-        .expect("read the process list");
-        if running > 0 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "connection {id} never ran {prefix}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until::<Mysql>(
+        observer,
+        &running_sql(id, prefix),
+        &format!("connection {id} never ran {prefix}"),
+    );
 }
 
 /// A deadlock between `a` and `b`, each statement run by `run`; the
@@ -90,20 +62,14 @@ fn deadlock(db: &Mysql, run: fn(&mut MysqlConnection, &str) -> Result<(), Error>
     let b_result = run(&mut b, "UPDATE cls SET v = v + 1 WHERE k = 1");
     let _ = b.batch_execute("ROLLBACK");
     let a_result = waiter.join().expect("no panic");
-    [a_result, b_result]
-        .into_iter()
-        .find_map(Result::err)
-        .expect("one of the two is the deadlock's victim")
+    victim(a_result, b_result)
 }
 
 #[test]
 fn blocking_mysql_errors_classify_by_server_code() {
-    let Some(db) = Mysql::open() else {
+    let Some((db, mut a, mut b)) = with_locks::<Mysql>(LOCKS_DDL) else {
         return;
     };
-    let mut a = db.connect();
-    a.batch_execute(LOCKS_DDL).expect("create the lock table");
-    let mut b = db.connect();
     let mut seen = Findings::default();
 
     // 1213, from a prepared statement (Diesel maps it) and from a plain
@@ -128,15 +94,11 @@ fn blocking_mysql_errors_classify_by_server_code() {
     a.batch_execute("ROLLBACK").unwrap();
 
     // 1792: a session whose transactions are read-only.
-    let mut read_only = db.connect();
-    read_only
-        .batch_execute("SET SESSION TRANSACTION READ ONLY")
-        .unwrap();
-    let error = touch(&mut read_only, &msg("ro-1")).expect_err("read-only");
-    seen.handler(
+    read_only_refused(
+        &db,
+        "SET SESSION TRANSACTION READ ONLY",
         "1792 ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION (handler)",
-        &error,
-        Recovery::Reconnect,
+        &mut seen,
     );
 
     // KILL while the connection is idle: its next statements, then a
@@ -169,60 +131,38 @@ fn blocking_mysql_errors_classify_by_server_code() {
 
 #[cfg(feature = "async")]
 mod asynchronous {
-    use std::time::{Duration, Instant};
-
     use diesel::result::Error;
     use diesel_async::{AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
-    use inbox_runtime::{idempotent, Recovery};
+    use inbox_runtime::Recovery;
 
-    use super::{msg, running_sql, Msg, LOCKS_DDL};
+    use super::super::{
+        read_only_refused_async, touch_async, victim, wait_until_async, with_locks_async,
+    };
+    use super::{msg, running_sql, LOCKS_DDL};
     use inbox_tests::{connection_id_async, terminate_async, Mysql, TestBackend};
 
-    use crate::support::{AppError, Findings};
+    use crate::support::Findings;
 
     type Conn = AsyncMysqlConnection;
-
-    #[idempotent(id = msg.id, handler = "loss.classify_async")]
-    async fn touch(conn: &mut Conn, msg: &Msg) -> Result<(), AppError> {
-        let _ = &msg.id;
-        diesel::sql_query("UPDATE cls SET v = v + 1 WHERE k = 2")
-            .execute(conn)
-            .await?;
-        Ok(())
-    }
 
     async fn statement(conn: &mut Conn, sql: &str) -> Result<(), Error> {
         diesel::sql_query(sql).execute(conn).await.map(drop)
     }
 
-    async fn count(observer: &mut Conn, sql: &str) -> i64 {
-        diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(sql))
-            .get_result(observer)
-            .await
-            .expect("read the process list")
-    }
-
     async fn wait_until_running(observer: &mut Conn, id: i64, prefix: &str) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while count(observer, &running_sql(id, prefix)).await == 0 {
-            assert!(
-                Instant::now() < deadline,
-                "connection {id} never ran {prefix}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_until_async::<Mysql>(
+            observer,
+            &running_sql(id, prefix),
+            &format!("connection {id} never ran {prefix}"),
+        )
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn async_mysql_errors_classify_by_server_code() {
-        let Some(db) = Mysql::open() else {
+        let Some((db, mut a, mut b)) = with_locks_async::<Mysql>(LOCKS_DDL).await else {
             return;
         };
-        let mut a = db.connect_async().await;
-        a.batch_execute(LOCKS_DDL)
-            .await
-            .expect("create the lock table");
-        let mut b = db.connect_async().await;
         let mut seen = Findings::default();
 
         // 1213 (diesel-async does not map it: message only).
@@ -247,10 +187,7 @@ mod asynchronous {
         let b_result = statement(&mut b, "UPDATE cls SET v = v + 1 WHERE k = 1").await;
         let _ = b.batch_execute("ROLLBACK").await;
         let (mut a, a_result) = waiter.await.expect("no panic");
-        let error = [a_result, b_result]
-            .into_iter()
-            .find_map(Result::err)
-            .expect("one of the two is the deadlock's victim");
+        let error = victim(a_result, b_result);
         seen.diesel("1213 ER_LOCK_DEADLOCK", &error, Recovery::Retry);
 
         // 1205.
@@ -267,19 +204,13 @@ mod asynchronous {
         a.batch_execute("ROLLBACK").await.unwrap();
 
         // 1792.
-        let mut read_only = db.connect_async().await;
-        read_only
-            .batch_execute("SET SESSION TRANSACTION READ ONLY")
-            .await
-            .unwrap();
-        let error = touch(&mut read_only, &msg("ro-1"))
-            .await
-            .expect_err("read-only");
-        seen.handler(
+        read_only_refused_async(
+            &db,
+            "SET SESSION TRANSACTION READ ONLY",
             "1792 ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION (handler)",
-            &error,
-            Recovery::Reconnect,
-        );
+            &mut seen,
+        )
+        .await;
 
         // KILL while idle.
         let mut victim = db.connect_async().await;
@@ -293,7 +224,7 @@ mod asynchronous {
             .await
             .expect_err("killed");
         seen.diesel("KILL (idle), next statement", &error, Recovery::Reconnect);
-        let error = touch(&mut victim, &msg("killed-1"))
+        let error = touch_async(&mut victim, &msg("killed-1"))
             .await
             .expect_err("killed");
         seen.handler("KILL (idle), handler", &error, Recovery::Reconnect);
@@ -308,7 +239,9 @@ mod asynchronous {
         seen.diesel("KILL (in a statement)", &error, Recovery::Reconnect);
 
         // Never.
-        let error = touch(&mut b, &msg("")).await.expect_err("an empty id");
+        let error = touch_async(&mut b, &msg(""))
+            .await
+            .expect_err("an empty id");
         seen.handler("invalid message id (handler)", &error, Recovery::Never);
 
         seen.check("mysql async");

@@ -3,69 +3,45 @@
 //! SQLSTATE: the inbox reads the message) and async (`AsyncPgConnection`).
 //! Each test prints what the driver said and what `recovery()` answered.
 
-use std::time::{Duration, Instant};
-
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::Error;
-use inbox_runtime::{idempotent, Recovery};
+use inbox_runtime::Recovery;
 
 use inbox_tests::{connection_id, Postgres, TestBackend};
 
-use crate::support::{AppError, Findings};
+use super::{msg, read_only_refused, touch, victim, wait_until, with_locks};
+use crate::support::Findings;
 
 /// The setup: a row to fight over.
 const LOCKS_DDL: &str = "CREATE TABLE cls (k INT PRIMARY KEY, v INT NOT NULL);
                          INSERT INTO cls VALUES (1, 0), (2, 0);";
 
-/// A delivery.
-pub struct Msg {
-    pub id: String,
-}
-
-fn msg(id: &str) -> Msg {
-    Msg { id: id.to_owned() }
-}
-
-#[idempotent(id = msg.id, handler = "loss.classify")]
-fn touch(conn: &mut PgConnection, msg: &Msg) -> Result<(), AppError> {
-    let _ = &msg.id;
-    diesel::sql_query("UPDATE cls SET v = v + 1 WHERE k = 2").execute(conn)?;
-    Ok(())
-}
-
 fn statement(conn: &mut PgConnection, sql: &str) -> Result<(), Error> {
     diesel::sql_query(sql).execute(conn).map(drop)
 }
 
+/// Whether backend `pid` waits for a lock (a scalar subquery).
+fn waiting_sql(pid: i64) -> String {
+    format!(
+        "(SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock')"
+    )
+}
+
 /// Blocks until backend `pid` waits for a lock (bounded).
 fn wait_for_lock(observer: &mut PgConnection, pid: i64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let waiting: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(&format!(
-            "(SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock')"
-        )))
-        .get_result(observer)
-        .expect("read pg_stat_activity");
-        if waiting > 0 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "backend {pid} never waited for the lock"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until::<Postgres>(
+        observer,
+        &waiting_sql(pid),
+        &format!("backend {pid} never waited for the lock"),
+    );
 }
 
 #[test]
 fn blocking_postgres_errors_classify_by_server_code() {
-    let Some(db) = Postgres::open() else {
+    let Some((db, mut a, mut b)) = with_locks::<Postgres>(LOCKS_DDL) else {
         return;
     };
-    let mut a = db.connect();
-    a.batch_execute(LOCKS_DDL).expect("create the lock table");
-    let mut b = db.connect();
     let mut seen = Findings::default();
 
     // 40001: REPEATABLE READ, a row updated by another transaction since
@@ -115,22 +91,15 @@ fn blocking_postgres_errors_classify_by_server_code() {
     let b_result = statement(&mut b, "UPDATE cls SET v = v + 1 WHERE k = 1");
     let _ = b.batch_execute("ROLLBACK");
     let a_result = waiter.join().expect("no panic");
-    let error = [a_result, b_result]
-        .into_iter()
-        .find_map(Result::err)
-        .expect("one of the two is the deadlock's victim");
+    let error = victim(a_result, b_result);
     seen.diesel("40P01 deadlock_detected", &error, Recovery::Retry);
 
     // 25006: a session whose transactions are read-only, as on a standby.
-    let mut read_only = db.connect();
-    read_only
-        .batch_execute("SET default_transaction_read_only = on")
-        .unwrap();
-    let error = touch(&mut read_only, &msg("ro-1")).expect_err("read-only");
-    seen.handler(
+    read_only_refused(
+        &db,
+        "SET default_transaction_read_only = on",
         "25006 read_only_sql_transaction (handler)",
-        &error,
-        Recovery::Reconnect,
+        &mut seen,
     );
 
     // 57P01: the backend terminated; the first statement after it, then
@@ -166,60 +135,36 @@ fn blocking_postgres_errors_classify_by_server_code() {
 
 #[cfg(feature = "async")]
 mod asynchronous {
-    use std::time::{Duration, Instant};
-
     use diesel::result::Error;
     use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
-    use inbox_runtime::{idempotent, Recovery};
+    use inbox_runtime::Recovery;
 
-    use super::{msg, Msg, LOCKS_DDL};
+    use super::super::{
+        read_only_refused_async, touch_async, victim, wait_until_async, with_locks_async,
+    };
+    use super::{msg, waiting_sql, LOCKS_DDL};
     use inbox_tests::{connection_id_async, Postgres, TestBackend};
 
-    use crate::support::{AppError, Findings};
-
-    #[idempotent(id = msg.id, handler = "loss.classify_async")]
-    async fn touch(conn: &mut AsyncPgConnection, msg: &Msg) -> Result<(), AppError> {
-        let _ = &msg.id;
-        diesel::sql_query("UPDATE cls SET v = v + 1 WHERE k = 2")
-            .execute(conn)
-            .await?;
-        Ok(())
-    }
+    use crate::support::Findings;
 
     async fn statement(conn: &mut AsyncPgConnection, sql: &str) -> Result<(), Error> {
         diesel::sql_query(sql).execute(conn).await.map(drop)
     }
 
     async fn wait_for_lock(observer: &mut AsyncPgConnection, pid: i64) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let waiting: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(&format!(
-                "(SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock')"
-            )))
-            .get_result(observer)
-            .await
-            .expect("read pg_stat_activity");
-            if waiting > 0 {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "backend {pid} never waited for the lock"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_until_async::<Postgres>(
+            observer,
+            &waiting_sql(pid),
+            &format!("backend {pid} never waited for the lock"),
+        )
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn async_postgres_errors_classify_by_server_code() {
-        let Some(db) = Postgres::open() else {
+        let Some((db, mut a, mut b)) = with_locks_async::<Postgres>(LOCKS_DDL).await else {
             return;
         };
-        let mut a = db.connect_async().await;
-        a.batch_execute(LOCKS_DDL)
-            .await
-            .expect("create the lock table");
-        let mut b = db.connect_async().await;
         let mut seen = Findings::default();
 
         // 40001.
@@ -274,26 +219,17 @@ mod asynchronous {
         let b_result = statement(&mut b, "UPDATE cls SET v = v + 1 WHERE k = 1").await;
         let _ = b.batch_execute("ROLLBACK").await;
         let a_result = waiter.await.expect("no panic");
-        let error = [a_result, b_result]
-            .into_iter()
-            .find_map(Result::err)
-            .expect("one of the two is the deadlock's victim");
+        let error = victim(a_result, b_result);
         seen.diesel("40P01 deadlock_detected", &error, Recovery::Retry);
 
         // 25006.
-        let mut read_only = db.connect_async().await;
-        read_only
-            .batch_execute("SET default_transaction_read_only = on")
-            .await
-            .unwrap();
-        let error = touch(&mut read_only, &msg("ro-1"))
-            .await
-            .expect_err("read-only");
-        seen.handler(
+        read_only_refused_async(
+            &db,
+            "SET default_transaction_read_only = on",
             "25006 read_only_sql_transaction (handler)",
-            &error,
-            Recovery::Reconnect,
-        );
+            &mut seen,
+        )
+        .await;
 
         // 57P01, then the closed connection.
         let mut victim = db.connect_async().await;
@@ -320,13 +256,15 @@ mod asynchronous {
             &error,
             Recovery::Reconnect,
         );
-        let error = touch(&mut victim, &msg("closed-1"))
+        let error = touch_async(&mut victim, &msg("closed-1"))
             .await
             .expect_err("closed");
         seen.handler("closed connection (handler)", &error, Recovery::Reconnect);
 
         // Never.
-        let error = touch(&mut b, &msg("")).await.expect_err("an empty id");
+        let error = touch_async(&mut b, &msg(""))
+            .await
+            .expect_err("an empty id");
         seen.handler("invalid message id (handler)", &error, Recovery::Never);
 
         seen.check("postgres async");
