@@ -34,7 +34,7 @@
 //! connection name, so the body can only reach the transaction's connection.
 
 use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream, TokenTree};
-use quote::{quote, quote_spanned, ToTokens};
+use quote::{ToTokens, quote, quote_spanned};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{AttrStyle, Expr, FnArg, ItemFn, LitStr, Pat, Path, Type};

@@ -9,7 +9,7 @@ mod kind;
 mod outside;
 mod signature;
 
-use syn::{parse_quote, ItemFn};
+use syn::{ItemFn, parse_quote};
 
 use crate::attr::Args;
 use crate::errors::Errors;

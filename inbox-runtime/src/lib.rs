@@ -157,15 +157,15 @@ pub use backend::InboxBackend;
 pub use backoff::Backoff;
 #[doc(hidden)]
 pub use claim::ClaimStatement;
-pub use claim::{claim, Claim};
+pub use claim::{Claim, claim};
 pub use error::{HandlerError, InboxError, KeyProblem, RetentionProblem};
 pub use execution::CLAIM_ATTEMPTS;
 pub use key::{ClaimKey, HandlerName, MAX_HANDLER_BYTES, MAX_MESSAGE_ID_BYTES};
 pub use message_id::MessageId;
 pub use outcome::{OnDuplicate, Outcome};
 pub use prune::{Prune, PruneError, PruneReport};
-pub use recovery::{is_lock_conflict, recovery, Recovery};
-pub use retention::{RetentionPolicy, MAX_RETENTION};
+pub use recovery::{Recovery, is_lock_conflict, recovery};
+pub use retention::{MAX_RETENTION, RetentionPolicy};
 pub use schema::setup;
 pub use transaction::run_idempotent;
 #[cfg(feature = "async")]
@@ -173,6 +173,6 @@ pub use transaction::run_idempotent;
 pub use transaction_async::begin_claimed;
 #[cfg(feature = "async")]
 pub use transaction_async::{
-    abandoned_transaction_timeout, claim_async, run_idempotent_async,
-    set_abandoned_transaction_timeout, ClaimedTransaction, DEFAULT_ABANDONED_TRANSACTION_TIMEOUT,
+    ClaimedTransaction, DEFAULT_ABANDONED_TRANSACTION_TIMEOUT, abandoned_transaction_timeout,
+    claim_async, run_idempotent_async, set_abandoned_transaction_timeout,
 };

@@ -29,9 +29,9 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use diesel::Connection;
 use diesel::backend::Backend;
 use diesel::migration::{Migration, MigrationSource};
-use diesel::Connection;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
 
 use crate::backend::InboxBackend;

@@ -25,7 +25,7 @@
 
 use diesel::result::{DatabaseErrorKind, Error};
 
-use crate::backend::{ServerMessages, SERVER_MESSAGES};
+use crate::backend::{SERVER_MESSAGES, ServerMessages};
 use crate::error::InboxError;
 
 /// What a consumer should do after a failed delivery.

@@ -20,10 +20,10 @@
 
 use std::borrow::Cow;
 
+use diesel::QueryResult;
 use diesel::connection::{
     TransactionDepthChange, TransactionManagerStatus, ValidTransactionManagerStatus,
 };
-use diesel::QueryResult;
 
 use crate::backend::InboxBackend;
 use crate::error::InboxError;

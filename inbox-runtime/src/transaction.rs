@@ -5,13 +5,13 @@ use std::panic::{self, AssertUnwindSafe};
 use diesel::connection::{Connection, TransactionManager, TransactionManagerStatus};
 
 use crate::backend::InboxBackend;
-use crate::claim::{claim_statement, refused_or_database, Claim};
-use crate::error::{into_handler_error, HandlerError, InboxError};
+use crate::claim::{Claim, claim_statement, refused_or_database};
+use crate::error::{HandlerError, InboxError, into_handler_error};
 use crate::execution::RetryPolicy;
 use crate::key::ClaimKey;
 use crate::outcome::OnDuplicate;
-use crate::recovery::{recovery, Recovery};
-use crate::scope::{either, report_after_failed_rollback, Scope};
+use crate::recovery::{Recovery, recovery};
+use crate::scope::{Scope, either, report_after_failed_rollback};
 
 /// Runs `body` inside one transaction that first claims `key`, unless the key
 /// was already claimed. This is what `#[idempotent]` expands to.

@@ -5,8 +5,8 @@
 //! [`AsyncMysqlConnection`](diesel_async::AsyncMysqlConnection), directly or
 //! from a deadpool or bb8 pool.
 
-use diesel::connection::TransactionManagerStatus;
 use diesel::QueryResult;
+use diesel::connection::TransactionManagerStatus;
 use diesel_async::{AsyncConnection, TransactionManager};
 use futures_util::FutureExt;
 use std::any::Any;
@@ -15,13 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::backend::InboxBackend;
-use crate::claim::{claim_from_affected_rows, refused_or_database, Claim, ClaimStatement};
-use crate::error::{into_handler_error, HandlerError, InboxError};
-use crate::execution::{require_transaction, OpenTransactionGuard, RetryPolicy};
+use crate::claim::{Claim, ClaimStatement, claim_from_affected_rows, refused_or_database};
+use crate::error::{HandlerError, InboxError, into_handler_error};
+use crate::execution::{OpenTransactionGuard, RetryPolicy, require_transaction};
 use crate::key::ClaimKey;
 use crate::outcome::OnDuplicate;
-use crate::recovery::{recovery, Recovery};
-use crate::scope::{either, report_after_failed_rollback, Scope};
+use crate::recovery::{Recovery, recovery};
+use crate::scope::{Scope, either, report_after_failed_rollback};
 
 /// How long the server keeps the transaction of an async handler whose
 /// future was dropped, unless changed with

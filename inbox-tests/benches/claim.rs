@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use inbox_runtime::{run_idempotent, ClaimKey, ClaimStatement, HandlerName, InboxBackend};
+use inbox_runtime::{ClaimKey, ClaimStatement, HandlerName, InboxBackend, run_idempotent};
 use inbox_tests::TestBackend as _;
 
 const ROUNDS: usize = 15;

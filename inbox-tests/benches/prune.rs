@@ -22,15 +22,15 @@
 //! everything happens in schemas of its own, dropped at the end.
 
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use inbox_runtime::prune::partitioned;
-use inbox_runtime::{run_idempotent, ClaimKey, HandlerName, InboxError, Prune, RetentionPolicy};
+use inbox_runtime::{ClaimKey, HandlerName, InboxError, Prune, RetentionPolicy, run_idempotent};
 use inbox_tests::{Postgres, TestBackend};
 
 /// Deliveries per second, all handlers together.

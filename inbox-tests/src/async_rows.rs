@@ -3,9 +3,9 @@
 
 use std::future::Future;
 
+use diesel::QueryableByName;
 use diesel::query_builder::SqlQuery;
 use diesel::sql_types::{BigInt, Text};
-use diesel::QueryableByName;
 use diesel_async::methods::LoadQuery;
 use diesel_async::{AsyncConnection, RunQueryDsl};
 

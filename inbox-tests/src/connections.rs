@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use diesel::RunQueryDsl;
 
-use crate::{statement, ServerBackend, SqlRows};
+use crate::{ServerBackend, SqlRows, statement};
 
 /// How long a killed connection may stay listed before the test fails.
 const KILL_DEADLINE: Duration = Duration::from_secs(10);

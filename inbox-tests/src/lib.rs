@@ -44,7 +44,7 @@ pub use self::connections::{connection_id, terminate};
 #[cfg(feature = "async")]
 pub use self::connections::{connection_id_async, terminate_async};
 pub use self::rows::SqlRows;
-pub use self::statement::{statement, Statement};
+pub use self::statement::{Statement, statement};
 
 /// The environment variable that turns an unreachable server into a failure.
 pub const REQUIRE_DATABASES: &str = "INBOX_REQUIRE_DATABASES";

@@ -1,9 +1,9 @@
 //! [`Statement`]: a test's own SQL text, run on any backend's connection,
 //! blocking or async, from a test generic over the backend.
 
+use diesel::QueryResult;
 use diesel::backend::Backend;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
-use diesel::QueryResult;
 
 /// SQL text of a test's own, run with `execute` (Diesel's or diesel-async's
 /// `RunQueryDsl`) as a prepared statement, like `diesel::sql_query`, but on

@@ -1,12 +1,24 @@
 //! The text of the errors about the connection parameter, second
 //! connections and pools.
 
-use super::{assert_errors, assert_no_errors, assert_one_error, HANDLER};
+use super::{HANDLER, assert_errors, assert_no_errors, assert_one_error};
 
 #[test]
 fn checks_the_connection_parameter() {
-    assert_one_error("id = msg.id", "fn f(msg: &M) -> Result<(), E> { Ok(()) }", &["this handler has no connection parameter; the attribute needs the `&mut` Diesel connection its body writes through (or name it with `conn = ...`)"]);
-    assert_one_error("id = msg.id, conn = db", HANDLER, &["`db` is not a parameter of this handler; `conn = ...` must name the connection parameter (its parameters are `conn`, `msg`)"]);
+    assert_one_error(
+        "id = msg.id",
+        "fn f(msg: &M) -> Result<(), E> { Ok(()) }",
+        &[
+            "this handler has no connection parameter; the attribute needs the `&mut` Diesel connection its body writes through (or name it with `conn = ...`)",
+        ],
+    );
+    assert_one_error(
+        "id = msg.id, conn = db",
+        HANDLER,
+        &[
+            "`db` is not a parameter of this handler; `conn = ...` must name the connection parameter (its parameters are `conn`, `msg`)",
+        ],
+    );
     assert_one_error(
         "id = self.id, conn = self, handler = \"h\"",
         "fn f(&mut self, c: &mut C) -> Result<(), E> { Ok(()) }",
@@ -83,7 +95,15 @@ fn says_what_is_wrong_with_each_connection_candidate() {
         "fn f(pool: &DbPool, msg: &M) -> Result<(), E> { Ok(()) }",
         "fn f(pool: &mut r2d2::Pool<ConnectionManager<PgConnection>>, msg: &M) -> Result<(), E> { Ok(()) }",
     ] {
-        assert_one_error("id = msg.id", item, &["`pool` is a connection pool (`", "not a connection", "handler(&mut pool.get()?, &msg)"]);
+        assert_one_error(
+            "id = msg.id",
+            item,
+            &[
+                "`pool` is a connection pool (`",
+                "not a connection",
+                "handler(&mut pool.get()?, &msg)",
+            ],
+        );
     }
     assert_one_error(
         "id = msg.id, conn = pool",
@@ -183,12 +203,16 @@ fn refuses_second_connections_and_pools() {
     assert_one_error(
         "id = msg.id",
         "fn f(conn: &mut PgConnection, pool: &DbPool, msg: &M) -> Result<(), E> { Ok(()) }",
-        &["`pool` is a connection pool (`&DbPool`): what the body writes through a connection taken from it is not part of this handler's transaction"],
+        &[
+            "`pool` is a connection pool (`&DbPool`): what the body writes through a connection taken from it is not part of this handler's transaction",
+        ],
     );
     assert_one_error(
         "id = msg.id",
         "fn f(conn: &mut PgConnection, audit: &mut PgConnection, msg: &M) -> Result<(), E> { Ok(()) }",
-        &["`audit` is a second database connection (`&mut PgConnection`): what the body writes through it is not part of this handler's transaction"],
+        &[
+            "`audit` is a second database connection (`&mut PgConnection`): what the body writes through it is not part of this handler's transaction",
+        ],
     );
     // Names that are not about databases are left alone.
     for param in [
@@ -224,7 +248,9 @@ fn refuses_pool_checkouts_in_the_body() {
             "id = msg.id, handler = \"h\"",
             &item,
             &[
-                &format!("`{call}` takes another connection from a pool: what the body writes through it is not part of this handler's transaction"),
+                &format!(
+                    "`{call}` takes another connection from a pool: what the body writes through it is not part of this handler's transaction"
+                ),
                 &format!("say so with `#[idempotent(outside_transaction = {name}, ..)]`"),
             ],
         );
@@ -274,7 +300,9 @@ fn checks_the_outside_transaction_list() {
     assert_one_error(
         "id = msg.id, outside_transaction = [audit, replica]",
         item,
-        &["`replica` in `outside_transaction` is neither a parameter of this handler nor a pool the body takes a connection from"],
+        &[
+            "`replica` in `outside_transaction` is neither a parameter of this handler nor a pool the body takes a connection from",
+        ],
     );
     assert_one_error(
         "id = msg.id, outside_transaction = [audit, audit]",

@@ -1,6 +1,6 @@
 //! The text of the errors about the arguments, the id and the signature.
 
-use super::{assert_one_error, errors, HANDLER};
+use super::{HANDLER, assert_one_error, errors};
 
 #[test]
 fn accepts_rooted_ids() {
@@ -33,19 +33,40 @@ fn accepts_rooted_ids() {
 fn refuses_ids_the_consumer_generates() {
     let prefix = "the message id must come from the message: ";
     let cases: &[(&str, &str)] = &[
-        ("Uuid::new_v4()", "`Uuid::new_v4()` is not rooted in a handler parameter; deduplication must key on a stable, producer-assigned id, and a value the consumer generates is different on every delivery"),
+        (
+            "Uuid::new_v4()",
+            "`Uuid::new_v4()` is not rooted in a handler parameter; deduplication must key on a stable, producer-assigned id, and a value the consumer generates is different on every delivery",
+        ),
         ("now()", "`now()` is not rooted"),
-        ("rand::random::<u64>()", "`rand::random::<u64>()` is not rooted"),
-        ("SystemTime::now().elapsed()", "`SystemTime::now()` is not rooted"),
+        (
+            "rand::random::<u64>()",
+            "`rand::random::<u64>()` is not rooted",
+        ),
+        (
+            "SystemTime::now().elapsed()",
+            "`SystemTime::now()` is not rooted",
+        ),
         ("{ msg.id }", "`{ msg.id }` is not rooted"),
-        ("\"abc\".to_string()", "`\"abc\"` is a literal, and a literal is the same for every message"),
+        (
+            "\"abc\".to_string()",
+            "`\"abc\"` is a literal, and a literal is the same for every message",
+        ),
         ("42", "`42` is a literal"),
         ("ID", "`ID` is not a parameter of this handler"),
-        ("crate::ID", "`crate::ID` is a path to an item, not a handler parameter"),
-        ("conn.id", "`conn` is the database connection, not the message; read it from `msg`"),
+        (
+            "crate::ID",
+            "`crate::ID` is a path to an item, not a handler parameter",
+        ),
+        (
+            "conn.id",
+            "`conn` is the database connection, not the message; read it from `msg`",
+        ),
         ("self.id", "`self` is not a parameter of this handler"),
         ("uuid!(\"x\")", "`uuid!(\"x\")` is a macro call"),
-        ("format!(\"{msg_id}\")", "this `format!` has no argument rooted in a handler parameter; inline `{name}` captures in the format string are not checked"),
+        (
+            "format!(\"{msg_id}\")",
+            "this `format!` has no argument rooted in a handler parameter; inline `{name}` captures in the format string are not checked",
+        ),
         ("format!(\"{}\", now())", "`now()` is not rooted"),
     ];
     for (id, message) in cases {
@@ -103,11 +124,13 @@ fn validates_literal_handler_names() {
         HANDLER,
         &["NUL character"],
     );
-    assert!(errors(
-        &format!("id = msg.id, handler = \"{}\"", "h".repeat(255)),
-        HANDLER
-    )
-    .is_empty());
+    assert!(
+        errors(
+            &format!("id = msg.id, handler = \"{}\"", "h".repeat(255)),
+            HANDLER
+        )
+        .is_empty()
+    );
 }
 
 #[test]
@@ -165,11 +188,13 @@ fn methods_need_an_explicit_handler_name() {
         );
     }
     // `Self` in the body only is not a method's signature; the body is the user's.
-    assert!(errors(
-        "id = msg.id",
-        "fn f(conn: &mut C, msg: &M) -> Result<(), E> { let _ = Self::X; Ok(()) }"
-    )
-    .is_empty());
+    assert!(
+        errors(
+            "id = msg.id",
+            "fn f(conn: &mut C, msg: &M) -> Result<(), E> { let _ = Self::X; Ok(()) }"
+        )
+        .is_empty()
+    );
     // An invalid `handler = ...` is reported once, not also as missing.
     assert_one_error(
         "id = msg.id, handler = \"\"",

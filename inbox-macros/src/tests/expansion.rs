@@ -1,9 +1,9 @@
 //! The code generated for a valid handler.
 
-use syn::{parse_quote, Expr, ReturnType, Type};
+use syn::{Expr, ReturnType, Type, parse_quote};
 
 use super::syntax::{binding, closures, local, named, runtime, runtime_roots, text};
-use super::{expand, Expanded, HANDLER};
+use super::{Expanded, HANDLER, expand};
 
 /// The function's return type.
 fn output(expanded: &Expanded) -> Type {

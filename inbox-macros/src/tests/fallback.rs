@@ -2,10 +2,10 @@
 //! with statements at the start of its body that keep the body from adding
 //! errors or warnings of its own.
 
-use syn::{parse_quote, Expr, Pat, Stmt};
+use syn::{Expr, Pat, Stmt, parse_quote};
 
 use super::syntax::{binding, local, text, touched};
-use super::{reject, Rejected};
+use super::{Rejected, reject};
 
 /// The names the added `let _ = &name;` statements touch.
 fn touches(added: &[Stmt]) -> Vec<String> {
@@ -63,8 +63,10 @@ fn rebinds_a_shared_connection_to_a_mut_that_never_exists() {
     assert_eq!(*consume, parse_quote!(let _ = conn;));
     assert_eq!(
         *never,
-        parse_quote!(::core::option::Option::<&mut PgConnection>::None
-            .expect("not run: `#[idempotent]` reported an error"))
+        parse_quote!(
+            ::core::option::Option::<&mut PgConnection>::None
+                .expect("not run: `#[idempotent]` reported an error")
+        )
     );
 }
 

@@ -23,7 +23,7 @@ use syn::{FnArg, Pat, PatIdent, PatType, Signature, Type};
 use crate::errors::Errors;
 use crate::model::{ConnPassing, Connection, Shadow, View};
 use crate::render::code;
-use crate::validate::kind::{peel, suggests_connection, Access, Classifier, Kind};
+use crate::validate::kind::{Access, Classifier, Kind, peel, suggests_connection};
 
 /// What the search for the connection parameter found.
 #[derive(Default)]

@@ -36,7 +36,7 @@ use syn::{Block, Expr, ExprMethodCall, Item, Member, Pat, Signature};
 use crate::errors::Errors;
 use crate::render::code;
 use crate::validate::connection::typed_params;
-use crate::validate::kind::{is_pool_name, Classifier, Kind};
+use crate::validate::kind::{Classifier, Kind, is_pool_name};
 
 /// The methods that check a connection out of a pool: r2d2 (`get`,
 /// `try_get`, `get_timeout`), deadpool (`get`, `timeout_get`), bb8 (`get`,

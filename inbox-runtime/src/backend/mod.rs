@@ -15,11 +15,11 @@
 //! [`ServerMessages`], listed in [`SERVER_MESSAGES`]), its migrations under
 //! `migrations/<backend>/`, and its feature in `Cargo.toml`.
 
+use diesel::QueryResult;
 use diesel::backend::Backend;
 use diesel::query_builder::AstPass;
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 use diesel::sql_types::Text;
-use diesel::QueryResult;
 
 use crate::key::ClaimKey;
 

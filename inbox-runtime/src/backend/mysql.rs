@@ -74,12 +74,12 @@ pub mod table {
 
 #[cfg(feature = "mysql")]
 mod imp {
+    use diesel::QueryResult;
     use diesel::mysql::Mysql;
     use diesel::query_builder::AstPass;
-    use diesel::QueryResult;
 
     use crate::backend::prune_batch::{Delete, Pick};
-    use crate::backend::{migration_sql, push_key, sealed, InboxBackend, PruneBatchStatement};
+    use crate::backend::{InboxBackend, PruneBatchStatement, migration_sql, push_key, sealed};
     use crate::key::ClaimKey;
 
     /// The latest schema: the migrations' `up.sql` files, in order (the
@@ -180,8 +180,8 @@ mod imp {
     mod tests {
         use std::time::Duration;
 
-        use crate::backend::prune_batch::batch_sql;
         use crate::backend::PruneScope;
+        use crate::backend::prune_batch::batch_sql;
         use crate::key::HandlerName;
         use diesel::mysql::Mysql;
 

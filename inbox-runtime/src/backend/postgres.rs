@@ -104,12 +104,12 @@ pub mod table {
 
 #[cfg(feature = "postgres")]
 mod imp {
+    use diesel::QueryResult;
     use diesel::pg::Pg;
     use diesel::query_builder::AstPass;
-    use diesel::QueryResult;
 
     use crate::backend::prune_batch::{Delete, Pick};
-    use crate::backend::{migration_sql, sealed, InboxBackend, PruneBatchStatement};
+    use crate::backend::{InboxBackend, PruneBatchStatement, migration_sql, sealed};
     use crate::key::ClaimKey;
 
     /// The latest schema: the migrations' `up.sql` files, in order. The
@@ -206,8 +206,8 @@ mod imp {
     mod tests {
         use std::time::Duration;
 
-        use crate::backend::prune_batch::batch_sql;
         use crate::backend::PruneScope;
+        use crate::backend::prune_batch::batch_sql;
         use crate::key::HandlerName;
         use diesel::pg::Pg;
 

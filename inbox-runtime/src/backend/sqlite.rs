@@ -41,13 +41,13 @@ pub mod table {
 
 #[cfg(feature = "sqlite")]
 mod imp {
+    use diesel::QueryResult;
     use diesel::connection::Connection;
     use diesel::query_builder::AstPass;
     use diesel::sqlite::Sqlite;
-    use diesel::QueryResult;
 
     use crate::backend::prune_batch::{Delete, Pick};
-    use crate::backend::{migration_sql, sealed, InboxBackend, PruneBatchStatement};
+    use crate::backend::{InboxBackend, PruneBatchStatement, migration_sql, sealed};
     use crate::key::ClaimKey;
 
     /// The latest schema, written out: the 2026-12-03 migration rebuilds
@@ -168,8 +168,8 @@ mod imp {
     mod tests {
         use std::time::Duration;
 
-        use crate::backend::prune_batch::batch_sql;
         use crate::backend::PruneScope;
+        use crate::backend::prune_batch::batch_sql;
         use diesel::sqlite::Sqlite;
 
         #[test]

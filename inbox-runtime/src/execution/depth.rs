@@ -4,8 +4,8 @@
 
 use std::num::NonZeroU32;
 
-use diesel::connection::TransactionManagerStatus;
 use diesel::QueryResult;
+use diesel::connection::TransactionManagerStatus;
 
 /// Diesel's transaction depth (0: no transaction); a broken transaction
 /// manager is `BrokenTransactionManager`.

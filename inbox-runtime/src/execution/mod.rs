@@ -12,5 +12,5 @@ pub(crate) mod retry;
 pub(crate) use depth::{depth, require_no_transaction, require_transaction};
 #[cfg(feature = "async")]
 pub(crate) use guard::OpenTransactionGuard;
-pub(crate) use retry::RetryPolicy;
 pub use retry::CLAIM_ATTEMPTS;
+pub(crate) use retry::RetryPolicy;

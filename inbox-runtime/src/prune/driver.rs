@@ -174,8 +174,8 @@ mod asynchronous {
     use std::ops::ControlFlow;
     use std::time::Duration;
 
-    use diesel::connection::TransactionManagerStatus;
     use diesel::QueryResult;
+    use diesel::connection::TransactionManagerStatus;
     use diesel_async::{AsyncConnection, TransactionManager};
 
     use super::Execute;

@@ -114,7 +114,7 @@ pub use crate::backend::PruneBatchStatement;
 pub use crate::backend::PruneScope;
 pub use report::{BatchProgress, PruneError, PruneReport};
 #[cfg(any(feature = "r2d2", feature = "tokio"))]
-pub use scheduler::{BackgroundPruner, PrunerRun, PrunerRunError, MAX_RETRY_BACKOFF};
+pub use scheduler::{BackgroundPruner, MAX_RETRY_BACKOFF, PrunerRun, PrunerRunError};
 #[cfg(feature = "r2d2")]
 pub use scheduler::{PruneJob, StopSignal};
 #[cfg(feature = "tokio")]

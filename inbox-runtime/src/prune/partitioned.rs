@@ -128,7 +128,7 @@ use super::report::PartialReport;
 use super::{PruneError, PruneReport};
 use crate::backend::InboxBackend;
 use crate::error::InboxError;
-use crate::retention::{RetentionPolicy, RetentionProblem, MAX_RETENTION};
+use crate::retention::{MAX_RETENTION, RetentionPolicy, RetentionProblem};
 
 /// SQL converting the plain PostgreSQL inbox to the generation layout; safe
 /// to run again. Needs the plain schema first (see [`setup`]). It is the

@@ -24,9 +24,9 @@ use diesel::connection::LoadConnection;
 use diesel::r2d2::PoolError;
 
 #[cfg(feature = "r2d2")]
-use super::driver::{block_ready, drive, Blocking};
-#[cfg(feature = "r2d2")]
 use super::Prune;
+#[cfg(feature = "r2d2")]
+use super::driver::{Blocking, block_ready, drive};
 use super::{PruneError, PruneReport};
 #[cfg(feature = "r2d2")]
 use crate::backend::InboxBackend;

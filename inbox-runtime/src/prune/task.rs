@@ -13,8 +13,8 @@ use std::time::Duration;
 use diesel_async::AsyncConnection;
 use tokio::task::{JoinError, JoinHandle};
 
-use super::driver::{drive, Async};
-use super::scheduler::{go_on, schedule, FrontEnd, RunLog, Signals};
+use super::driver::{Async, drive};
+use super::scheduler::{FrontEnd, RunLog, Signals, go_on, schedule};
 use super::{BackgroundPruner, Prune, PruneReport, PrunerRun, PrunerRunError};
 use crate::backend::InboxBackend;
 

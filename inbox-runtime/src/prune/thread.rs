@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use diesel::r2d2::{ManageConnection, Pool};
 
+use super::PruneReport;
 use super::driver::block_ready;
 use super::scheduler::{
-    schedule, BackgroundPruner, FrontEnd, PruneJob, PrunerRun, PrunerRunError, RunLog, Signals,
-    StopSignal,
+    BackgroundPruner, FrontEnd, PruneJob, PrunerRun, PrunerRunError, RunLog, Signals, StopSignal,
+    schedule,
 };
-use super::PruneReport;
 
 impl<J> BackgroundPruner<J> {
     /// Starts the thread. `on_run` receives every run's [`PrunerRun`]; with

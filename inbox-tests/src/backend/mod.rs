@@ -286,7 +286,7 @@ macro_rules! async_pools {
             recycling: diesel_async::pooled_connection::RecyclingMethod<$connection>,
         ) -> Self::Deadpool {
             use diesel_async::pooled_connection::{
-                deadpool, AsyncDieselConnectionManager, ManagerConfig,
+                AsyncDieselConnectionManager, ManagerConfig, deadpool,
             };
             let mut config = ManagerConfig::default();
             config.recycling_method = recycling;
@@ -302,7 +302,7 @@ macro_rules! async_pools {
             test_on_check_out: bool,
             timeout: std::time::Duration,
         ) -> impl std::future::Future<Output = Self::Bb8> + Send {
-            use diesel_async::pooled_connection::{bb8, AsyncDieselConnectionManager};
+            use diesel_async::pooled_connection::{AsyncDieselConnectionManager, bb8};
             let manager = AsyncDieselConnectionManager::new(url);
             async move {
                 bb8::Pool::builder()

@@ -3,7 +3,7 @@
 
 use diesel::prelude::*;
 
-use super::{id_list, ServerBackend, TestBackend};
+use super::{ServerBackend, TestBackend, id_list};
 
 /// A MariaDB/MySQL database of its own, with the inbox table, dropped on drop.
 ///
@@ -77,8 +77,7 @@ impl TestBackend for Mysql {
         "../../../inbox-runtime/migrations/mysql/2026-12-01-000000_create_inbox_messages/up.sql"
     );
 
-    const DESCRIBE_INBOX_SQL: &'static str =
-        "SELECT CONCAT('column ', column_name, ' ', column_type, ' default ', \
+    const DESCRIBE_INBOX_SQL: &'static str = "SELECT CONCAT('column ', column_name, ' ', column_type, ' default ', \
                        COALESCE(column_default, '-')) AS value \
          FROM information_schema.columns \
          WHERE table_schema = DATABASE() AND table_name = 'inbox_messages' \

@@ -3,7 +3,7 @@
 
 use diesel::prelude::*;
 
-use super::{id_list, ServerBackend, TestBackend};
+use super::{ServerBackend, TestBackend, id_list};
 
 /// The server at `INBOX_TEST_POSTGRES_URL` (its URL and a connection), or
 /// `None` after a `skipped:` line when it cannot be reached.
@@ -93,8 +93,7 @@ impl TestBackend for Postgres {
     );
 
     /// Indexes with the table's schema left out of their definition.
-    const DESCRIBE_INBOX_SQL: &'static str =
-        "SELECT 'column ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) \
+    const DESCRIBE_INBOX_SQL: &'static str = "SELECT 'column ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) \
                 || ' default ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '-') AS value \
          FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
          WHERE a.attrelid = 'inbox_messages'::regclass AND a.attnum > 0 AND NOT a.attisdropped \

@@ -80,8 +80,7 @@ impl TestBackend for Sqlite {
 
     /// A table renamed by the migration's rebuild is stored with its name
     /// quoted.
-    const DESCRIBE_INBOX_SQL: &'static str =
-        "SELECT type || ' ' || name || ': ' || replace(sql, '\"inbox_messages\"', 'inbox_messages') AS value \
+    const DESCRIBE_INBOX_SQL: &'static str = "SELECT type || ' ' || name || ': ' || replace(sql, '\"inbox_messages\"', 'inbox_messages') AS value \
          FROM sqlite_master WHERE tbl_name = 'inbox_messages'";
 }
 

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
 use inbox_runtime::prune::AsyncPrunePool;
-use inbox_runtime::{idempotent, InboxBackend, Outcome};
-use inbox_tests::{connection_id_async, statement, AsyncSqlRows, ServerBackend};
+use inbox_runtime::{InboxBackend, Outcome, idempotent};
+use inbox_tests::{AsyncSqlRows, ServerBackend, connection_id_async, statement};
 
 /// The bound the tests set; the redelivery must finish well within
 /// `REDELIVERY_DEADLINE` (a hang, not a slow run, is the failure).

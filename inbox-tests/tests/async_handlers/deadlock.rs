@@ -6,7 +6,7 @@ mod mysql {
     use std::time::{Duration, Instant};
 
     use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
-    use inbox_runtime::{idempotent, InboxError};
+    use inbox_runtime::{InboxError, idempotent};
     use inbox_tests::{AppError, AsyncSqlRows, Mysql, TestBackend};
 
     use crate::handlers::*;

@@ -4,8 +4,8 @@
 //! message shows up as a second row.
 
 use diesel_async::{AsyncConnection, RunQueryDsl};
-use inbox_runtime::{idempotent, InboxBackend, Outcome};
-use inbox_tests::{statement, AppError};
+use inbox_runtime::{InboxBackend, Outcome, idempotent};
+use inbox_tests::{AppError, statement};
 
 /// Creates `async_effects`; valid on PostgreSQL and MariaDB alike.
 pub const EFFECTS_DDL: &str =

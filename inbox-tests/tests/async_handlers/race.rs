@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use inbox_runtime::prune::AsyncPrunePool;
 use inbox_runtime::Outcome;
+use inbox_runtime::prune::AsyncPrunePool;
 use inbox_tests::{AsyncSqlRows, ServerBackend};
 
 use crate::handlers::*;

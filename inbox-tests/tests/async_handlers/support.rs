@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use diesel_async::AsyncConnection;
 use inbox_tests::{AsyncSqlRows, ServerBackend, TestBackend};
 
-use crate::handlers::{literal, EFFECTS_DDL};
+use crate::handlers::{EFFECTS_DDL, literal};
 
 /// A fresh database with the effects table, and a connection to it.
 pub async fn fresh<B: TestBackend>() -> Option<(B, B::AsyncConnection)> {

@@ -9,9 +9,9 @@ use diesel::QueryResult;
 use diesel_async::pooled_connection::{PoolableConnection, RecyclingMethod};
 use diesel_async::{AsyncConnection, RunQueryDsl};
 use inbox_runtime::prune::AsyncPrunePool;
-use inbox_runtime::{idempotent, InboxBackend, Outcome, Recovery};
+use inbox_runtime::{InboxBackend, Outcome, Recovery, idempotent};
 use inbox_tests::{
-    connection_id_async, statement, terminate_async, AsyncSqlRows, ServerBackend, TestBackend,
+    AsyncSqlRows, ServerBackend, TestBackend, connection_id_async, statement, terminate_async,
 };
 
 use crate::support::*;

@@ -6,8 +6,8 @@ use std::cell::{Cell, RefCell};
 
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
-use inbox_runtime::{idempotent, Outcome, Recovery};
-use inbox_tests::{connection_id, statement, terminate, ServerBackend, SqlRows, TestBackend};
+use inbox_runtime::{Outcome, Recovery, idempotent};
+use inbox_tests::{ServerBackend, SqlRows, TestBackend, connection_id, statement, terminate};
 
 use crate::support::*;
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use diesel::result::Error;
-use inbox_runtime::{idempotent, InboxBackend};
+use inbox_runtime::{InboxBackend, idempotent};
 use inbox_tests::{DieselBackend, ServerBackend, SqlRows};
 
 use crate::support::{AppError, Findings};

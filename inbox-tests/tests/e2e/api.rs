@@ -6,7 +6,7 @@ use diesel::prelude::*;
 use crate::handlers::*;
 use crate::support::*;
 
-use inbox_runtime::{claim, run_idempotent, Claim, Outcome};
+use inbox_runtime::{Claim, Outcome, claim, run_idempotent};
 use inbox_tests::DieselBackend;
 
 pub fn pooled_connection_by_reference<B: E2e>() {

@@ -10,7 +10,7 @@ const RACE_IDS: usize = 500;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Barrier};
+use std::sync::{Barrier, mpsc};
 use std::time::{Duration, Instant};
 
 /// The shape of one race.

@@ -6,7 +6,7 @@ use inbox_runtime::Outcome;
 use crate::handlers::*;
 use crate::support::*;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 pub fn processed_then_duplicate<B: E2e>() {
     let Some((db, mut conn)) = fresh::<B>() else {

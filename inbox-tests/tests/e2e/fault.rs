@@ -3,10 +3,10 @@
 use diesel::dsl::sql;
 use diesel::prelude::*;
 use diesel::sql_types::Bool;
-use inbox_runtime::{idempotent, Outcome};
-use inbox_tests::{connection_id, Postgres, TestBackend as _};
+use inbox_runtime::{Outcome, idempotent};
+use inbox_tests::{Postgres, TestBackend as _, connection_id};
 
-use crate::handlers::{apply, APPLY};
+use crate::handlers::{APPLY, apply};
 use crate::support::*;
 
 /// A delivery whose body, when `kill_pid` is set, has the handler's own

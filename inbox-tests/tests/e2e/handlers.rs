@@ -3,7 +3,7 @@
 
 use diesel::r2d2::{ConnectionManager, PooledConnection, R2D2Connection};
 use diesel::{QueryResult, RunQueryDsl};
-use inbox_runtime::{idempotent, Outcome};
+use inbox_runtime::{Outcome, idempotent};
 use inbox_tests::statement;
 
 use crate::support::*;

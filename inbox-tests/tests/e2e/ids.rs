@@ -6,7 +6,7 @@ use diesel::prelude::*;
 use crate::handlers::*;
 use crate::support::*;
 
-use inbox_runtime::{InboxError, KeyProblem, Outcome, MAX_MESSAGE_ID_BYTES};
+use inbox_runtime::{InboxError, KeyProblem, MAX_MESSAGE_ID_BYTES, Outcome};
 
 /// The invalid ids and the problem each must be reported with.
 fn invalid_ids() -> Vec<(String, KeyProblem)> {
@@ -260,7 +260,7 @@ mod utf16 {
     use diesel::migration::{MigrationConnection, MigrationSource};
     use diesel::prelude::*;
     use diesel_migrations::MigrationHarness;
-    use inbox_runtime::{run_idempotent, ClaimKey, HandlerName, InboxError, Outcome};
+    use inbox_runtime::{ClaimKey, HandlerName, InboxError, Outcome, run_idempotent};
 
     const ENCODINGS: [&str; 2] = ["UTF-16le", "UTF-16be"];
 

@@ -5,8 +5,8 @@
 use std::cell::RefCell;
 
 use diesel::prelude::*;
-use inbox_runtime::{idempotent, Outcome};
-use inbox_tests::{connection_id, statement, ServerBackend};
+use inbox_runtime::{Outcome, idempotent};
+use inbox_tests::{ServerBackend, connection_id, statement};
 
 use crate::handlers::*;
 use crate::support::*;
@@ -108,7 +108,7 @@ pub mod mysql_deadlock {
 
     use diesel::connection::SimpleConnection;
     use diesel::prelude::*;
-    use inbox_runtime::{idempotent, InboxError};
+    use inbox_runtime::{InboxError, idempotent};
     use inbox_tests::{Mysql, TestBackend};
 
     use crate::handlers::*;

@@ -8,13 +8,13 @@ use std::sync::mpsc::{Receiver, Sender};
 
 use diesel::connection::{LoadConnection, TransactionManager};
 use diesel::prelude::*;
-use diesel::query_dsl::methods::ExecuteDsl;
 use diesel::query_dsl::LoadQuery;
+use diesel::query_dsl::methods::ExecuteDsl;
 use diesel::r2d2::{ConnectionManager, PooledConnection, R2D2Connection};
 use diesel::sql_types::{BigInt, Integer};
 use diesel_migrations::MigrationHarness;
-use inbox_runtime::migrations::EmbeddedInboxMigrations;
 use inbox_runtime::InboxBackend;
+use inbox_runtime::migrations::EmbeddedInboxMigrations;
 use inbox_tests::{DieselBackend, TestBackend};
 
 diesel::table! {

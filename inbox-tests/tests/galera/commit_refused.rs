@@ -10,15 +10,15 @@
 //! error number Diesel does not keep. Both bodies ran; one effect is
 //! committed; A's redelivery is a duplicate.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Barrier;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 
 use diesel::result::Error;
-use inbox_runtime::{is_lock_conflict, recovery, Outcome, Recovery};
+use inbox_runtime::{Outcome, Recovery, is_lock_conflict, recovery};
 use inbox_tests::GaleraCluster;
 
-use crate::support::{apply, assert_exactly_once, connect, report, Delivery};
+use crate::support::{Delivery, apply, assert_exactly_once, connect, report};
 
 /// What a refused COMMIT must look like to a consumer: a lock conflict,
 /// to be retried on the same connection.
@@ -84,7 +84,7 @@ mod asynchronous {
 
     use diesel::sql_types::{Integer, Text};
     use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
-    use inbox_runtime::{idempotent, Outcome};
+    use inbox_runtime::{Outcome, idempotent};
     use inbox_tests::GaleraCluster;
     use tokio::sync::Notify;
 

@@ -11,19 +11,19 @@
 //! fails the test.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use diesel::MysqlConnection;
 use diesel::r2d2::{ConnectionManager, PooledConnection};
 use diesel::result::{DatabaseErrorKind, Error};
-use diesel::MysqlConnection;
-use inbox_runtime::{is_lock_conflict, recovery, Outcome, Recovery};
-use inbox_tests::galera::NODES;
+use inbox_runtime::{Outcome, Recovery, is_lock_conflict, recovery};
 use inbox_tests::GaleraCluster;
+use inbox_tests::galera::NODES;
 
-use crate::support::{apply, conflicts, report, Delivery, MysqlPool};
+use crate::support::{Delivery, MysqlPool, apply, conflicts, report};
 
 /// How long a broker takes to redeliver a nacked message, here.
 const REDELIVERY_DELAY: Duration = Duration::from_millis(10);

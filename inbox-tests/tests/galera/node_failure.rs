@@ -11,14 +11,14 @@
 //! effect: such an id is answered `Processed` by nobody and its redelivery is
 //! a duplicate; the effect is still there exactly once.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use inbox_tests::galera::NODES;
 use inbox_tests::GaleraCluster;
+use inbox_tests::galera::NODES;
 
-use crate::consumer::{run, Mode, Progress, Workload};
+use crate::consumer::{Mode, Progress, Workload, run};
 use crate::support::{assert_exactly_once, pools, report};
 
 const IDS: usize = 1_500;

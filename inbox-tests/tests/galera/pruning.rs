@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use inbox_runtime::{
-    is_lock_conflict, recovery, InboxError, Outcome, Prune, Recovery, RetentionPolicy,
+    InboxError, Outcome, Prune, Recovery, RetentionPolicy, is_lock_conflict, recovery,
 };
-use inbox_tests::galera::NODES;
 use inbox_tests::GaleraCluster;
+use inbox_tests::galera::NODES;
 
-use crate::support::{apply, conflicts, connect, report, Delivery, HANDLER};
+use crate::support::{Delivery, HANDLER, apply, conflicts, connect, report};
 
 const EXPIRED: usize = 20_000;
 const KEPT: usize = 1_000;

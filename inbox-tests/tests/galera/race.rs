@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicU32;
 
 use inbox_tests::GaleraCluster;
 
-use crate::consumer::{run, Figures, Mode, Workload};
+use crate::consumer::{Figures, Mode, Workload, run};
 use crate::support::{assert_exactly_once, pools, report};
 
 pub const IDS: usize = 2_000;

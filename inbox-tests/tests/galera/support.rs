@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::sql_types::{BigInt, Integer, Text};
-use inbox_runtime::{idempotent, Outcome};
-use inbox_tests::galera::NODES;
+use inbox_runtime::{Outcome, idempotent};
 use inbox_tests::GaleraCluster;
+use inbox_tests::galera::NODES;
 
 pub type MysqlPool = Pool<ConnectionManager<MysqlConnection>>;
 

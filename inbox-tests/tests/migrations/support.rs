@@ -1,13 +1,13 @@
 //! The application's migrations and what the tests ask of a migrated
 //! database.
 
-use diesel::migration::MigrationSource;
 use diesel::Connection;
+use diesel::migration::MigrationSource;
 use diesel_migrations::{
-    embed_migrations, EmbeddedMigrations, FileBasedMigrations, MigrationHarness,
+    EmbeddedMigrations, FileBasedMigrations, MigrationHarness, embed_migrations,
 };
 use inbox_runtime::migrations::{EmbeddedInboxMigrations, InboxMigrations};
-use inbox_runtime::{claim, Claim, ClaimKey, HandlerName};
+use inbox_runtime::{Claim, ClaimKey, HandlerName, claim};
 use inbox_tests::{DieselBackend, TestBackend};
 
 /// The application's migrations, embedded.

@@ -3,7 +3,7 @@
 
 use diesel_migrations::{MigrationError, MigrationHarness};
 use inbox_runtime::migrations::{
-    with_inbox, Combined, DuplicateMigrationVersion, EmbeddedInboxMigrations, InboxMigrations,
+    Combined, DuplicateMigrationVersion, EmbeddedInboxMigrations, InboxMigrations, with_inbox,
 };
 use inbox_tests::{DieselBackend, TestBackend};
 

@@ -4,8 +4,8 @@
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use inbox_runtime::prune::{BackgroundPruner, PrunerRun};
 use inbox_runtime::Prune;
+use inbox_runtime::prune::{BackgroundPruner, PrunerRun};
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 use crate::proxy::Proxy;

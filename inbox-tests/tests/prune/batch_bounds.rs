@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex};
 
 use diesel::connection::{Instrumentation, InstrumentationEvent, SimpleConnection};
 use diesel::prelude::*;
-use inbox_runtime::prune::PruneBatchStatement;
 use inbox_runtime::Prune;
+use inbox_runtime::prune::PruneBatchStatement;
 
 use crate::support::*;
 

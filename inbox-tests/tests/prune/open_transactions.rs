@@ -2,7 +2,7 @@
 //! pruner does not wait for that transaction.
 
 use diesel::prelude::*;
-use inbox_runtime::{claim, Claim, ClaimKey, Prune};
+use inbox_runtime::{Claim, ClaimKey, Prune, claim};
 
 use crate::support::*;
 

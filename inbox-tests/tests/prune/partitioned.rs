@@ -19,7 +19,7 @@ mod postgres {
     use diesel::result::DatabaseErrorKind;
     use diesel_migrations::MigrationHarness;
     use inbox_runtime::prune::partitioned::{self, Maintenance};
-    use inbox_runtime::{claim, Claim, ClaimKey, InboxError, Outcome, Prune};
+    use inbox_runtime::{Claim, ClaimKey, InboxError, Outcome, Prune, claim};
     use inbox_tests::Postgres;
 
     use crate::open_transactions::held_rows_survive_with;
@@ -83,9 +83,11 @@ mod postgres {
         assert_eq!(numbers, [1, 2, 3, 4]);
         assert_eq!(generations[0].table_name(), "inbox_messages_g1");
         assert_eq!(generations[3].table_name(), "inbox_messages");
-        assert!(generations
-            .windows(2)
-            .all(|w| w[0].ended_at == Some(w[1].started_at)));
+        assert!(
+            generations
+                .windows(2)
+                .all(|w| w[0].ended_at == Some(w[1].started_at))
+        );
 
         // Back to the plain layout: archived ids come back with it.
         partitioned::teardown(&mut conn).unwrap();

@@ -9,7 +9,7 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use inbox_runtime::{
-    run_idempotent, ClaimKey, HandlerName, InboxBackend, InboxError, Outcome, RetentionPolicy,
+    ClaimKey, HandlerName, InboxBackend, InboxError, Outcome, RetentionPolicy, run_idempotent,
 };
 pub use inbox_tests::{ServerBackend, SqlRows, TestBackend};
 

@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use inbox_runtime::prune::{BackgroundPruner, PrunerRun};
 use inbox_runtime::Prune;
+use inbox_runtime::prune::{BackgroundPruner, PrunerRun};
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
 use crate::background::Seen;

@@ -5,7 +5,7 @@ use std::ops::ControlFlow;
 
 use diesel::Connection;
 use inbox_runtime::prune::PruneScope;
-use inbox_runtime::{InboxError, Outcome, Prune, RetentionPolicy, MAX_RETENTION};
+use inbox_runtime::{InboxError, MAX_RETENTION, Outcome, Prune, RetentionPolicy};
 
 use crate::support::*;
 
@@ -134,9 +134,11 @@ pub fn progress_and_limits<B: TestBackend>() {
     let report = prune
         .run_with_progress(&mut conn, |batch| {
             seen.push((batch.batch, batch.rows, batch.total_rows));
-            assert!(batch
-                .to_string()
-                .starts_with(&format!("batch {}: deleted", batch.batch)));
+            assert!(
+                batch
+                    .to_string()
+                    .starts_with(&format!("batch {}: deleted", batch.batch))
+            );
             assert_eq!(batch.scope, PruneScope::All);
             if batch.batch == 2 {
                 ControlFlow::Break(())

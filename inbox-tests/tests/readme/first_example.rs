@@ -1,5 +1,5 @@
 use diesel::prelude::*;
-use inbox_runtime::{idempotent, InboxError};
+use inbox_runtime::{InboxError, idempotent};
 
 diesel::table! {
     accounts (id) {

@@ -4,7 +4,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use inbox_tests::{Postgres, TestBackend};
 
-use crate::first_example::{accounts, apply_payment, PaymentReceived};
+use crate::first_example::{PaymentReceived, accounts, apply_payment};
 
 #[test]
 fn the_readme_example_applies_a_payment_once() {

@@ -126,10 +126,10 @@ pub use inbox_tests::AppError;
 /// dereference to one).
 pub mod blocking {
     use diesel::prelude::*;
-    use inbox_runtime::{idempotent, Outcome};
+    use inbox_runtime::{Outcome, idempotent};
 
-    use super::{accounts, effects, AppError, Payment};
-    use crate::consumer::{consume, Progress, Report};
+    use super::{AppError, Payment, accounts, effects};
+    use crate::consumer::{Progress, Report, consume};
 
     #[idempotent(id = msg.id, handler = "reconnect.apply_payment")]
     pub fn apply_payment(conn: &mut PgConnection, msg: &Payment) -> Result<Outcome<()>, AppError> {
@@ -168,10 +168,10 @@ pub mod blocking {
 pub mod nonblocking {
     use diesel::prelude::*;
     use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-    use inbox_runtime::{idempotent, Outcome};
+    use inbox_runtime::{Outcome, idempotent};
 
-    use super::{accounts, effects, AppError, Payment};
-    use crate::consumer::{consume_async, Progress, Report};
+    use super::{AppError, Payment, accounts, effects};
+    use crate::consumer::{Progress, Report, consume_async};
 
     #[idempotent(id = msg.id, handler = "reconnect.apply_payment")]
     pub async fn apply_payment(

@@ -12,8 +12,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Debug};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use inbox_runtime::Outcome;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use inbox_tests::PgServer;
 
-use crate::app::{assert_exactly_once, payments, prepare, Payment, Recovery};
+use crate::app::{Payment, Recovery, assert_exactly_once, payments, prepare};
 use crate::consumer::{Progress, Report};
 
 /// Messages per multi-host run.

@@ -116,8 +116,8 @@ mod blocking {
     use diesel::r2d2::{ConnectionManager, Pool};
 
     use super::*;
-    use crate::app::blocking::{apply_payment, consume_at};
     use crate::app::AppError;
+    use crate::app::blocking::{apply_payment, consume_at};
     use crate::consumer::consume;
 
     #[test]
@@ -171,13 +171,13 @@ mod nonblocking {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use diesel_async::pooled_connection::{bb8, deadpool, AsyncDieselConnectionManager};
     use diesel_async::AsyncPgConnection;
+    use diesel_async::pooled_connection::{AsyncDieselConnectionManager, bb8, deadpool};
     use std::ops::DerefMut;
 
     use super::*;
-    use crate::app::nonblocking::{apply_payment, consume_at};
     use crate::app::AppError;
+    use crate::app::nonblocking::{apply_payment, consume_at};
     use crate::consumer::consume_async;
 
     /// A run with restarts on connections from a pool (`get`), then the

@@ -10,7 +10,7 @@ use diesel::prelude::*;
 use diesel::result::Error;
 use inbox_runtime::Recovery;
 
-use inbox_tests::{connection_id, terminate, Mysql, TestBackend};
+use inbox_tests::{Mysql, TestBackend, connection_id, terminate};
 
 use super::{msg, read_only_refused, touch, victim, wait_until, with_locks};
 use crate::support::Findings;
@@ -138,8 +138,8 @@ mod asynchronous {
     use super::super::{
         read_only_refused_async, touch_async, victim, wait_until_async, with_locks_async,
     };
-    use super::{msg, running_sql, LOCKS_DDL};
-    use inbox_tests::{connection_id_async, terminate_async, Mysql, TestBackend};
+    use super::{LOCKS_DDL, msg, running_sql};
+    use inbox_tests::{Mysql, TestBackend, connection_id_async, terminate_async};
 
     use crate::support::Findings;
 

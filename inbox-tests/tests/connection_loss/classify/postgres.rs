@@ -8,7 +8,7 @@ use diesel::prelude::*;
 use diesel::result::Error;
 use inbox_runtime::Recovery;
 
-use inbox_tests::{connection_id, Postgres, TestBackend};
+use inbox_tests::{Postgres, TestBackend, connection_id};
 
 use super::{msg, read_only_refused, touch, victim, wait_until, with_locks};
 use crate::support::Findings;
@@ -142,8 +142,8 @@ mod asynchronous {
     use super::super::{
         read_only_refused_async, touch_async, victim, wait_until_async, with_locks_async,
     };
-    use super::{msg, waiting_sql, LOCKS_DDL};
-    use inbox_tests::{connection_id_async, Postgres, TestBackend};
+    use super::{LOCKS_DDL, msg, waiting_sql};
+    use inbox_tests::{Postgres, TestBackend, connection_id_async};
 
     use crate::support::Findings;
 
