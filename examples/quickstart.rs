@@ -82,7 +82,17 @@ impl fmt::Display for AppError {
     }
 }
 
-impl Error for AppError {}
+impl Error for AppError {
+    /// The inbox's error stays reachable, so `inbox_runtime::ack_decision`
+    /// and the runtime can read it.
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            AppError::Database(e) => Some(e),
+            AppError::Inbox(e) => Some(e),
+            AppError::Transient(_) => None,
+        }
+    }
+}
 
 /// The effects of payments, written and read through the handler's
 /// connection. One implementation per backend, from the same Diesel queries.

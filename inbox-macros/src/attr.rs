@@ -33,6 +33,9 @@ pub(crate) struct Args {
     /// connections or pools the body may use besides its connection, on
     /// purpose (see `validate::outside`).
     pub(crate) outside_transaction: Vec<Ident>,
+    /// `max_attempts = 5` or `max_attempts = unbounded`: the handler's limit
+    /// of failed attempts, instead of the runtime's default.
+    pub(crate) max_attempts: Option<MaxAttempts>,
 }
 
 impl Args {
@@ -112,13 +115,13 @@ fn parse_one(
     let key = name.to_string();
     if !matches!(
         key.as_str(),
-        "id" | "handler" | "conn" | "crate" | "outside_transaction"
+        "id" | "handler" | "conn" | "crate" | "outside_transaction" | "max_attempts"
     ) {
         return Err(syn::Error::new(
             name.span(),
             format!(
                 "unknown argument `{key}`; `#[idempotent]` takes `id`, `handler`, `conn`, \
-                 `crate` and `outside_transaction`"
+                 `max_attempts`, `crate` and `outside_transaction`"
             ),
         ));
     }
@@ -143,9 +146,47 @@ fn parse_one(
         "handler" => args.handler = errors.keep(handler_name(value)),
         "conn" => args.conn = errors.keep(conn_name(value)),
         "outside_transaction" => args.outside_transaction = outside_names(value, errors),
+        "max_attempts" => args.max_attempts = errors.keep(max_attempts(value)),
         _ => args.krate = errors.keep(crate_path(value)),
     }
     Ok(())
+}
+
+/// `max_attempts = 5` (a positive integer that fits in `u32`) or
+/// `max_attempts = unbounded`.
+fn max_attempts(value: Expr) -> syn::Result<MaxAttempts> {
+    const USAGE: &str = "`max_attempts` takes a positive whole number or `unbounded`, \
+                         e.g. `max_attempts = 5`";
+    match &value {
+        Expr::Lit(ExprLit {
+            attrs,
+            lit: Lit::Int(int),
+        }) if attrs.is_empty() => match int.base10_parse::<u32>() {
+            Ok(0) => Err(syn::Error::new(
+                int.span(),
+                "`max_attempts = 0` would never run the handler: a message gets at least one \
+                 attempt; write `max_attempts = 1` to give up after the first failure",
+            )),
+            Ok(limit) => Ok(MaxAttempts::Limit(limit, int.span())),
+            Err(_) => Err(syn::Error::new(
+                int.span(),
+                format!("{USAGE}; `{int}` does not fit in a u32 (for no limit, write `unbounded`)"),
+            )),
+        },
+        Expr::Path(path) if path.path.is_ident("unbounded") => {
+            Ok(MaxAttempts::Unbounded(path.path.segments[0].ident.span()))
+        }
+        other => Err(syn::Error::new_spanned(other, USAGE)),
+    }
+}
+
+/// The value of `max_attempts = ...`, with the span of what the user wrote.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum MaxAttempts {
+    /// A limit of failed attempts, at least 1.
+    Limit(u32, Span),
+    /// No limit.
+    Unbounded(Span),
 }
 
 /// The string literal `value` is, if it is one.

@@ -6,14 +6,14 @@
 //! {
 //!     #![inner attributes]
 //!     let __inbox_key = KRATE::__private::claim_key(HANDLER, &ID);   // at the id's span
-//!     KRATE::__private::run_sync::<_, RET, _>(&mut *conn, __inbox_key, |conn| -> RET { body })
+//!     KRATE::__private::run_sync::<_, RET, _>(&mut *conn, __inbox_key, MAX_ATTEMPTS, |conn| -> RET { body })
 //! }
 //! ```
 //!
 //! An `async fn` gets the same steps written out, without a closure:
 //!
 //! ```text
-//! let mut __inbox_transaction = match KRATE::__private::begin_async::<_, RET>(&mut *conn, __inbox_key).await {
+//! let mut __inbox_transaction = match KRATE::__private::begin_async::<_, RET>(&mut *conn, __inbox_key, MAX_ATTEMPTS).await {
 //!     Ok(transaction) => transaction,          // the id is claimed: run the body
 //!     Err(done) => return done,                // duplicate, invalid id, database failure
 //! };
@@ -39,6 +39,7 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{AttrStyle, Expr, FnArg, ItemFn, LitStr, Pat, Path, Type};
 
+use crate::attr::MaxAttempts;
 use crate::model::{ConnPassing, Connection, Flavor, Handler, Shadow, View};
 
 /// The function with its body wrapped in the idempotent transaction.
@@ -51,6 +52,7 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
         handler_name,
         krate,
         output,
+        max_attempts,
     } = handler;
     let ItemFn {
         attrs,
@@ -75,6 +77,7 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
             key: &key,
             lent: &lent,
             output: &output,
+            max_attempts: max_attempts_expr(&krate, max_attempts),
             body: braced(body_span, quote!(#(#stmts)*)),
         },
     );
@@ -290,8 +293,25 @@ struct RunParts<'a> {
     lent: &'a Lent,
     /// The function's return type, which the closure returns too.
     output: &'a Type,
+    /// The handler's limit of failed attempts: an `Option<MaxAttempts>`
+    /// expression (`None`: the runtime's default).
+    max_attempts: TokenStream,
     /// The user's body, in the user's braces.
     body: Group,
+}
+
+/// `max_attempts = ...` as the runtime's `Option<MaxAttempts>`, spanned at
+/// what the user wrote.
+fn max_attempts_expr(krate: &Path, max_attempts: Option<MaxAttempts>) -> TokenStream {
+    match max_attempts {
+        None => quote!(::core::option::Option::None),
+        Some(MaxAttempts::Limit(limit, span)) => quote_spanned! {span=>
+            ::core::option::Option::Some(#krate::MaxAttempts::limit(#limit))
+        },
+        Some(MaxAttempts::Unbounded(span)) => quote_spanned! {span=>
+            ::core::option::Option::Some(#krate::MaxAttempts::Unbounded)
+        },
+    }
 }
 
 /// The call that runs the body in the transaction, per flavor.
@@ -315,6 +335,7 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
         key,
         lent,
         output,
+        max_attempts,
         body,
     } = parts;
     let Lent { arg, param, .. } = lent;
@@ -323,7 +344,10 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
     match flavor {
         Flavor::Sync => {
             let entry = respanned(quote!(#krate::__private::run_sync), first);
-            let args = parenthesized(last, quote!(#arg, #key, |#param| -> #output #body));
+            let args = parenthesized(
+                last,
+                quote!(#arg, #key, #max_attempts, |#param| -> #output #body),
+            );
             quote!(#entry::<#conn_type, #output, _> #args)
         }
         Flavor::Async => {
@@ -337,7 +361,7 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
             let done = Ident::new("__inbox_done", Span::mixed_site());
             let result = Ident::new("__inbox_result", Span::mixed_site());
             let begin = respanned(quote!(#krate::__private::begin_async), first);
-            let begin_args = parenthesized(last, quote!(#arg, #key));
+            let begin_args = parenthesized(last, quote!(#arg, #key, #max_attempts));
             let typed = respanned(quote!(#krate::__private::typed), first);
             let finish = respanned(quote!(#krate::__private::finish_async), first);
             let finish_args = parenthesized(last, quote!(#transaction, #result));

@@ -77,4 +77,6 @@ pub(crate) struct Handler {
     pub(crate) krate: Path,
     /// The declared return type (for `async fn`, the future's output).
     pub(crate) output: Type,
+    /// `max_attempts = ...`, if given.
+    pub(crate) max_attempts: Option<crate::attr::MaxAttempts>,
 }

@@ -79,6 +79,7 @@ pub(crate) fn handler(
             handler_name: args.handler,
             krate: args.krate.unwrap_or_else(|| parse_quote!(::inbox_runtime)),
             output,
+            max_attempts: args.max_attempts,
         }),
         // Every `None` above was recorded as an error, so this is not reached.
         _ => Err(Box::new(Rejected {

@@ -211,6 +211,30 @@ pub enum InboxError {
         /// The error of the statement that showed it.
         source: diesel::result::Error,
     },
+    /// The handler rejected the message as permanently bad (built with
+    /// [`InboxError::rejected`] and returned from the body): its effects were
+    /// rolled back, and the id was recorded as dead, so later deliveries skip
+    /// the body (as duplicates) and [`dead_letters`](crate::dead_letters)
+    /// lists it. Dead-letter the message; retrying will not help.
+    Rejected {
+        /// Why, as the handler said it (at most
+        /// [`MAX_ERROR_TEXT_BYTES`](crate::MAX_ERROR_TEXT_BYTES)).
+        reason: String,
+    },
+    /// The body failed on this message as many times as the handler's
+    /// [`MaxAttempts`](crate::MaxAttempts) allows: this delivery's effects
+    /// were rolled back, and the id was recorded as dead, so later
+    /// deliveries skip the body (as duplicates) and
+    /// [`dead_letters`](crate::dead_letters) lists it. Dead-letter the
+    /// message; retrying will not help.
+    AttemptsExhausted {
+        /// The failed attempts counted (a lower bound: see
+        /// [`MaxAttempts`](crate::MaxAttempts)).
+        attempts: u32,
+        /// The last attempt's error, as text (at most
+        /// [`MAX_ERROR_TEXT_BYTES`](crate::MAX_ERROR_TEXT_BYTES)).
+        last_error: String,
+    },
     /// Applying the inbox's migrations failed.
     Migration(Box<dyn StdError + Send + Sync>),
     /// A pruning batch size of zero, or larger than
@@ -266,7 +290,9 @@ impl InboxError {
             InboxError::InvalidMessageId { .. }
             | InboxError::InvalidHandlerName { .. }
             | InboxError::InvalidRetention { .. }
-            | InboxError::InvalidBatchSize { .. } => Recovery::Never,
+            | InboxError::InvalidBatchSize { .. }
+            | InboxError::Rejected { .. }
+            | InboxError::AttemptsExhausted { .. } => Recovery::Never,
             InboxError::Database(error) => crate::recovery(error),
             InboxError::IgnoredStatementFailure { .. } | InboxError::Migration(_) => {
                 Recovery::Retry
@@ -285,6 +311,35 @@ impl InboxError {
     /// ```
     pub fn is_invalid_message(&self) -> bool {
         matches!(self, InboxError::InvalidMessageId { .. })
+    }
+
+    /// A business rejection: return it from a handler's body (through the
+    /// handler's error type) when the message can never succeed, such as an
+    /// order for an item that does not exist. The body's effects roll back,
+    /// the id is recorded as dead without further attempts, and the delivery
+    /// fails with this error, which [`ack_decision`](crate::ack_decision)
+    /// dead-letters. `reason` is kept, shortened to
+    /// [`MAX_ERROR_TEXT_BYTES`](crate::MAX_ERROR_TEXT_BYTES).
+    ///
+    /// ```
+    /// use inbox_runtime::InboxError;
+    /// let rejected = InboxError::rejected("item 17 is discontinued");
+    /// assert!(!rejected.is_retryable());
+    /// assert!(rejected.to_string().contains("item 17 is discontinued"));
+    /// ```
+    pub fn rejected(reason: impl fmt::Display) -> InboxError {
+        InboxError::Rejected {
+            reason: crate::failure::error_text(&reason),
+        }
+    }
+
+    /// `true` for a business rejection ([`InboxError::rejected`]).
+    ///
+    /// ```
+    /// assert!(inbox_runtime::InboxError::rejected("no").is_rejection());
+    /// ```
+    pub fn is_rejection(&self) -> bool {
+        matches!(self, InboxError::Rejected { .. })
     }
 
     /// Finds the inbox error carried inside a Diesel error, for handlers whose
@@ -339,6 +394,18 @@ impl fmt::Display for InboxError {
                  transactions: replace it, then redeliver (a committed delivery comes \
                  back as a duplicate)",
             ),
+            InboxError::Rejected { reason } => write!(
+                f,
+                "the handler rejected the message: {reason}; it is recorded as dead and will not be processed again"
+            ),
+            InboxError::AttemptsExhausted {
+                attempts,
+                last_error,
+            } => write!(
+                f,
+                "the message failed {attempts} attempts (the last with: {last_error}); it is recorded as dead \
+                 and will not be processed again until an operator revives it"
+            ),
             InboxError::Migration(_) => f.write_str("applying the inbox's migrations failed"),
             InboxError::InvalidBatchSize { requested, max } => write!(
                 f,
@@ -368,6 +435,14 @@ impl StdError for InboxError {
             | InboxError::IgnoredStatementFailure { source: error }
             | InboxError::TransactionLost { source: error, .. } => Some(error),
             InboxError::Migration(error) => Some(&**error),
+            // Never redelivered: a marker that stays reachable through the
+            // source chain when an application error wraps this one with
+            // `#[error(transparent)]` (which forwards `source`, not the
+            // error itself), so `ack_decision` still dead-letters it.
+            InboxError::InvalidMessageId { .. } | InboxError::AttemptsExhausted { .. } => {
+                Some(&crate::ack::FINAL)
+            }
+            InboxError::Rejected { .. } => Some(&crate::ack::REJECTED),
             _ => None,
         }
     }
@@ -395,10 +470,18 @@ impl From<InboxError> for diesel::result::Error {
 /// The error type of an idempotent handler.
 ///
 /// It must take Diesel's errors (the transaction's own failures) and the
-/// inbox's (a malformed message id). `diesel::result::Error` qualifies as it
-/// is; for an error type of your own, add a variant with
-/// `#[from] inbox_runtime::InboxError` or implement
-/// `From<inbox_runtime::InboxError>` by hand.
+/// inbox's (a malformed message id, a rejection), and be a
+/// `std::error::Error + 'static`, so the runtime can tell a rejection and a
+/// database failure from a failed attempt, and [`ack_decision`] can tell
+/// the broker what to do: it looks for an [`InboxError`] or a
+/// `diesel::result::Error` along the error's `source()` chain.
+/// `diesel::result::Error` qualifies as it is; for an error type of your
+/// own, add a variant with `#[from] inbox_runtime::InboxError` (plain or
+/// `#[error(transparent)]`, both are found) or implement
+/// `From<inbox_runtime::InboxError>` by hand and return the inbox error from
+/// `source()`.
+///
+/// [`ack_decision`]: crate::ack_decision
 ///
 /// ```
 /// use inbox_runtime::{HandlerError, InboxError};
@@ -411,6 +494,14 @@ impl From<InboxError> for diesel::result::Error {
 /// impl From<InboxError> for AppError {
 ///     fn from(e: InboxError) -> Self { AppError::Inbox(e) }
 /// }
+/// impl std::fmt::Display for AppError {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str("app error") }
+/// }
+/// impl std::error::Error for AppError {
+///     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+///         match self { AppError::Db(e) => Some(e), AppError::Inbox(e) => Some(e) }
+///     }
+/// }
 ///
 /// fn assert_handler_error<E: HandlerError>() {}
 /// assert_handler_error::<AppError>();
@@ -418,12 +509,18 @@ impl From<InboxError> for diesel::result::Error {
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be the error type of an idempotent handler",
-    label = "this error type must implement `From<diesel::result::Error>` and `From<inbox_runtime::InboxError>`",
-    note = "add a variant with `#[from] inbox_runtime::InboxError` (and one for `diesel::result::Error`), or return `Result<_, diesel::result::Error>`"
+    label = "this error type must implement `std::error::Error`, `From<diesel::result::Error>` and `From<inbox_runtime::InboxError>`",
+    note = "derive `thiserror::Error` with a `#[from] inbox_runtime::InboxError` variant (and one for `diesel::result::Error`), or return `Result<_, diesel::result::Error>`"
 )]
-pub trait HandlerError: From<diesel::result::Error> + From<InboxError> {}
+pub trait HandlerError:
+    From<diesel::result::Error> + From<InboxError> + StdError + 'static
+{
+}
 
-impl<E: From<diesel::result::Error> + From<InboxError>> HandlerError for E {}
+impl<E> HandlerError for E where
+    E: From<diesel::result::Error> + From<InboxError> + StdError + 'static
+{
+}
 
 /// Converts the runtime's error into a handler's: a database failure as the
 /// Diesel error it is (so `E`'s Diesel variant sees every database error),

@@ -111,14 +111,19 @@
 
 extern crate self as inbox_runtime;
 
+mod ack;
+mod attempts;
 mod backend;
 mod backoff;
 mod claim;
+pub mod dead_letters;
 mod duration;
 mod error;
 mod execution;
+mod failure;
 mod key;
 mod message_id;
+mod observe;
 mod outcome;
 pub mod prune;
 mod recovery;
@@ -153,6 +158,8 @@ pub mod __private;
 /// ```
 pub use inbox_macros::idempotent;
 
+pub use ack::{AckDecision, Acknowledge, ack_decision};
+pub use attempts::{MaxAttempts, default_max_attempts, set_default_max_attempts};
 pub use backend::InboxBackend;
 pub use backoff::Backoff;
 #[doc(hidden)]
@@ -160,6 +167,7 @@ pub use claim::ClaimStatement;
 pub use claim::{Claim, claim};
 pub use error::{HandlerError, InboxError, KeyProblem, RetentionProblem};
 pub use execution::CLAIM_ATTEMPTS;
+pub use failure::MAX_ERROR_TEXT_BYTES;
 pub use key::{ClaimKey, HandlerName, MAX_HANDLER_BYTES, MAX_MESSAGE_ID_BYTES};
 pub use message_id::MessageId;
 pub use outcome::{OnDuplicate, Outcome};
@@ -167,12 +175,13 @@ pub use prune::{Prune, PruneError, PruneReport};
 pub use recovery::{Recovery, is_lock_conflict, recovery};
 pub use retention::{MAX_RETENTION, RetentionPolicy};
 pub use schema::setup;
-pub use transaction::run_idempotent;
+pub use transaction::{run_idempotent, run_idempotent_with};
 #[cfg(feature = "async")]
 #[doc(hidden)]
 pub use transaction_async::begin_claimed;
 #[cfg(feature = "async")]
 pub use transaction_async::{
     ClaimedTransaction, DEFAULT_ABANDONED_TRANSACTION_TIMEOUT, abandoned_transaction_timeout,
-    claim_async, run_idempotent_async, set_abandoned_transaction_timeout,
+    claim_async, run_idempotent_async, run_idempotent_async_with,
+    set_abandoned_transaction_timeout,
 };

@@ -3,6 +3,7 @@
 
 use diesel::connection::Connection;
 
+use crate::attempts::{MaxAttempts, resolve};
 use crate::backend::InboxBackend;
 use crate::error::{HandlerError, InboxError};
 use crate::key::{ClaimKey, HandlerName};
@@ -56,7 +57,12 @@ impl<R, E> HandlerResult for Result<R, E> {
 
 /// Runs the handler body through [`crate::run_idempotent`], or returns the
 /// key's validation error without touching the database.
-pub fn run_sync<C, T, F>(conn: &mut C, key: Result<ClaimKey, InboxError>, body: F) -> T
+pub fn run_sync<C, T, F>(
+    conn: &mut C,
+    key: Result<ClaimKey, InboxError>,
+    max_attempts: Option<MaxAttempts>,
+    body: F,
+) -> T
 where
     C: Connection,
     C::Backend: InboxBackend,
@@ -66,7 +72,9 @@ where
     F: FnOnce(&mut C) -> T,
 {
     T::from_result(match key {
-        Ok(key) => crate::run_idempotent(conn, key, |conn| body(conn).into_result()),
+        Ok(key) => crate::run_idempotent_with(conn, key, resolve(max_attempts), |conn| {
+            body(conn).into_result()
+        }),
         Err(error) => Err(error.into()),
     })
 }
@@ -78,6 +86,7 @@ where
 pub async fn begin_async<C, T>(
     conn: &mut C,
     key: Result<ClaimKey, InboxError>,
+    max_attempts: Option<MaxAttempts>,
 ) -> Result<crate::ClaimedTransaction<'_, C>, T>
 where
     C: diesel_async::AsyncConnection,
@@ -87,7 +96,7 @@ where
     T::Err: HandlerError,
 {
     let key = key.map_err(|error| T::from_result(Err(error.into())))?;
-    match crate::transaction_async::claim_in_new_level(conn, &key).await {
+    match crate::transaction_async::claim_in_new_level(conn, key, resolve(max_attempts)).await {
         Ok(Some(claimed)) => Ok(claimed),
         Ok(None) => Err(T::from_result(Ok(T::Ok::on_duplicate()))),
         Err(error) => Err(T::from_result(Err(crate::error::into_handler_error(error)))),
@@ -119,6 +128,7 @@ pub async fn finish_async<C, T>(
 ) -> T
 where
     C: diesel_async::AsyncConnection,
+    C::Backend: InboxBackend,
     T: HandlerResult,
     T::Err: HandlerError,
 {
@@ -136,6 +146,7 @@ where
 pub fn begin_async<C, T>(
     conn: &mut C,
     _key: Result<ClaimKey, InboxError>,
+    _max_attempts: Option<MaxAttempts>,
 ) -> core::future::Pending<Result<AsyncUnavailable<'_, C>, T>>
 where
     C: AsyncFeatureEnabled,

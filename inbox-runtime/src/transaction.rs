@@ -4,11 +4,14 @@ use std::panic::{self, AssertUnwindSafe};
 
 use diesel::connection::{Connection, TransactionManager, TransactionManagerStatus};
 
+use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::InboxBackend;
 use crate::claim::{Claim, claim_statement, refused_or_database};
 use crate::error::{HandlerError, InboxError, into_handler_error};
 use crate::execution::RetryPolicy;
+use crate::failure::{self, Failure, Recorded};
 use crate::key::ClaimKey;
+use crate::observe::{Delivery, Ending, ending_of_inbox_error};
 use crate::outcome::OnDuplicate;
 use crate::recovery::{Recovery, recovery};
 use crate::scope::{Scope, either, report_after_failed_rollback};
@@ -47,7 +50,16 @@ use crate::scope::{Scope, either, report_after_failed_rollback};
 ///   [`CLAIM_ATTEMPTS`](crate::CLAIM_ATTEMPTS) times in all, since the body
 ///   has not run yet. Only when `conn` has no transaction open: inside an
 ///   outer transaction the conflict is returned to the caller.
-/// - What to do with an error: [`InboxError::recovery`] and
+/// - `body` fails (returns its own error or panics) in a handler that opened
+///   the outermost transaction: after the rollback, the failed attempt is
+///   counted in a short transaction of its own, and at the default
+///   [`MaxAttempts`](crate::MaxAttempts) the message is recorded as dead and
+///   the delivery fails with [`InboxError::AttemptsExhausted`]; a body that
+///   returns [`InboxError::rejected`] makes the message dead at once. See
+///   [`run_idempotent_with`] for the limit, and
+///   [`dead_letters`](crate::dead_letters) for what operators can do.
+/// - What to do with an error: [`ack_decision`](crate::ack_decision) turns
+///   the result into the broker's decision; [`InboxError::recovery`] and
 ///   [`recovery`](crate::recovery) say retry, reconnect, or never.
 ///
 /// Only effects written through the connection handed to `body` are covered.
@@ -81,26 +93,178 @@ where
     E: HandlerError,
     F: FnOnce(&mut C) -> Result<R, E>,
 {
-    let scope = Scope::new::<C::Backend>(status(conn))?;
-    let claim = claim_with_retries(conn, &scope, &key).map_err(into_handler_error::<E>)?;
+    run_idempotent_with(conn, key, default_max_attempts(), body)
+}
+
+/// [`run_idempotent`] with the handler's own limit of failed attempts
+/// (`#[idempotent(max_attempts = …)]` expands to it), instead of
+/// [`default_max_attempts`].
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use inbox_runtime::{run_idempotent_with, ClaimKey, HandlerName, InboxError, MaxAttempts};
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// inbox_runtime::setup(&mut conn)?;
+/// let key = || ClaimKey::new(HandlerName::new("flaky")?, "m-1");
+/// let fail = |_: &mut SqliteConnection| Err::<(), _>(diesel::result::Error::NotFound);
+///
+/// let first = run_idempotent_with(&mut conn, key()?, MaxAttempts::limit(2), fail);
+/// assert!(matches!(first, Err(diesel::result::Error::NotFound)), "counted, may retry");
+/// let second = run_idempotent_with(&mut conn, key()?, MaxAttempts::limit(2), fail).unwrap_err();
+/// assert!(matches!(
+///     InboxError::find_in(&second),
+///     Some(InboxError::AttemptsExhausted { attempts: 2, .. })
+/// ));
+/// // Dead: the body no longer runs.
+/// let third = run_idempotent_with(&mut conn, key()?, MaxAttempts::limit(2), |_: &mut SqliteConnection| -> QueryResult<()> {
+///     unreachable!("a dead message's body does not run")
+/// });
+/// assert!(third.is_ok());
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn run_idempotent_with<C, R, E, F>(
+    conn: &mut C,
+    key: ClaimKey,
+    max_attempts: MaxAttempts,
+    body: F,
+) -> Result<R, E>
+where
+    C: Connection,
+    C::Backend: InboxBackend,
+    R: OnDuplicate,
+    E: HandlerError,
+    F: FnOnce(&mut C) -> Result<R, E>,
+{
+    let mut delivery = Delivery::start(&key);
+    let scope = match Scope::new::<C::Backend>(status(conn)) {
+        Ok(scope) => scope,
+        Err(error) => {
+            delivery.finish(Ending::DatabaseError);
+            return Err(error.into());
+        }
+    };
+    let claim = match claim_with_retries(conn, &scope, &key, &delivery) {
+        Ok(claim) => claim,
+        Err(error) => {
+            delivery.finish(ending_of_inbox_error(&error));
+            return Err(into_handler_error(error));
+        }
+    };
+    delivery.claimed();
     if claim == Claim::Duplicate {
+        delivery.finish(Ending::Duplicate);
         return Ok(R::on_duplicate());
     }
     match panic::catch_unwind(AssertUnwindSafe(|| body(conn))) {
-        Ok(Ok(value)) => {
-            commit(conn, &scope).map_err(into_handler_error::<E>)?;
-            Ok(value)
-        }
+        Ok(Ok(value)) => match commit(conn, &scope) {
+            Ok(()) => {
+                delivery.finish(Ending::Processed);
+                Ok(value)
+            }
+            Err(error) => {
+                delivery.finish(Ending::DatabaseError);
+                Err(into_handler_error(error))
+            }
+        },
         Ok(Err(error)) => Err(match roll_back(conn, &scope) {
-            Ok(()) => error,
-            Err(rollback_error) => report_after_failed_rollback(error, rollback_error)
-                .unwrap_or_else(into_handler_error),
+            Ok(()) => {
+                let failure = Failure::of_error(&error);
+                let recorded = failure.as_ref().and_then(|failure| {
+                    record_failure(conn, &scope, &key, failure, max_attempts).transpose()
+                });
+                match recorded {
+                    None => {
+                        delivery.finish(Ending::Failed { attempts: None });
+                        error
+                    }
+                    Some(Ok(recorded)) => {
+                        delivery.finish(recorded.ending());
+                        recorded.into_error().map_or(error, E::from)
+                    }
+                    // A rejection that could not be recorded is retried, so
+                    // that its redelivery records it; a count that could
+                    // not be written is lost (the count is a lower bound).
+                    Some(Err(record_error)) => {
+                        delivery.finish(Ending::Failed { attempts: None });
+                        match failure {
+                            Some(Failure::Rejection(_)) => into_handler_error(record_error),
+                            _ => error,
+                        }
+                    }
+                }
+            }
+            Err(rollback_error) => {
+                delivery.finish(Ending::DatabaseError);
+                report_after_failed_rollback(error, rollback_error)
+                    .unwrap_or_else(into_handler_error)
+            }
         }),
         Err(panic) => {
             // The panic matters more than a failed rollback, which marks
-            // the connection broken anyway.
-            let _ = roll_back(conn, &scope);
+            // the connection broken anyway, or than a count that could not
+            // be written.
+            if roll_back(conn, &scope).is_ok() {
+                let failure = Failure::of_panic(&*panic);
+                let recorded = record_failure(conn, &scope, &key, &failure, max_attempts);
+                delivery.finish(match recorded {
+                    Ok(Some(recorded)) => recorded.ending(),
+                    _ => Ending::Failed { attempts: None },
+                });
+            } else {
+                delivery.finish(Ending::DatabaseError);
+            }
             panic::resume_unwind(panic)
+        }
+    }
+}
+
+/// Records a failed body after its rollback, in a short transaction of its
+/// own (see [`crate::failure`]). `None`: nothing to record at this level (a
+/// nested handler: its caller's transaction is still open).
+fn record_failure<C>(
+    conn: &mut C,
+    handler_scope: &Scope,
+    key: &ClaimKey,
+    failure: &Failure,
+    limit: MaxAttempts,
+) -> Result<Option<Recorded>, InboxError>
+where
+    C: Connection,
+    C::Backend: InboxBackend,
+{
+    if !handler_scope.is_outermost() {
+        return Ok(None);
+    }
+    let scope = Scope::new::<C::Backend>(status(conn))?;
+    begin(conn, &scope)?;
+    let written = (|| {
+        let record = failure::record_attempt_binds(key, failure);
+        C::Backend::execute_bound(conn, C::Backend::FAILURE_SQL.record_attempt, &record)?;
+        let rows = match failure::mark_dead::<C::Backend>(key, failure, limit) {
+            Some((sql, binds)) => Some(C::Backend::execute_bound(conn, sql, &binds)?),
+            None => None,
+        };
+        let recorded = failure::recorded(failure, limit, rows);
+        if recorded.claims() && claim_or_refuse(conn, key)? == Claim::Duplicate {
+            return Ok(Recorded::ProcessedMeanwhile);
+        }
+        Ok(recorded)
+    })();
+    match written {
+        Ok(Recorded::ProcessedMeanwhile) => {
+            roll_back(conn, &scope)?;
+            Ok(Some(Recorded::ProcessedMeanwhile))
+        }
+        Ok(recorded) => {
+            commit(conn, &scope)?;
+            Ok(Some(recorded))
+        }
+        Err(error) => {
+            roll_back(conn, &scope)?;
+            Err(error)
         }
     }
 }
@@ -108,7 +272,12 @@ where
 /// Begins the handler's level and claims `key` in it, retrying a claim that
 /// lost a lock conflict (outermost level only). Returns with the level open
 /// when the key was claimed, and closed (committed) on a duplicate.
-fn claim_with_retries<C>(conn: &mut C, scope: &Scope, key: &ClaimKey) -> Result<Claim, InboxError>
+fn claim_with_retries<C>(
+    conn: &mut C,
+    scope: &Scope,
+    key: &ClaimKey,
+    delivery: &Delivery,
+) -> Result<Claim, InboxError>
 where
     C: Connection,
     C::Backend: InboxBackend,
@@ -129,7 +298,10 @@ where
                 match error {
                     // Claims retry at once (the policy's wait is zero).
                     InboxError::Database(cause)
-                        if scope.is_outermost() && tries.again(&cause).is_some() => {}
+                        if scope.is_outermost() && tries.again(&cause).is_some() =>
+                    {
+                        delivery.claim_retry(tries.made(), &cause);
+                    }
                     error => return Err(error),
                 }
             }

@@ -14,11 +14,14 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::InboxBackend;
 use crate::claim::{Claim, ClaimStatement, claim_from_affected_rows, refused_or_database};
 use crate::error::{HandlerError, InboxError, into_handler_error};
 use crate::execution::{OpenTransactionGuard, RetryPolicy, require_transaction};
+use crate::failure::{self, Failure, Recorded};
 use crate::key::ClaimKey;
+use crate::observe::{Delivery, Ending, ending_of_inbox_error};
 use crate::outcome::OnDuplicate;
 use crate::recovery::{Recovery, recovery};
 use crate::scope::{Scope, either, report_after_failed_rollback};
@@ -191,7 +194,39 @@ where
     E: HandlerError,
     F: AsyncFnOnce(&mut C) -> Result<R, E>,
 {
-    let claimed = claim_in_new_level(conn, &key).await;
+    run_idempotent_async_with(conn, key, default_max_attempts(), body).await
+}
+
+/// [`run_idempotent_async`] with the handler's own limit of failed attempts
+/// (see [`run_idempotent_with`](crate::run_idempotent_with)).
+///
+/// ```no_run
+/// # #[cfg(feature = "postgres")]
+/// # async fn demo(conn: &mut diesel_async::AsyncPgConnection) -> Result<(), inbox_runtime::InboxError> {
+/// use inbox_runtime::{run_idempotent_async_with, ClaimKey, HandlerName, MaxAttempts};
+///
+/// let key = ClaimKey::new(HandlerName::new("greeter")?, "m-1")?;
+/// run_idempotent_async_with(conn, key, MaxAttempts::Unbounded, async |_conn| {
+///     Ok::<(), inbox_runtime::InboxError>(())
+/// })
+/// .await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn run_idempotent_async_with<C, R, E, F>(
+    conn: &mut C,
+    key: ClaimKey,
+    max_attempts: MaxAttempts,
+    body: F,
+) -> Result<R, E>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+    R: OnDuplicate,
+    E: HandlerError,
+    F: AsyncFnOnce(&mut C) -> Result<R, E>,
+{
+    let claimed = claim_in_new_level(conn, key, max_attempts).await;
     let Some(mut claimed) = claimed.map_err(into_handler_error::<E>)? else {
         return Ok(R::on_duplicate());
     };
@@ -232,43 +267,51 @@ where
     C: AsyncConnection,
     C::Backend: InboxBackend,
 {
-    claim_in_new_level(conn, key).await.map_err(Into::into)
+    claim_in_new_level(conn, key.clone(), default_max_attempts())
+        .await
+        .map_err(Into::into)
 }
 
 /// [`begin_claimed`], with the inbox's own errors kept typed (for handlers
 /// whose error type takes them).
 pub(crate) async fn claim_in_new_level<'c, C>(
     conn: &'c mut C,
-    key: &ClaimKey,
+    key: ClaimKey,
+    max_attempts: MaxAttempts,
 ) -> Result<Option<ClaimedTransaction<'c, C>>, InboxError>
 where
     C: AsyncConnection,
     C::Backend: InboxBackend,
 {
-    let scope = Scope::bounded::<C::Backend>(status(conn), abandoned_transaction_timeout())?;
+    let mut delivery = Delivery::start(&key);
+    let scope = match Scope::bounded::<C::Backend>(status(conn), abandoned_transaction_timeout()) {
+        Ok(scope) => scope,
+        Err(error) => {
+            delivery.finish(Ending::DatabaseError);
+            return Err(error.into());
+        }
+    };
     let mut transaction = ClaimedTransaction {
         guard: OpenTransactionGuard::new(conn),
         scope,
+        key,
+        max_attempts,
+        delivery: None,
     };
-    let mut tries = RetryPolicy::CLAIM.tries();
-    loop {
-        transaction.begin().await?;
-        match claim_statement_async(transaction.guard.conn(), key).await {
-            Ok(Claim::Claimed) => return Ok(Some(transaction)),
-            Ok(Claim::Duplicate) => {
-                transaction.commit().await?;
-                return Ok(None);
-            }
-            Err(error) => {
-                if let Err(rollback_error) = transaction.roll_back().await {
-                    let cause = refused_or_database(key, error);
-                    return Err(either(report_after_failed_rollback(cause, rollback_error)));
-                }
-                // Claims retry at once (the policy's wait is zero).
-                if !(transaction.scope.is_outermost() && tries.again(&error).is_some()) {
-                    return Err(refused_or_database(key, error));
-                }
-            }
+    match transaction.claim(&delivery).await {
+        Ok(Claim::Claimed) => {
+            delivery.claimed();
+            transaction.delivery = Some(delivery);
+            Ok(Some(transaction))
+        }
+        Ok(Claim::Duplicate) => {
+            delivery.claimed();
+            delivery.finish(Ending::Duplicate);
+            Ok(None)
+        }
+        Err(error) => {
+            delivery.finish(ending_of_inbox_error(&error));
+            Err(error)
         }
     }
 }
@@ -286,10 +329,49 @@ pub struct ClaimedTransaction<'c, C: AsyncConnection> {
     /// The connection, marked broken if this is dropped between the level's
     /// `BEGIN` (or savepoint) and the end of its commit or rollback.
     guard: OpenTransactionGuard<'c, C>,
+    /// The level open on it: the handler's, or the short transaction that
+    /// records a failure.
     scope: Scope,
+    key: ClaimKey,
+    max_attempts: MaxAttempts,
+    /// Reported when the delivery ends.
+    delivery: Option<Delivery>,
 }
 
-impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
+impl<C> ClaimedTransaction<'_, C>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    /// Begins the handler's level and claims the key in it, retrying a claim
+    /// that lost a lock conflict (outermost level only). Returns with the
+    /// level open when the key was claimed, and closed (committed) on a
+    /// duplicate.
+    async fn claim(&mut self, delivery: &Delivery) -> Result<Claim, InboxError> {
+        let mut tries = RetryPolicy::CLAIM.tries();
+        loop {
+            self.begin().await?;
+            match claim_statement_async(self.guard.conn(), &self.key).await {
+                Ok(Claim::Claimed) => return Ok(Claim::Claimed),
+                Ok(Claim::Duplicate) => {
+                    self.commit().await?;
+                    return Ok(Claim::Duplicate);
+                }
+                Err(error) => {
+                    if let Err(rollback_error) = self.roll_back().await {
+                        let cause = refused_or_database(&self.key, error);
+                        return Err(either(report_after_failed_rollback(cause, rollback_error)));
+                    }
+                    // Claims retry at once (the policy's wait is zero).
+                    if !(self.scope.is_outermost() && tries.again(&error).is_some()) {
+                        return Err(refused_or_database(&self.key, error));
+                    }
+                    delivery.claim_retry(tries.made(), &error);
+                }
+            }
+        }
+    }
+
     /// The transaction's connection, for the message's effects.
     ///
     /// ```no_run
@@ -317,11 +399,12 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
     /// ```
     pub async fn finish<R, E>(self, result: Result<R, E>) -> Result<R, E>
     where
-        E: From<diesel::result::Error>,
+        E: From<diesel::result::Error> + std::error::Error + 'static,
     {
         match self.end(result).await {
-            Ok(result) => result,
-            Err(error) => Err(E::from(error.into())),
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(Failed::Body(error))) => Err(error),
+            Ok(Err(Failed::Inbox(error))) | Err(error) => Err(E::from(error.into())),
         }
     }
 
@@ -336,26 +419,158 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
         E: HandlerError,
     {
         match result {
-            Ok(result) => self
-                .end(result)
-                .await
-                .unwrap_or_else(|error| Err(into_handler_error(error))),
+            Ok(result) => match self.end(result).await {
+                Ok(Ok(value)) => Ok(value),
+                Ok(Err(Failed::Body(error))) => Err(error),
+                Ok(Err(Failed::Inbox(error))) | Err(error) => Err(into_handler_error(error)),
+            },
             Err(panic) => {
-                let _ = self.roll_back().await;
+                // The panic matters more than a failed rollback, which marks
+                // the connection broken anyway, or than a count that could
+                // not be written.
+                if self.roll_back().await.is_ok() {
+                    let failure = Failure::of_panic(&*panic);
+                    let recorded = self.record_failure(&failure).await;
+                    self.report(match recorded {
+                        Ok(Some(recorded)) => recorded.ending(),
+                        _ => Ending::Failed { attempts: None },
+                    });
+                } else {
+                    self.report(Ending::DatabaseError);
+                }
                 panic::resume_unwind(panic)
             }
         }
     }
 
-    /// Commits on `Ok`, rolls back on `Err`; the outer `Err` is a commit or
-    /// rollback that failed.
-    async fn end<R, E>(mut self, result: Result<R, E>) -> Result<Result<R, E>, InboxError> {
+    /// Commits on `Ok`; on `Err`, rolls back and records the failure. The
+    /// outer `Err` is a commit or rollback that failed.
+    async fn end<R, E>(mut self, result: Result<R, E>) -> Result<Result<R, Failed<E>>, InboxError>
+    where
+        E: std::error::Error + 'static,
+    {
         match result {
-            Ok(value) => self.commit().await.map(|()| Ok(value)),
-            Err(error) => match self.roll_back().await {
-                Ok(()) => Ok(Err(error)),
-                Err(rollback_error) => report_after_failed_rollback(error, rollback_error).map(Err),
+            Ok(value) => match self.commit().await {
+                Ok(()) => {
+                    self.report(Ending::Processed);
+                    Ok(Ok(value))
+                }
+                Err(error) => {
+                    self.report(Ending::DatabaseError);
+                    Err(error)
+                }
             },
+            Err(error) => match self.roll_back().await {
+                Ok(()) => Ok(Err(self.after_failure(error).await)),
+                Err(rollback_error) => {
+                    self.report(Ending::DatabaseError);
+                    report_after_failed_rollback(error, rollback_error)
+                        .map(|error| Err(Failed::Body(error)))
+                }
+            },
+        }
+    }
+
+    /// After the body failed with `error` and its level rolled back: records
+    /// the failure, and says what the delivery fails with.
+    async fn after_failure<E>(&mut self, error: E) -> Failed<E>
+    where
+        E: std::error::Error + 'static,
+    {
+        let Some(failure) = Failure::of_error(&error) else {
+            self.report(Ending::Failed { attempts: None });
+            return Failed::Body(error);
+        };
+        match self.record_failure(&failure).await {
+            Ok(None) => {
+                self.report(Ending::Failed { attempts: None });
+                Failed::Body(error)
+            }
+            Ok(Some(recorded)) => {
+                self.report(recorded.ending());
+                match recorded.into_error() {
+                    Some(replacement) => Failed::Inbox(replacement),
+                    None => Failed::Body(error),
+                }
+            }
+            // A rejection that could not be recorded is retried, so that its
+            // redelivery records it; a count that could not be written is
+            // lost (the count is a lower bound).
+            Err(record_error) => {
+                self.report(Ending::Failed { attempts: None });
+                match failure {
+                    Failure::Rejection(_) => Failed::Inbox(record_error),
+                    Failure::Attempt(_) => Failed::Body(error),
+                }
+            }
+        }
+    }
+
+    /// Records a failed body after its rollback, in a short transaction of
+    /// its own (see `failure.rs`). `None`: nothing to record at this level (a
+    /// nested handler: its caller's transaction is still open).
+    async fn record_failure(&mut self, failure: &Failure) -> Result<Option<Recorded>, InboxError> {
+        if !self.scope.is_outermost() {
+            return Ok(None);
+        }
+        let short = Scope::new::<C::Backend>(status(self.guard.conn()))?;
+        let handler_scope = std::mem::replace(&mut self.scope, short);
+        let recorded = self.record_in_short_transaction(failure).await;
+        self.scope = handler_scope;
+        recorded.map(Some)
+    }
+
+    async fn record_in_short_transaction(
+        &mut self,
+        failure: &Failure,
+    ) -> Result<Recorded, InboxError> {
+        self.begin().await?;
+        match self.write_failure(failure).await {
+            Ok(Recorded::ProcessedMeanwhile) => {
+                self.roll_back().await?;
+                Ok(Recorded::ProcessedMeanwhile)
+            }
+            Ok(recorded) => {
+                self.commit().await?;
+                Ok(recorded)
+            }
+            Err(error) => {
+                self.roll_back().await?;
+                Err(error)
+            }
+        }
+    }
+
+    async fn write_failure(&mut self, failure: &Failure) -> Result<Recorded, InboxError> {
+        let record = failure::record_attempt_binds(&self.key, failure);
+        C::Backend::execute_bound_async(
+            self.guard.conn(),
+            C::Backend::FAILURE_SQL.record_attempt,
+            &record,
+        )
+        .await?;
+        let rows = match failure::mark_dead::<C::Backend>(&self.key, failure, self.max_attempts) {
+            Some((sql, binds)) => {
+                Some(C::Backend::execute_bound_async(self.guard.conn(), sql, &binds).await?)
+            }
+            None => None,
+        };
+        let recorded = failure::recorded(failure, self.max_attempts, rows);
+        if recorded.claims() {
+            let claim = claim_statement_async(self.guard.conn(), &self.key)
+                .await
+                .map_err(|error| refused_or_database(&self.key, error))?;
+            if claim == Claim::Duplicate {
+                return Ok(Recorded::ProcessedMeanwhile);
+            }
+        }
+        Ok(recorded)
+    }
+
+    /// Reports how the delivery ended (once).
+    fn report(&mut self, ending: Ending) {
+        if let Some(delivery) = self.delivery.take() {
+            delivery.finish(ending);
         }
     }
 
@@ -434,6 +649,14 @@ impl<C: AsyncConnection> ClaimedTransaction<'_, C> {
             diesel::result::Error::NotInTransaction,
         )
     }
+}
+
+/// What a failed body's delivery fails with: the body's own error, or an
+/// inbox error in its place (exhausted attempts, a rejection that could not
+/// be recorded).
+enum Failed<E> {
+    Body(E),
+    Inbox(InboxError),
 }
 
 fn status<C: AsyncConnection>(conn: &mut C) -> &mut TransactionManagerStatus {

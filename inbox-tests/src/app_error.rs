@@ -4,7 +4,8 @@
 
 use inbox_runtime::{InboxError, Recovery};
 
-/// An application error type of the kind the attribute is meant for.
+/// An application error type of the kind the attribute is meant for: the
+/// inbox's error wrapped transparently, which `ack_decision` sees through.
 ///
 /// ```
 /// use inbox_runtime::Recovery;
@@ -12,39 +13,30 @@ use inbox_runtime::{InboxError, Recovery};
 ///
 /// let error = AppError::from(diesel::result::Error::NotFound);
 /// assert_eq!(error.recovery(), inbox_runtime::recovery(&diesel::result::Error::NotFound));
-/// assert_eq!(AppError::Rejected("no such account").recovery(), Recovery::Retry);
+/// assert_eq!(AppError::Failed("no such account").recovery(), Recovery::Retry);
 /// ```
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum AppError {
     /// A Diesel error of the handler's body.
-    Db(diesel::result::Error),
+    #[error(transparent)]
+    Db(#[from] diesel::result::Error),
     /// An error of the inbox (an invalid id, a lost transaction, …).
-    Inbox(InboxError),
-    /// The application's own rejection of a message.
-    Rejected(&'static str),
-}
-
-impl From<diesel::result::Error> for AppError {
-    fn from(error: diesel::result::Error) -> Self {
-        AppError::Db(error)
-    }
-}
-
-impl From<InboxError> for AppError {
-    fn from(error: InboxError) -> Self {
-        AppError::Inbox(error)
-    }
+    #[error(transparent)]
+    Inbox(#[from] InboxError),
+    /// The application's own failure on a message (a failed attempt).
+    #[error("the handler failed: {0}")]
+    Failed(&'static str),
 }
 
 impl AppError {
     /// What a consumer does next (the README's "When the database goes
     /// away"): the inbox's answer for database and inbox errors; the
-    /// application's own rejection is "not done, try again".
+    /// application's own failure is "not done, try again".
     pub fn recovery(&self) -> Recovery {
         match self {
             AppError::Db(error) => inbox_runtime::recovery(error),
             AppError::Inbox(error) => error.recovery(),
-            AppError::Rejected(_) => Recovery::Retry,
+            AppError::Failed(_) => Recovery::Retry,
         }
     }
 

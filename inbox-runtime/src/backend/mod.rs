@@ -19,15 +19,19 @@ use diesel::QueryResult;
 use diesel::backend::Backend;
 use diesel::query_builder::AstPass;
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 use diesel::sql_types::Text;
 
 use crate::key::ClaimKey;
 
+mod failure_rows;
 pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod prune_batch;
 pub(crate) mod sqlite;
 
+pub use failure_rows::{DeadLetterRow, Present, SummaryRow};
 pub(crate) use prune_batch::NextHandler;
 pub use prune_batch::{PruneBatchStatement, PruneScope};
 
@@ -67,8 +71,13 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// created before 2026-12-03 needs a rebuild, which
     /// [`setup`](crate::setup) does and this SQL does not.
     const CREATE_SCHEMA_SQL: &'static str;
-    /// SQL that drops the inbox table.
+    /// SQL that drops the inbox's tables.
     const DROP_SCHEMA_SQL: &'static str;
+
+    /// The statements of failed attempts, dead messages and their operator
+    /// surface (see [`FailureSql`]).
+    #[doc(hidden)]
+    const FAILURE_SQL: FailureSql;
 
     /// Brings an inbox that [`CREATE_SCHEMA_SQL`](Self::CREATE_SCHEMA_SQL)
     /// found in place up to date, where SQL that is safe to run again cannot
@@ -142,6 +151,42 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     where
         C: diesel_async::AsyncConnection<Backend = Self>;
 
+    /// Runs `sql` (one of [`FAILURE_SQL`](Self::FAILURE_SQL)'s statements)
+    /// with `binds` bound in order: the affected rows.
+    #[doc(hidden)]
+    fn execute_bound<C>(conn: &mut C, sql: &'static str, binds: &[Bind<'_>]) -> QueryResult<usize>
+    where
+        C: diesel::Connection<Backend = Self>;
+
+    /// [`execute_bound`](Self::execute_bound) on a diesel-async connection.
+    #[cfg(feature = "async")]
+    #[doc(hidden)]
+    fn execute_bound_async<'c, C>(
+        conn: &'c mut C,
+        sql: &'static str,
+        binds: &'c [Bind<'c>],
+    ) -> impl std::future::Future<Output = QueryResult<usize>> + Send + 'c
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>;
+
+    /// One page of dead messages ([`FailureSql::list_dead`]).
+    #[doc(hidden)]
+    fn load_dead_letters<C>(conn: &mut C, binds: &[Bind<'_>]) -> QueryResult<Vec<DeadLetterRow>>
+    where
+        C: diesel::connection::LoadConnection<Backend = Self>;
+
+    /// Dead messages per handler ([`FailureSql::dead_summary`]).
+    #[doc(hidden)]
+    fn load_dead_summary<C>(conn: &mut C) -> QueryResult<Vec<SummaryRow>>
+    where
+        C: diesel::connection::LoadConnection<Backend = Self>;
+
+    /// The `present` column of the one row `sql` returns.
+    #[doc(hidden)]
+    fn load_flag<C>(conn: &mut C, sql: &'static str) -> QueryResult<bool>
+    where
+        C: diesel::connection::LoadConnection<Backend = Self>;
+
     /// SQL run right before a pruning batch's transaction begins (`""`: none).
     #[doc(hidden)]
     const PRUNE_BEFORE_BEGIN_SQL: &'static str;
@@ -149,6 +194,81 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// SQL run first inside a pruning batch's transaction (`""`: none).
     #[doc(hidden)]
     const PRUNE_AFTER_BEGIN_SQL: &'static str;
+}
+
+/// One backend's statements over `inbox_failures`. Each takes its binds in
+/// the order given (PostgreSQL numbers them, so a value used twice is bound
+/// twice on every backend). Times are read as microseconds since the Unix
+/// epoch.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct FailureSql {
+    /// Counts one failed attempt: `(handler, message_id, last_error)`.
+    pub(crate) record_attempt: &'static str,
+    /// Marks the message dead if its attempts reached the limit and it is
+    /// not dead yet: `(handler, message_id, limit)`; one row when it did.
+    pub(crate) mark_exhausted: &'static str,
+    /// Marks the message dead as rejected: `(handler, message_id)`.
+    pub(crate) mark_rejected: &'static str,
+    /// One page of a handler's dead messages, oldest first: `(handler,
+    /// after_micros, after_micros, after_message_id, limit)`.
+    pub(crate) list_dead: &'static str,
+    /// Dead messages per handler: `handler`, `dead`, `oldest_micros`.
+    pub(crate) dead_summary: &'static str,
+    /// Deletes the claims of dead messages, so the next delivery runs:
+    /// `(handler, handler, message_id or NULL, message_id or NULL)`.
+    pub(crate) revive_claims: &'static str,
+    /// Where claims can also sit in archived generations (PostgreSQL's
+    /// partitioned layout): a query telling whether that table exists
+    /// (`present`), and the delete of [`revive_claims`](Self::revive_claims)
+    /// there.
+    pub(crate) archived_claims: Option<(&'static str, &'static str)>,
+    /// Deletes the dead-message records: `(handler, message_id or NULL,
+    /// message_id or NULL)`.
+    pub(crate) forget_dead: &'static str,
+}
+
+/// A value bound to a statement of [`FailureSql`].
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub enum Bind<'a> {
+    /// Text.
+    Text(&'a str),
+    /// Text or `NULL`.
+    OptionalText(Option<&'a str>),
+    /// A 32-bit integer.
+    Integer(i32),
+    /// A 64-bit integer.
+    BigInt(i64),
+}
+
+/// Binds `binds` to `query` in order ([`InboxBackend::bound_statement`] as
+/// every backend implements it).
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) fn bind_all<'a, DB>(
+    mut query: BoxedSqlQuery<'a, DB, SqlQuery>,
+    binds: &[Bind<'a>],
+) -> BoxedSqlQuery<'a, DB, SqlQuery>
+where
+    DB: Backend
+        + diesel::sql_types::HasSqlType<Text>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::Integer>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::BigInt>,
+    &'a str: diesel::serialize::ToSql<Text, DB>
+        + diesel::serialize::ToSql<diesel::sql_types::Nullable<Text>, DB>,
+    i32: diesel::serialize::ToSql<diesel::sql_types::Integer, DB>,
+    i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
+{
+    use diesel::sql_types::{BigInt, Integer, Nullable};
+    for bind in binds {
+        query = match *bind {
+            Bind::Text(text) => query.bind::<Text, _>(text),
+            Bind::OptionalText(text) => query.bind::<Nullable<Text>, _>(text),
+            Bind::Integer(value) => query.bind::<Integer, _>(value),
+            Bind::BigInt(value) => query.bind::<BigInt, _>(value),
+        };
+    }
+    query
 }
 
 pub(crate) mod sealed {
@@ -236,6 +356,72 @@ macro_rules! next_prune_handler_fns {
 }
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub(crate) use next_prune_handler_fns;
+
+/// [`InboxBackend::execute_bound`], [`InboxBackend::execute_bound_async`]
+/// and [`InboxBackend::load_bound`] as every backend implements them.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+macro_rules! bound_statement_fn {
+    () => {
+        fn execute_bound<C>(
+            conn: &mut C,
+            sql: &'static str,
+            binds: &[crate::backend::Bind<'_>],
+        ) -> QueryResult<usize>
+        where
+            C: diesel::Connection<Backend = Self>,
+        {
+            use diesel::RunQueryDsl;
+            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds)
+                .execute(conn)
+        }
+
+        #[cfg(feature = "async")]
+        fn execute_bound_async<'c, C>(
+            conn: &'c mut C,
+            sql: &'static str,
+            binds: &'c [crate::backend::Bind<'c>],
+        ) -> impl std::future::Future<Output = QueryResult<usize>> + Send + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            use diesel_async::RunQueryDsl;
+            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds)
+                .execute(conn)
+        }
+
+        fn load_dead_letters<C>(
+            conn: &mut C,
+            binds: &[crate::backend::Bind<'_>],
+        ) -> QueryResult<Vec<crate::backend::DeadLetterRow>>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            use diesel::RunQueryDsl;
+            let sql = <Self as crate::backend::InboxBackend>::FAILURE_SQL.list_dead;
+            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds).load(conn)
+        }
+
+        fn load_dead_summary<C>(conn: &mut C) -> QueryResult<Vec<crate::backend::SummaryRow>>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            use diesel::RunQueryDsl;
+            diesel::sql_query(<Self as crate::backend::InboxBackend>::FAILURE_SQL.dead_summary)
+                .load(conn)
+        }
+
+        fn load_flag<C>(conn: &mut C, sql: &'static str) -> QueryResult<bool>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            use diesel::RunQueryDsl;
+            let rows: Vec<crate::backend::Present> = diesel::sql_query(sql).load(conn)?;
+            Ok(rows.first().is_some_and(|row| row.present))
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) use bound_statement_fn;
 
 /// What a backend's server (and its drivers) say when a statement fails in
 /// a way the error's kind does not tell: `(server code, message text)`

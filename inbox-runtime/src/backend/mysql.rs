@@ -79,7 +79,9 @@ mod imp {
     use diesel::query_builder::AstPass;
 
     use crate::backend::prune_batch::{Delete, Pick};
-    use crate::backend::{InboxBackend, PruneBatchStatement, migration_sql, push_key, sealed};
+    use crate::backend::{
+        FailureSql, InboxBackend, PruneBatchStatement, migration_sql, push_key, sealed,
+    };
     use crate::key::ClaimKey;
 
     /// The latest schema: the migrations' `up.sql` files, in order (the
@@ -88,7 +90,59 @@ mod imp {
         migration_sql!("mysql", "2026-12-01-000000_create_inbox_messages", "up.sql"),
         "\n",
         migration_sql!("mysql", "2026-12-03-000000_handler_index", "up.sql"),
+        "\n",
+        migration_sql!("mysql", "2026-12-05-000000_failures", "up.sql"),
     );
+
+    /// Microseconds since the Unix epoch of a UTC `DATETIME(6)` column.
+    macro_rules! micros {
+        ($column:literal) => {
+            concat!(
+                "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ",
+                $column,
+                ")"
+            )
+        };
+    }
+
+    /// Failed attempts, dead messages and the operator surface.
+    /// `VALUES(col)` in `ON DUPLICATE KEY UPDATE` is what MariaDB and MySQL
+    /// both take.
+    const FAILURES: FailureSql = FailureSql {
+        record_attempt: "INSERT INTO inbox_failures (handler, message_id, attempts, last_error) \
+            VALUES (?, ?, 1, ?) ON DUPLICATE KEY UPDATE attempts = attempts + 1, \
+            last_error = VALUES(last_error), last_failed_at = UTC_TIMESTAMP(6)",
+        mark_exhausted: "UPDATE inbox_failures SET dead_at = UTC_TIMESTAMP(6) \
+            WHERE handler = ? AND message_id = ? AND attempts >= ? AND dead_at IS NULL",
+        mark_rejected: "UPDATE inbox_failures SET dead_at = UTC_TIMESTAMP(6), rejected = TRUE \
+            WHERE handler = ? AND message_id = ?",
+        list_dead: concat!(
+            "SELECT CAST(handler AS CHAR) AS handler, CAST(message_id AS CHAR) AS message_id, attempts, ",
+            "CAST(last_error AS CHAR) AS last_error, rejected, ",
+            micros!("first_failed_at"),
+            " AS first_failed_micros, ",
+            micros!("last_failed_at"),
+            " AS last_failed_micros, ",
+            micros!("dead_at"),
+            " AS dead_micros FROM inbox_failures ",
+            "WHERE handler = ? AND dead_at IS NOT NULL AND (",
+            micros!("dead_at"),
+            " > ? OR (",
+            micros!("dead_at"),
+            " = ? AND message_id > ?)) ORDER BY dead_at, message_id LIMIT ?"
+        ),
+        dead_summary: concat!(
+            "SELECT CAST(handler AS CHAR) AS handler, COUNT(*) AS dead, MIN(",
+            micros!("dead_at"),
+            ") AS oldest_micros FROM inbox_failures WHERE dead_at IS NOT NULL GROUP BY handler ORDER BY handler"
+        ),
+        revive_claims: "DELETE FROM inbox_messages WHERE handler = ? AND message_id IN \
+            (SELECT message_id FROM inbox_failures WHERE handler = ? AND dead_at IS NOT NULL \
+            AND (? IS NULL OR message_id = ?))",
+        archived_claims: None,
+        forget_dead: "DELETE FROM inbox_failures WHERE handler = ? AND dead_at IS NOT NULL \
+            AND (? IS NULL OR message_id = ?)",
+    };
 
     /// This backend's Diesel migrations.
     #[cfg(feature = "migrations")]
@@ -99,10 +153,14 @@ mod imp {
 
     impl InboxBackend for Mysql {
         const CREATE_SCHEMA_SQL: &'static str = SCHEMA_SQL;
-        const DROP_SCHEMA_SQL: &'static str = migration_sql!(
-            "mysql",
-            "2026-12-01-000000_create_inbox_messages",
-            "down.sql"
+        const FAILURE_SQL: FailureSql = FAILURES;
+        const DROP_SCHEMA_SQL: &'static str = concat!(
+            migration_sql!("mysql", "2026-12-05-000000_failures", "down.sql"),
+            migration_sql!(
+                "mysql",
+                "2026-12-01-000000_create_inbox_messages",
+                "down.sql"
+            ),
         );
         const OUTERMOST_COMMIT_SQL: &'static str = "COMMIT";
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;
@@ -174,6 +232,7 @@ mod imp {
         }
 
         crate::backend::next_prune_handler_fns!();
+        crate::backend::bound_statement_fn!();
     }
 
     #[cfg(test)]

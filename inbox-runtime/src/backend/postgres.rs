@@ -109,7 +109,7 @@ mod imp {
     use diesel::query_builder::AstPass;
 
     use crate::backend::prune_batch::{Delete, Pick};
-    use crate::backend::{InboxBackend, PruneBatchStatement, migration_sql, sealed};
+    use crate::backend::{FailureSql, InboxBackend, PruneBatchStatement, migration_sql, sealed};
     use crate::key::ClaimKey;
 
     /// The latest schema: the migrations' `up.sql` files, in order. The
@@ -127,7 +127,59 @@ mod imp {
             "2026-12-03-000000_handler_index_and_statement_clock",
             "up.sql"
         ),
+        "\n",
+        migration_sql!("postgres", "2026-12-05-000000_failures", "up.sql"),
     );
+
+    /// Microseconds since the Unix epoch of a `timestamptz` column.
+    macro_rules! micros {
+        ($column:literal) => {
+            concat!("(extract(epoch FROM ", $column, ") * 1000000)::bigint")
+        };
+    }
+
+    /// Failed attempts, dead messages and the operator surface.
+    const FAILURES: FailureSql = FailureSql {
+        record_attempt: "INSERT INTO inbox_failures (handler, message_id, attempts, last_error) \
+            VALUES ($1, $2, 1, $3) ON CONFLICT (handler, message_id) DO UPDATE SET \
+            attempts = inbox_failures.attempts + 1, last_error = EXCLUDED.last_error, \
+            last_failed_at = statement_timestamp()",
+        mark_exhausted: "UPDATE inbox_failures SET dead_at = statement_timestamp() \
+            WHERE handler = $1 AND message_id = $2 AND attempts >= $3 AND dead_at IS NULL",
+        mark_rejected: "UPDATE inbox_failures SET dead_at = statement_timestamp(), rejected = TRUE \
+            WHERE handler = $1 AND message_id = $2",
+        list_dead: concat!(
+            "SELECT handler, message_id, attempts, last_error, rejected, ",
+            micros!("first_failed_at"),
+            " AS first_failed_micros, ",
+            micros!("last_failed_at"),
+            " AS last_failed_micros, ",
+            micros!("dead_at"),
+            " AS dead_micros FROM inbox_failures ",
+            "WHERE handler = $1 AND dead_at IS NOT NULL AND (",
+            micros!("dead_at"),
+            " > $2 OR (",
+            micros!("dead_at"),
+            " = $3 AND message_id > $4)) ORDER BY dead_at, message_id LIMIT $5"
+        ),
+        dead_summary: concat!(
+            "SELECT handler, COUNT(*) AS dead, MIN(",
+            micros!("dead_at"),
+            ") AS oldest_micros ",
+            "FROM inbox_failures WHERE dead_at IS NOT NULL GROUP BY handler ORDER BY handler"
+        ),
+        revive_claims: "DELETE FROM inbox_messages WHERE handler = $1 AND message_id IN \
+            (SELECT message_id FROM inbox_failures WHERE handler = $2 AND dead_at IS NOT NULL \
+            AND ($3::text IS NULL OR message_id = $4))",
+        archived_claims: Some((
+            "SELECT to_regclass('inbox_messages_archive') IS NOT NULL AS present",
+            "DELETE FROM inbox_messages_archive WHERE handler = $1 AND message_id IN \
+            (SELECT message_id FROM inbox_failures WHERE handler = $2 AND dead_at IS NOT NULL \
+            AND ($3::text IS NULL OR message_id = $4))",
+        )),
+        forget_dead: "DELETE FROM inbox_failures WHERE handler = $1 AND dead_at IS NOT NULL \
+            AND ($2::text IS NULL OR message_id = $3)",
+    };
 
     /// This backend's Diesel migrations.
     #[cfg(feature = "migrations")]
@@ -138,11 +190,15 @@ mod imp {
 
     impl InboxBackend for Pg {
         const CREATE_SCHEMA_SQL: &'static str = SCHEMA_SQL;
-        const DROP_SCHEMA_SQL: &'static str = migration_sql!(
-            "postgres",
-            "2026-12-01-000000_create_inbox_messages",
-            "down.sql"
+        const DROP_SCHEMA_SQL: &'static str = concat!(
+            migration_sql!("postgres", "2026-12-05-000000_failures", "down.sql"),
+            migration_sql!(
+                "postgres",
+                "2026-12-01-000000_create_inbox_messages",
+                "down.sql"
+            ),
         );
+        const FAILURE_SQL: FailureSql = FAILURES;
         const OUTERMOST_COMMIT_SQL: &'static str = "SELECT 1; COMMIT";
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = Some("SELECT 1");
         const BOUNDED_IDLE_END_SQL: &'static str = "";
@@ -200,6 +256,7 @@ mod imp {
         }
 
         crate::backend::next_prune_handler_fns!();
+        crate::backend::bound_statement_fn!();
     }
 
     #[cfg(test)]

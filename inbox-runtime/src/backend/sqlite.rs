@@ -47,12 +47,69 @@ mod imp {
     use diesel::sqlite::Sqlite;
 
     use crate::backend::prune_batch::{Delete, Pick};
-    use crate::backend::{InboxBackend, PruneBatchStatement, migration_sql, sealed};
+    use crate::backend::{FailureSql, InboxBackend, PruneBatchStatement, migration_sql, sealed};
     use crate::key::ClaimKey;
 
     /// The latest schema, written out: the 2026-12-03 migration rebuilds
     /// the table, which [`upgrade`] does only for a table that needs it.
-    const SCHEMA_SQL: &str = include_str!("sqlite/schema.sql");
+    const SCHEMA_SQL: &str = concat!(
+        include_str!("sqlite/schema.sql"),
+        "\n",
+        migration_sql!("sqlite", "2026-12-05-000000_failures", "up.sql"),
+    );
+
+    /// Microseconds since the Unix epoch of a UTC text column
+    /// (`YYYY-MM-DD HH:MM:SS.SSS`), exactly.
+    macro_rules! micros {
+        ($column:literal) => {
+            concat!(
+                "(CAST(strftime('%s', ",
+                $column,
+                ") AS INTEGER) * 1000000 + ",
+                "CAST(substr(strftime('%f', ",
+                $column,
+                "), 4) AS INTEGER) * 1000)"
+            )
+        };
+    }
+
+    /// Failed attempts, dead messages and the operator surface.
+    const FAILURES: FailureSql = FailureSql {
+        record_attempt: "INSERT INTO inbox_failures (handler, message_id, attempts, last_error) \
+            VALUES (?, ?, 1, ?) ON CONFLICT (handler, message_id) DO UPDATE SET \
+            attempts = attempts + 1, last_error = excluded.last_error, \
+            last_failed_at = strftime('%Y-%m-%d %H:%M:%f', 'now')",
+        mark_exhausted: "UPDATE inbox_failures SET dead_at = strftime('%Y-%m-%d %H:%M:%f', 'now') \
+            WHERE handler = ? AND message_id = ? AND attempts >= ? AND dead_at IS NULL",
+        mark_rejected: "UPDATE inbox_failures SET dead_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), rejected = TRUE \
+            WHERE handler = ? AND message_id = ?",
+        list_dead: concat!(
+            "SELECT handler, message_id, attempts, last_error, rejected, ",
+            micros!("first_failed_at"),
+            " AS first_failed_micros, ",
+            micros!("last_failed_at"),
+            " AS last_failed_micros, ",
+            micros!("dead_at"),
+            " AS dead_micros FROM inbox_failures ",
+            "WHERE handler = ? AND dead_at IS NOT NULL AND (",
+            micros!("dead_at"),
+            " > ? OR (",
+            micros!("dead_at"),
+            " = ? AND message_id > ?)) ORDER BY dead_at, message_id LIMIT ?"
+        ),
+        dead_summary: concat!(
+            "SELECT handler, COUNT(*) AS dead, MIN(",
+            micros!("dead_at"),
+            ") AS oldest_micros ",
+            "FROM inbox_failures WHERE dead_at IS NOT NULL GROUP BY handler ORDER BY handler"
+        ),
+        revive_claims: "DELETE FROM inbox_messages WHERE handler = ? AND message_id IN \
+            (SELECT message_id FROM inbox_failures WHERE handler = ? AND dead_at IS NOT NULL \
+            AND (? IS NULL OR message_id = ?))",
+        archived_claims: None,
+        forget_dead: "DELETE FROM inbox_failures WHERE handler = ? AND dead_at IS NOT NULL \
+            AND (? IS NULL OR message_id = ?)",
+    };
 
     /// The rebuild of an inbox created before 2026-12-03.
     const REBUILD_SQL: &str = migration_sql!(
@@ -103,11 +160,15 @@ mod imp {
 
     impl InboxBackend for Sqlite {
         const CREATE_SCHEMA_SQL: &'static str = SCHEMA_SQL;
-        const DROP_SCHEMA_SQL: &'static str = migration_sql!(
-            "sqlite",
-            "2026-12-01-000000_create_inbox_messages",
-            "down.sql"
+        const DROP_SCHEMA_SQL: &'static str = concat!(
+            migration_sql!("sqlite", "2026-12-05-000000_failures", "down.sql"),
+            migration_sql!(
+                "sqlite",
+                "2026-12-01-000000_create_inbox_messages",
+                "down.sql"
+            ),
         );
+        const FAILURE_SQL: FailureSql = FAILURES;
         const OUTERMOST_COMMIT_SQL: &'static str = "COMMIT";
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;
         const BOUNDED_IDLE_END_SQL: &'static str = "";
@@ -155,6 +216,7 @@ mod imp {
         }
 
         crate::backend::next_prune_handler_fns!();
+        crate::backend::bound_statement_fn!();
 
         fn upgrade_schema<C>(conn: &mut C) -> QueryResult<()>
         where

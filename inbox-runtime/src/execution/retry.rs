@@ -72,6 +72,11 @@ impl Tries {
         self.made += 1;
         Some(wait)
     }
+
+    /// The tries made so far, the first included.
+    pub(crate) fn made(&self) -> u32 {
+        self.made
+    }
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ pub async fn an_error_rolls_back_the_claim_and_a_retry_processes<B: TestBackend>
     };
     let failing = Msg::new("m-err").failing();
     match record(&mut conn, &failing).await {
-        Err(AppError::Rejected(why)) => assert_eq!(why, "the body failed"),
+        Err(AppError::Failed(why)) => assert_eq!(why, "the body failed"),
         other => panic!("expected the body's own error, got {other:?}"),
     }
     assert_eq!(effects(&mut conn, "m-err").await, 0);

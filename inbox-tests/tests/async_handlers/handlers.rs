@@ -55,7 +55,7 @@ where
     write_effect(conn, &msg.id, msg.worker).await?;
     tokio::task::yield_now().await;
     if msg.fail {
-        return Err(AppError::Rejected("the body failed"));
+        return Err(AppError::Failed("the body failed"));
     }
     if msg.panic {
         panic!("deliberate panic in the body");

@@ -37,7 +37,7 @@ pub async fn waiters_on_a_claim_that_rolls_back_both_complete<B: ServerBackend>(
         }
         wait_for_lock_waiters::<B>(&mut observer, &ids, 2).await;
         claimed
-            .finish(Err::<(), AppError>(AppError::Rejected("the holder fails")))
+            .finish(Err::<(), AppError>(AppError::Failed("the holder fails")))
             .await
             .expect_err("rolled back");
         let mut outcomes = Vec::new();

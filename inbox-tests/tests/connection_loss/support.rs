@@ -51,7 +51,7 @@ pub enum KillAt {
 
 /// What the caller of a handler does with its error: the inbox's answer.
 pub fn classify(error: &AppError) -> Recovery {
-    if let AppError::Rejected(why) = error {
+    if let AppError::Failed(why) = error {
         panic!("an application error, not a database one: {why}");
     }
     error.recovery()
@@ -63,7 +63,7 @@ pub fn diesel_error(error: &AppError) -> Option<&Error> {
     match error {
         AppError::Db(error) => Some(error),
         AppError::Inbox(error) => std::error::Error::source(error)?.downcast_ref(),
-        AppError::Rejected(_) => None,
+        AppError::Failed(_) => None,
     }
 }
 

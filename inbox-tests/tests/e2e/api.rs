@@ -147,7 +147,7 @@ pub fn run_idempotent_directly_behaves_like_the_attribute<B: E2e>() {
                 body_runs.set(body_runs.get() + 1);
                 conn.record_effect(APPLY, id, 1, "direct")?;
                 match mode {
-                    Mode::Fail => Err(AppError::Rejected("direct body failed")),
+                    Mode::Fail => Err(AppError::Failed("direct body failed")),
                     Mode::Panic => std::panic::panic_any(DeliberatePanic("direct")),
                     _ => Ok(Outcome::Processed(id.len())),
                 }
@@ -178,7 +178,7 @@ pub fn run_idempotent_directly_behaves_like_the_attribute<B: E2e>() {
     // Err and panic roll back; a redelivery processes.
     assert!(matches!(
         direct(&mut conn, "r-3", Mode::Fail),
-        Err(AppError::Rejected(_))
+        Err(AppError::Failed(_))
     ));
     let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         direct(&mut conn, "r-3", Mode::Panic)
@@ -197,7 +197,7 @@ pub fn run_idempotent_directly_behaves_like_the_attribute<B: E2e>() {
     // Nested in an outer transaction that rolls back.
     let outer: Result<(), AppError> = conn.transaction(|conn| {
         assert_eq!(direct(conn, "r-4", Mode::Apply)?, Outcome::Processed(3));
-        Err(AppError::Rejected("outer rolls back"))
+        Err(AppError::Failed("outer rolls back"))
     });
     assert!(outer.is_err());
     assert_eq!(

@@ -117,7 +117,7 @@ fn race_worker<B: E2e>(
                 tally.duplicates += 1;
                 tally.overlapping += usize::from(overlapping);
             }
-            Err(AppError::Rejected(_)) if delivery.fail => tally.body_failures += 1,
+            Err(AppError::Failed(_)) if delivery.fail => tally.body_failures += 1,
             Err(error) if is_deadlock(&error) => {
                 tally.deadlocks.push(format!("{}: {error:?}", ids[i]));
             }
@@ -410,7 +410,7 @@ pub fn waiting_delivery_processes_once_the_first_rolls_back<B: E2e>() {
     };
     let (gated_result, ended) = contend(&db, "w-2", 1, false);
     assert!(
-        matches!(gated_result, Err(AppError::Rejected(_))),
+        matches!(gated_result, Err(AppError::Failed(_))),
         "{gated_result:?}"
     );
     assert!(matches!(ended[..], [Ended::Processed]), "{ended:?}");
@@ -435,7 +435,7 @@ fn waiters_after_a_rollback<B: E2e>(waiters: usize) {
         B::NAME
     );
     assert!(
-        matches!(gated_result, Err(AppError::Rejected(_))),
+        matches!(gated_result, Err(AppError::Failed(_))),
         "{gated_result:?}"
     );
     assert_eq!(

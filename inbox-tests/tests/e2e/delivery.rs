@@ -66,7 +66,7 @@ pub fn error_in_body_rolls_back_claim_and_effects<B: E2e>() {
     let failing = Msg::with_mode("pay-7", Mode::Fail);
     let err = apply(&mut conn, &failing).expect_err("the body fails");
     assert!(
-        matches!(err, AppError::Rejected("the body failed")),
+        matches!(err, AppError::Failed("the body failed")),
         "{err:?}"
     );
     assert_eq!(failing.runs.get(), 1);
@@ -155,13 +155,13 @@ pub fn question_mark_error_rolls_back<B: E2e>() {
     // `?` on an application error.
     let rejected = Msg::with_mode("q-1", Mode::RejectWithQuestionMark);
     let err = apply(&mut conn, &rejected).expect_err("the check fails");
-    assert!(matches!(err, AppError::Rejected(_)), "{err:?}");
+    assert!(matches!(err, AppError::Failed(_)), "{err:?}");
     let err = valued(
         &mut conn,
         &Msg::with_mode("q-1", Mode::RejectWithQuestionMark),
     )
     .expect_err("the check fails");
-    assert!(matches!(err, AppError::Rejected(_)), "{err:?}");
+    assert!(matches!(err, AppError::Failed(_)), "{err:?}");
     // `?` on a failing statement (on PostgreSQL this aborts the
     // transaction, which must still roll back cleanly).
     let broken = Msg::with_mode("q-2", Mode::DbErrorWithQuestionMark);

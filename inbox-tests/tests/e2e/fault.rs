@@ -31,7 +31,7 @@ fn killed_mid_body(
             diesel::select(sql::<Bool>(&format!("pg_terminate_backend({pid}, 5000)")))
                 .get_result(killer)?;
         if !terminated {
-            return Err(AppError::Rejected(
+            return Err(AppError::Failed(
                 "pg_terminate_backend did not terminate the backend",
             ));
         }

@@ -23,7 +23,7 @@ pub fn apply<C: Effects>(conn: &mut C, msg: &Msg) -> Result<(), AppError> {
     }
     conn.record_effect(APPLY, &msg.id, 0, "apply")?;
     match msg.mode {
-        Mode::Fail => Err(AppError::Rejected("the body failed")),
+        Mode::Fail => Err(AppError::Failed("the body failed")),
         Mode::Panic => std::panic::panic_any(DeliberatePanic("apply")),
         Mode::RejectWithQuestionMark => {
             msg.check()?;
@@ -55,7 +55,7 @@ pub fn valued<C: Effects>(conn: &mut C, msg: &Msg) -> Result<Outcome<usize>, App
     conn.record_effect("e2e.valued", &msg.id, 0, "valued")?;
     msg.check()?;
     match msg.mode {
-        Mode::Fail => Err(AppError::Rejected("the body failed")),
+        Mode::Fail => Err(AppError::Failed("the body failed")),
         Mode::Panic => std::panic::panic_any(DeliberatePanic("valued")),
         _ => Ok(msg.id.len().into()),
     }
@@ -142,7 +142,7 @@ pub fn gated<C: Effects>(conn: &mut C, msg: &Gated) -> Result<(), AppError> {
     if msg.outcome.recv().expect("the test decides") {
         Ok(())
     } else {
-        Err(AppError::Rejected("the gated delivery was told to fail"))
+        Err(AppError::Failed("the gated delivery was told to fail"))
     }
 }
 
@@ -190,7 +190,7 @@ pub fn race<C: Effects>(conn: &mut C, msg: &RaceDelivery<'_>) -> Result<Outcome<
         .store(true, std::sync::atomic::Ordering::SeqCst);
     conn.record_effect("e2e.race", msg.id, msg.worker, "race")?;
     if msg.fail {
-        return Err(AppError::Rejected("deliberate failure in the race"));
+        return Err(AppError::Failed("deliberate failure in the race"));
     }
     Ok(Outcome::Processed(()))
 }

@@ -17,9 +17,9 @@ pub fn nested_outer_rollback_discards_the_claim<B: E2e>() {
         // Visible to the outer transaction, which sees its own claim.
         assert_eq!(conn.inbox_count(APPLY, "n-1"), 1);
         apply(conn, &again)?;
-        Err(AppError::Rejected("the outer transaction rolls back"))
+        Err(AppError::Failed("the outer transaction rolls back"))
     });
-    assert!(matches!(result, Err(AppError::Rejected(_))), "{result:?}");
+    assert!(matches!(result, Err(AppError::Failed(_))), "{result:?}");
     assert_eq!(
         (first.runs.get(), again.runs.get()),
         (1, 0),
@@ -77,7 +77,7 @@ pub fn nested_handler_failure_rolls_back_only_its_savepoint<B: E2e>() {
     let fine = Msg::new("n-6");
     conn.transaction(|conn| {
         conn.record_effect("outer", "outer", 0, "before")?;
-        assert!(matches!(apply(conn, &failing), Err(AppError::Rejected(_))));
+        assert!(matches!(apply(conn, &failing), Err(AppError::Failed(_))));
         assert!(matches!(apply(conn, &broken), Err(AppError::Db(_))));
         let caught =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| apply(conn, &panicking)));

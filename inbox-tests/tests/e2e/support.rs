@@ -78,7 +78,7 @@ impl Msg {
     /// The application check that `RejectWithQuestionMark` fails.
     pub fn check(&self) -> Result<(), AppError> {
         if self.mode == Mode::RejectWithQuestionMark {
-            Err(AppError::Rejected(
+            Err(AppError::Failed(
                 "the message failed an application check",
             ))
         } else {

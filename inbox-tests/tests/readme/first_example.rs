@@ -14,22 +14,12 @@ pub struct PaymentReceived {
     pub amount: i64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum AppError {
-    Db(diesel::result::Error),
-    Inbox(InboxError),
-}
-
-impl From<diesel::result::Error> for AppError {
-    fn from(error: diesel::result::Error) -> Self {
-        AppError::Db(error)
-    }
-}
-
-impl From<InboxError> for AppError {
-    fn from(error: InboxError) -> Self {
-        AppError::Inbox(error)
-    }
+    #[error(transparent)]
+    Db(#[from] diesel::result::Error),
+    #[error(transparent)]
+    Inbox(#[from] InboxError),
 }
 
 #[idempotent(id = msg.id, handler = "billing.apply_payment")]

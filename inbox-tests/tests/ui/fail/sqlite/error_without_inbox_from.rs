@@ -5,7 +5,8 @@ pub struct Payment {
     pub id: String,
 }
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
 pub struct AppError(pub diesel::result::Error);
 
 impl From<diesel::result::Error> for AppError {

@@ -6,22 +6,12 @@ pub struct Payment {
     pub cents: i64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum AppError {
-    Database(diesel::result::Error),
-    Inbox(InboxError),
-}
-
-impl From<diesel::result::Error> for AppError {
-    fn from(error: diesel::result::Error) -> Self {
-        AppError::Database(error)
-    }
-}
-
-impl From<InboxError> for AppError {
-    fn from(error: InboxError) -> Self {
-        AppError::Inbox(error)
-    }
+    #[error(transparent)]
+    Database(#[from] diesel::result::Error),
+    #[error(transparent)]
+    Inbox(#[from] InboxError),
 }
 
 #[idempotent(id = msg.id)]

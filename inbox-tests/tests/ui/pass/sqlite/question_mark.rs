@@ -6,29 +6,14 @@ pub struct Transfer {
     pub amount: &'static str,
 }
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum AppError {
-    Database(diesel::result::Error),
-    Inbox(InboxError),
-    Parse(std::num::ParseIntError),
-}
-
-impl From<diesel::result::Error> for AppError {
-    fn from(error: diesel::result::Error) -> Self {
-        AppError::Database(error)
-    }
-}
-
-impl From<InboxError> for AppError {
-    fn from(error: InboxError) -> Self {
-        AppError::Inbox(error)
-    }
-}
-
-impl From<std::num::ParseIntError> for AppError {
-    fn from(error: std::num::ParseIntError) -> Self {
-        AppError::Parse(error)
-    }
+    #[error(transparent)]
+    Database(#[from] diesel::result::Error),
+    #[error(transparent)]
+    Inbox(#[from] InboxError),
+    #[error("bad amount: {0}")]
+    Parse(#[from] std::num::ParseIntError),
 }
 
 // `?` converts into the handler's error type, as it would without the

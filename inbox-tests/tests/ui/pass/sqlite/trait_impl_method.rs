@@ -5,7 +5,8 @@ pub struct Payment {
     pub id: String,
 }
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("the application failed")]
 pub struct AppError;
 
 impl From<diesel::result::Error> for AppError {

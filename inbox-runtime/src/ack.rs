@@ -1,0 +1,218 @@
+//! What a consumer tells its broker after a delivery: one decision, read
+//! from the handler's result.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use crate::error::InboxError;
+use crate::recovery::{Recovery, recovery};
+
+/// What to tell the broker about a delivery, decided by [`ack_decision`].
+///
+/// | the handler returned | decision |
+/// |---|---|
+/// | `Ok` (processed, or a duplicate — also a redelivery of a dead message) | [`Ack`](AckDecision::Ack) |
+/// | a database failure, a lost transaction, an ignored failed statement | [`Retry`](AckDecision::Retry) |
+/// | its own error (a failed attempt, counted; see [`MaxAttempts`](crate::MaxAttempts)) | [`Retry`](AckDecision::Retry) |
+/// | an invalid or missing message id | [`DeadLetter`](AckDecision::DeadLetter) |
+/// | a rejection ([`InboxError::rejected`]) | [`DeadLetter`](AckDecision::DeadLetter) |
+/// | attempts exhausted ([`InboxError::AttemptsExhausted`]) | [`DeadLetter`](AckDecision::DeadLetter) |
+///
+/// ```
+/// use inbox_runtime::{ack_decision, AckDecision, InboxError};
+///
+/// let done: Result<(), InboxError> = Ok(());
+/// assert_eq!(ack_decision(&done), AckDecision::Ack);
+/// let rejected: Result<(), InboxError> = Err(InboxError::rejected("unknown sku"));
+/// assert_eq!(ack_decision(&rejected), AckDecision::DeadLetter);
+/// let db: Result<(), InboxError> = Err(InboxError::Database(diesel::result::Error::NotFound));
+/// assert_eq!(ack_decision(&db), AckDecision::Retry);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[must_use = "the broker must be told what happened to the delivery"]
+pub enum AckDecision {
+    /// Acknowledge: the message's effects are committed (now or by an
+    /// earlier delivery), or the message is dead and recorded as such.
+    Ack,
+    /// Redeliver (AMQP `nack` with requeue, JetStream `nak`, leave an SQS
+    /// message to time out): nothing was committed. When the error's
+    /// [`InboxError::recovery`] says [`Recovery::Reconnect`], the
+    /// connection is broken: a pool discards it on return; a connection of
+    /// your own must be replaced.
+    Retry,
+    /// Send to the dead-letter queue (AMQP `reject` without requeue to a
+    /// dead-letter exchange, JetStream `term`): redelivering the message
+    /// will never succeed.
+    DeadLetter,
+}
+
+/// The broker decision for a handler's result: see [`AckDecision`].
+///
+/// The error is searched along its `source()` chain for an [`InboxError`]
+/// or a `diesel::result::Error`; an error that carries neither is the
+/// handler's own, a failed attempt, and is retried (the inbox counts it and
+/// gives up after the handler's [`MaxAttempts`](crate::MaxAttempts)).
+///
+/// ```
+/// use inbox_runtime::{ack_decision, AckDecision, InboxError};
+///
+/// #[derive(Debug)]
+/// enum AppError { Inbox(InboxError), ProviderDown }
+/// impl From<InboxError> for AppError {
+///     fn from(e: InboxError) -> Self { AppError::Inbox(e) }
+/// }
+/// impl std::fmt::Display for AppError {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         match self {
+///             AppError::Inbox(e) => e.fmt(f),
+///             AppError::ProviderDown => f.write_str("payment provider is down"),
+///         }
+///     }
+/// }
+/// impl std::error::Error for AppError {
+///     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+///         match self {
+///             AppError::Inbox(e) => Some(e),
+///             AppError::ProviderDown => None,
+///         }
+///     }
+/// }
+///
+/// let exhausted: Result<(), AppError> = Err(InboxError::AttemptsExhausted {
+///     attempts: 5,
+///     last_error: "payment provider is down".into(),
+/// }
+/// .into());
+/// assert_eq!(ack_decision(&exhausted), AckDecision::DeadLetter);
+/// let failed: Result<(), AppError> = Err(AppError::ProviderDown);
+/// assert_eq!(ack_decision(&failed), AckDecision::Retry);
+/// ```
+pub fn ack_decision<R, E>(result: &Result<R, E>) -> AckDecision
+where
+    E: StdError + 'static,
+{
+    match result {
+        Ok(_) => AckDecision::Ack,
+        Err(error) => match classify(error) {
+            Found::Final | Found::Rejected => AckDecision::DeadLetter,
+            Found::Database(_) | Found::HandlerOwn => AckDecision::Retry,
+        },
+    }
+}
+
+/// [`ack_decision`] as a method of the handler's result.
+///
+/// ```
+/// use inbox_runtime::{AckDecision, Acknowledge, InboxError};
+/// let result: Result<(), InboxError> = Err(InboxError::rejected("bad"));
+/// assert_eq!(result.ack_decision(), AckDecision::DeadLetter);
+/// ```
+pub trait Acknowledge {
+    /// See [`ack_decision`].
+    fn ack_decision(&self) -> AckDecision;
+}
+
+impl<R, E: StdError + 'static> Acknowledge for Result<R, E> {
+    fn ack_decision(&self) -> AckDecision {
+        ack_decision(self)
+    }
+}
+
+/// What an error carries, as the runtime and [`ack_decision`] read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// Never to be redelivered: an invalid id, exhausted attempts.
+    Final,
+    /// A business rejection.
+    Rejected,
+    /// A database failure (the body's, or the inbox's own).
+    Database(Recovery),
+    /// Neither: the handler's own failure.
+    HandlerOwn,
+}
+
+impl Found {
+    /// Whether a body failure of this kind counts as a failed attempt: the
+    /// handler's own failures do (and panics); database trouble that says
+    /// nothing about the message does not.
+    pub(crate) fn counts_as_attempt(self, error: &(dyn StdError + 'static)) -> bool {
+        match self {
+            Found::HandlerOwn => true,
+            Found::Database(Recovery::Reconnect) => false,
+            Found::Database(_) => !carries_lock_conflict(error),
+            Found::Final | Found::Rejected => false,
+        }
+    }
+}
+
+/// Reads `error` and its `source()` chain.
+pub(crate) fn classify(error: &(dyn StdError + 'static)) -> Found {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(inbox) = error.downcast_ref::<InboxError>() {
+            return of_inbox_error(inbox);
+        }
+        if let Some(database) = error.downcast_ref::<diesel::result::Error>() {
+            return match InboxError::find_in(database) {
+                Some(inbox) => of_inbox_error(inbox),
+                None => Found::Database(recovery(database)),
+            };
+        }
+        if let Some(marker) = error.downcast_ref::<Marker>() {
+            return marker.found;
+        }
+        next = error.source();
+    }
+    Found::HandlerOwn
+}
+
+fn of_inbox_error(error: &InboxError) -> Found {
+    match error {
+        InboxError::InvalidMessageId { .. } | InboxError::AttemptsExhausted { .. } => Found::Final,
+        InboxError::Rejected { .. } => Found::Rejected,
+        other => Found::Database(other.recovery()),
+    }
+}
+
+fn carries_lock_conflict(error: &(dyn StdError + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(database) = error.downcast_ref::<diesel::result::Error>() {
+            return crate::is_lock_conflict(database);
+        }
+        if let Some(InboxError::Database(database)) = error.downcast_ref::<InboxError>() {
+            return crate::is_lock_conflict(database);
+        }
+        next = error.source();
+    }
+    false
+}
+
+/// The `source()` of the inbox errors that must never be redelivered, so
+/// that they are recognised through a wrapper that forwards `source()`
+/// (`#[error(transparent)]`) as well as through one that returns them.
+#[derive(Debug)]
+pub(crate) struct Marker {
+    found: Found,
+    text: &'static str,
+}
+
+impl fmt::Display for Marker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.text)
+    }
+}
+
+impl StdError for Marker {}
+
+/// Marks an invalid id and exhausted attempts.
+pub(crate) static FINAL: Marker = Marker {
+    found: Found::Final,
+    text: "redelivering this message will not help: dead-letter it",
+};
+
+/// Marks a business rejection.
+pub(crate) static REJECTED: Marker = Marker {
+    found: Found::Rejected,
+    text: "the handler rejected this message: dead-letter it",
+};

@@ -1,0 +1,299 @@
+//! After a body fails: what is recorded about the failure, and the
+//! statements that record it.
+//!
+//! A failed delivery's transaction has rolled back, its claim with it. The
+//! runner then opens a short transaction of its own on the same connection
+//! (only when the handler opened the outermost transaction) and:
+//!
+//! 1. counts the attempt in `inbox_failures` (insert, or add one);
+//! 2. for a rejection, or an attempt that reached the handler's
+//!    [`MaxAttempts`], marks the row dead and claims the id in
+//!    `inbox_messages`, so later deliveries are duplicates. Should the claim
+//!    find the id already claimed (a concurrent delivery processed it in the
+//!    meantime), the message is not dead: the short transaction is rolled
+//!    back and the delivery reports the body's error, to be redelivered as
+//!    a duplicate.
+//!
+//! The runners (`transaction.rs`, `transaction_async.rs`) run the
+//! statements; this module decides what they are.
+
+use std::any::Any;
+use std::error::Error as StdError;
+use std::fmt::{self, Write as _};
+
+use crate::ack::{Found, classify};
+use crate::attempts::MaxAttempts;
+use crate::backend::{Bind, InboxBackend};
+use crate::error::InboxError;
+use crate::key::ClaimKey;
+use crate::observe::Ending;
+
+/// The most bytes of error text the inbox keeps: a rejection's reason, a
+/// failed attempt's error (in `inbox_failures.last_error` and
+/// [`InboxError::AttemptsExhausted`]). Longer text is cut at a character
+/// boundary and ends with `…`.
+///
+/// ```
+/// let long = "x".repeat(5_000);
+/// let rejected = inbox_runtime::InboxError::rejected(&long);
+/// let inbox_runtime::InboxError::Rejected { reason } = rejected else { unreachable!() };
+/// assert!(reason.len() <= inbox_runtime::MAX_ERROR_TEXT_BYTES);
+/// assert!(reason.ends_with('…'));
+/// ```
+pub const MAX_ERROR_TEXT_BYTES: usize = 1024;
+
+/// `value` as text of at most [`MAX_ERROR_TEXT_BYTES`].
+pub(crate) fn error_text(value: &dyn fmt::Display) -> String {
+    bounded(value.to_string())
+}
+
+/// `error` and its causes, `: `-separated, bounded.
+fn error_chain_text(error: &(dyn StdError + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        if text.len() > MAX_ERROR_TEXT_BYTES {
+            break;
+        }
+        let cause_text = cause.to_string();
+        // Wrappers that forward `Display` repeat their source's text.
+        if !text.ends_with(&cause_text) {
+            let _ = write!(text, ": {cause_text}");
+        }
+        next = cause.source();
+    }
+    bounded(text)
+}
+
+fn bounded(mut text: String) -> String {
+    const ELLIPSIS: &str = "…";
+    if text.len() > MAX_ERROR_TEXT_BYTES {
+        let mut end = MAX_ERROR_TEXT_BYTES - ELLIPSIS.len();
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str(ELLIPSIS);
+    }
+    // PostgreSQL cannot store NUL in text.
+    if text.contains('\0') {
+        text = text.replace('\0', "\u{fffd}");
+    }
+    text
+}
+
+/// A failed body, as it is recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// A failed attempt, with its error text.
+    Attempt(String),
+    /// A business rejection, with the error's text.
+    Rejection(String),
+}
+
+impl Failure {
+    /// What the body's `error` records: `None` for database trouble (a lock
+    /// conflict, a lost connection), which says nothing about the message,
+    /// and for the inbox's own final errors.
+    pub(crate) fn of_error(error: &(dyn StdError + 'static)) -> Option<Failure> {
+        let found = classify(error);
+        if found == Found::Rejected {
+            return Some(Failure::Rejection(rejection_reason(error)));
+        }
+        found
+            .counts_as_attempt(error)
+            .then(|| Failure::Attempt(error_chain_text(error)))
+    }
+
+    /// What a panic of the body records.
+    pub(crate) fn of_panic(payload: &(dyn Any + Send)) -> Failure {
+        let message = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("a panic with a non-text payload");
+        Failure::Attempt(bounded(format!("the handler panicked: {message}")))
+    }
+
+    /// The error text kept for the failure.
+    pub(crate) fn text(&self) -> &str {
+        match self {
+            Failure::Attempt(text) | Failure::Rejection(text) => text,
+        }
+    }
+}
+
+/// The reason of the rejection found in `error`.
+fn rejection_reason(error: &(dyn StdError + 'static)) -> String {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(InboxError::Rejected { reason }) = error.downcast_ref::<InboxError>() {
+            return reason.clone();
+        }
+        let carried = error
+            .downcast_ref::<diesel::result::Error>()
+            .and_then(InboxError::find_in);
+        if let Some(InboxError::Rejected { reason }) = carried {
+            return reason.clone();
+        }
+        next = error.source();
+    }
+    error_text(error)
+}
+
+/// What recording a failure did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Recorded {
+    /// The attempt was counted; the message may be delivered again.
+    Counted,
+    /// The attempt reached the limit: the message is dead now.
+    Exhausted {
+        /// The limit reached.
+        attempts: u32,
+        /// The attempt's error text.
+        last_error: String,
+    },
+    /// The rejection was recorded: the message is dead now.
+    Rejected,
+    /// The id had been claimed by a delivery that committed in the
+    /// meantime: nothing was recorded, and the message is done.
+    ProcessedMeanwhile,
+}
+
+impl Recorded {
+    /// Whether the failure makes the message dead, so the id must be claimed
+    /// in the recording transaction.
+    pub(crate) fn claims(&self) -> bool {
+        matches!(self, Recorded::Exhausted { .. } | Recorded::Rejected)
+    }
+
+    /// How the delivery ended, as reported.
+    pub(crate) fn ending(&self) -> Ending {
+        match self {
+            Recorded::Counted | Recorded::ProcessedMeanwhile => Ending::Failed { attempts: None },
+            Recorded::Exhausted { attempts, .. } => Ending::Dead {
+                attempts: *attempts,
+            },
+            Recorded::Rejected => Ending::Rejected,
+        }
+    }
+
+    /// The error the delivery ends with, in place of the body's: `None`
+    /// keeps the body's error.
+    pub(crate) fn into_error(self) -> Option<InboxError> {
+        match self {
+            Recorded::Exhausted {
+                attempts,
+                last_error,
+            } => Some(InboxError::AttemptsExhausted {
+                attempts,
+                last_error,
+            }),
+            Recorded::Counted | Recorded::Rejected | Recorded::ProcessedMeanwhile => None,
+        }
+    }
+}
+
+/// The binds of the statement that counts one failed attempt of `key`
+/// ([`FailureSql::record_attempt`](crate::backend::FailureSql)).
+pub(crate) fn record_attempt_binds<'a>(key: &'a ClaimKey, failure: &'a Failure) -> [Bind<'a>; 3] {
+    [
+        Bind::Text(key.handler().as_str()),
+        Bind::Text(key.message_id()),
+        Bind::Text(failure.text()),
+    ]
+}
+
+/// The statement and binds that mark `key` dead: as rejected, or (one row
+/// affected) when its attempts reached `limit`. `None` for an attempt under
+/// an unbounded limit.
+pub(crate) fn mark_dead<'k, DB: InboxBackend>(
+    key: &'k ClaimKey,
+    failure: &Failure,
+    limit: MaxAttempts,
+) -> Option<(&'static str, Vec<Bind<'k>>)> {
+    let handler = Bind::Text(key.handler().as_str());
+    let message_id = Bind::Text(key.message_id());
+    Some(match (failure, limit.limit_value()) {
+        (Failure::Rejection(_), _) => (DB::FAILURE_SQL.mark_rejected, vec![handler, message_id]),
+        (Failure::Attempt(_), Some(limit)) => (
+            DB::FAILURE_SQL.mark_exhausted,
+            vec![
+                handler,
+                message_id,
+                Bind::Integer(i32::try_from(limit).unwrap_or(i32::MAX)),
+            ],
+        ),
+        (Failure::Attempt(_), None) => return None,
+    })
+}
+
+/// What marking a failure dead affected: `rows` from [`mark_dead`]'s
+/// statement (`None`: there was none to run).
+pub(crate) fn recorded(failure: &Failure, limit: MaxAttempts, rows: Option<usize>) -> Recorded {
+    match (failure, rows) {
+        (Failure::Rejection(_), _) => Recorded::Rejected,
+        (Failure::Attempt(text), Some(1..)) => Recorded::Exhausted {
+            attempts: limit.limit_value().unwrap_or(u32::MAX),
+            last_error: text.clone(),
+        },
+        (Failure::Attempt(_), _) => Recorded::Counted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_text_is_cut_at_a_character_boundary() {
+        let text = bounded("é".repeat(MAX_ERROR_TEXT_BYTES));
+        assert!(text.len() <= MAX_ERROR_TEXT_BYTES);
+        assert!(text.ends_with('…'));
+        assert_eq!(bounded("short".into()), "short");
+        assert_eq!(bounded("a\0b".into()), "a\u{fffd}b");
+    }
+
+    #[test]
+    fn a_panic_is_a_failed_attempt_with_its_message() {
+        let payload: Box<dyn Any + Send> = Box::new("boom");
+        assert_eq!(
+            Failure::of_panic(&*payload),
+            Failure::Attempt("the handler panicked: boom".into())
+        );
+        let payload: Box<dyn Any + Send> = Box::new(String::from("bang"));
+        assert_eq!(
+            Failure::of_panic(&*payload).text(),
+            "the handler panicked: bang"
+        );
+    }
+
+    #[test]
+    fn database_trouble_is_not_an_attempt_but_other_errors_are() {
+        let deadlock = diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::SerializationFailure,
+            Box::new("could not serialize access".to_owned()),
+        );
+        assert_eq!(Failure::of_error(&deadlock), None);
+        let gone = diesel::result::Error::BrokenTransactionManager;
+        assert_eq!(Failure::of_error(&gone), None);
+        let unique = diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::UniqueViolation,
+            Box::new("duplicate key value violates unique constraint".to_owned()),
+        );
+        assert!(matches!(
+            Failure::of_error(&unique),
+            Some(Failure::Attempt(_))
+        ));
+        let rejected = InboxError::rejected("unknown sku");
+        assert_eq!(
+            Failure::of_error(&rejected),
+            Some(Failure::Rejection("unknown sku".into()))
+        );
+        let carried = diesel::result::Error::from(InboxError::rejected("carried"));
+        assert_eq!(
+            Failure::of_error(&carried),
+            Some(Failure::Rejection("carried".into()))
+        );
+    }
+}
