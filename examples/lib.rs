@@ -6,4 +6,5 @@
 //! cargo run --example quickstart   # a payment consumer on embedded SQLite
 //! cargo run --example migrations   # the app's and the inbox's migrations together
 //! cargo run --example prune -- --help
+//! DATABASE_URL=inbox.sqlite3 cargo run --example dead_letters -- summary
 //! ```

@@ -33,7 +33,7 @@ pub(crate) mod sqlite;
 
 pub use failure_rows::{DeadLetterRow, Present, SummaryRow};
 pub(crate) use prune_batch::NextHandler;
-pub use prune_batch::{PruneBatchStatement, PruneScope};
+pub use prune_batch::{PruneBatchStatement, PruneScope, PrunedTable};
 
 /// A Diesel backend the inbox can store claims in: PostgreSQL (`postgres`
 /// feature), SQLite (`sqlite`) or MySQL/MariaDB (`mysql`).

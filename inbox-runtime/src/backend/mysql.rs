@@ -80,7 +80,7 @@ mod imp {
 
     use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{
-        FailureSql, InboxBackend, PruneBatchStatement, migration_sql, push_key, sealed,
+        FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, migration_sql, push_key, sealed,
     };
     use crate::key::ClaimKey;
 
@@ -210,6 +210,27 @@ mod imp {
             out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
             const CUTOFF: (&str, &str) = ("UTC_TIMESTAMP(6) - INTERVAL ", " MICROSECOND");
+            if batch.table() == PrunedTable::Failures {
+                return Delete {
+                    head: "DELETE inbox_failures FROM (",
+                    one_handler: Pick {
+                        select: "SELECT handler, message_id FROM inbox_failures \
+                                 FORCE INDEX (inbox_failures_handler_last_failed_at_idx)",
+                        key: "last_failed_at",
+                        cutoff: CUTOFF,
+                    },
+                    all: Pick {
+                        select: "SELECT handler, message_id FROM inbox_failures \
+                                 FORCE INDEX (inbox_failures_last_failed_at_idx)",
+                        key: "last_failed_at",
+                        cutoff: CUTOFF,
+                    },
+                    lock: " FOR UPDATE SKIP LOCKED",
+                    tail: ") AS expired STRAIGHT_JOIN inbox_failures \
+                           ON inbox_failures.handler = expired.handler AND inbox_failures.message_id = expired.message_id",
+                }
+                .walk(batch, out);
+            }
             Delete {
                 head: "DELETE inbox_messages FROM (",
                 one_handler: Pick {

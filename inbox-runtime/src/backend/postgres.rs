@@ -109,7 +109,9 @@ mod imp {
     use diesel::query_builder::AstPass;
 
     use crate::backend::prune_batch::{Delete, Pick};
-    use crate::backend::{FailureSql, InboxBackend, PruneBatchStatement, migration_sql, sealed};
+    use crate::backend::{
+        FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, migration_sql, sealed,
+    };
     use crate::key::ClaimKey;
 
     /// The latest schema: the migrations' `up.sql` files, in order. The
@@ -234,6 +236,21 @@ mod imp {
             batch: &'b PruneBatchStatement<'_>,
             out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
+            if batch.table() == PrunedTable::Failures {
+                const PICK: Pick = Pick {
+                    select: "SELECT ctid FROM inbox_failures",
+                    key: "last_failed_at",
+                    cutoff: ("now() - ", " * INTERVAL '1 microsecond'"),
+                };
+                return Delete {
+                    head: "DELETE FROM inbox_failures WHERE ctid = ANY(ARRAY(",
+                    one_handler: PICK,
+                    all: PICK,
+                    lock: " FOR UPDATE SKIP LOCKED",
+                    tail: "))",
+                }
+                .walk(batch, out);
+            }
             Delete {
                 head: "DELETE FROM inbox_messages WHERE ctid = ANY(ARRAY(",
                 one_handler: Pick {

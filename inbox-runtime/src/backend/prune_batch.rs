@@ -58,6 +58,43 @@ impl fmt::Display for PruneScope<'_> {
     }
 }
 
+/// The table a pruning batch deletes from.
+///
+/// ```
+/// use inbox_runtime::prune::PrunedTable;
+/// assert_eq!(PrunedTable::Claims.to_string(), "inbox_messages");
+/// assert_eq!(PrunedTable::Failures.to_string(), "inbox_failures");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PrunedTable {
+    /// `inbox_messages`: the claims, by `received_at`.
+    Claims,
+    /// `inbox_failures`: failed attempts and dead messages, by
+    /// `last_failed_at` (a dead message's claim and its failure record
+    /// expire together: both are written when it dies).
+    Failures,
+}
+
+impl PrunedTable {
+    /// The table's name.
+    ///
+    /// ```
+    /// assert_eq!(inbox_runtime::prune::PrunedTable::Claims.name(), "inbox_messages");
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            PrunedTable::Claims => "inbox_messages",
+            PrunedTable::Failures => "inbox_failures",
+        }
+    }
+}
+
+impl fmt::Display for PrunedTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One pruning batch: deletes at most `limit` rows of a scope whose
 /// `received_at` is older than `keep` by the database clock, skipping rows
 /// locked by other transactions. Its affected-row count is the number of rows
@@ -100,6 +137,7 @@ impl fmt::Display for PruneScope<'_> {
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub struct PruneBatchStatement<'p> {
+    table: PrunedTable,
     scope: PruneScope<'p>,
     keep: Duration,
     /// `keep` as bound into the SQL (read by the backends' writers).
@@ -113,8 +151,14 @@ pub struct PruneBatchStatement<'p> {
 
 impl<'p> PruneBatchStatement<'p> {
     /// Only [`Prune`](crate::Prune) builds statements, from a validated policy.
-    pub(crate) fn new(scope: PruneScope<'p>, keep: Duration, limit: u32) -> Self {
+    pub(crate) fn new(
+        table: PrunedTable,
+        scope: PruneScope<'p>,
+        keep: Duration,
+        limit: u32,
+    ) -> Self {
         PruneBatchStatement {
+            table,
             scope,
             keep,
             // The policy caps windows at MAX_RETENTION, far below i64::MAX µs.
@@ -127,11 +171,26 @@ impl<'p> PruneBatchStatement<'p> {
     /// `AllExcept` pass).
     pub(crate) fn with_scope<'q>(&self, scope: PruneScope<'q>) -> PruneBatchStatement<'q> {
         PruneBatchStatement {
+            table: self.table,
             scope,
             keep: self.keep,
             keep_micros: self.keep_micros,
             limit: self.limit,
         }
+    }
+
+    /// The table this batch deletes from.
+    ///
+    /// ```
+    /// # use inbox_runtime::{Prune, RetentionPolicy, prune::PrunedTable};
+    /// let prune = Prune::new(RetentionPolicy::parse("7d", "1d")?);
+    /// let statements = prune.statements();
+    /// assert_eq!(statements[0].table(), PrunedTable::Claims);
+    /// assert_eq!(statements[1].table(), PrunedTable::Failures);
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn table(&self) -> PrunedTable {
+        self.table
     }
 
     /// The handlers this batch covers.
@@ -175,7 +234,8 @@ impl fmt::Display for PruneBatchStatement<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}, older than {}, {} rows at a time",
+            "{} of {}, older than {}, {} rows at a time",
+            self.table,
             self.scope,
             format_duration(self.keep),
             self.limit
@@ -359,7 +419,22 @@ where
     DB: InboxBackend + Default,
     DB::QueryBuilder: Default,
 {
-    diesel::debug_query::<DB, _>(&PruneBatchStatement::new(scope, keep, limit)).to_string()
+    table_batch_sql::<DB>(PrunedTable::Claims, scope, keep, limit)
+}
+
+/// [`batch_sql`] for a batch over `table`.
+#[cfg(test)]
+pub(crate) fn table_batch_sql<DB>(
+    table: PrunedTable,
+    scope: PruneScope<'_>,
+    keep: Duration,
+    limit: u32,
+) -> String
+where
+    DB: InboxBackend + Default,
+    DB::QueryBuilder: Default,
+{
+    diesel::debug_query::<DB, _>(&PruneBatchStatement::new(table, scope, keep, limit)).to_string()
 }
 
 #[cfg(test)]
@@ -375,11 +450,15 @@ mod tests {
             "all handlers except `a`, `b`"
         );
         assert_eq!(PruneScope::AllExcept(&[]).to_string(), "all handlers");
-        let statement =
-            PruneBatchStatement::new(PruneScope::Handler(&a), Duration::from_secs(7200), 10);
+        let statement = PruneBatchStatement::new(
+            PrunedTable::Failures,
+            PruneScope::Handler(&a),
+            Duration::from_secs(7200),
+            10,
+        );
         assert_eq!(
             statement.to_string(),
-            "handler `a`, older than 2h, 10 rows at a time"
+            "inbox_failures of handler `a`, older than 2h, 10 rows at a time"
         );
     }
 }

@@ -47,7 +47,9 @@ mod imp {
     use diesel::sqlite::Sqlite;
 
     use crate::backend::prune_batch::{Delete, Pick};
-    use crate::backend::{FailureSql, InboxBackend, PruneBatchStatement, migration_sql, sealed};
+    use crate::backend::{
+        FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, migration_sql, sealed,
+    };
     use crate::key::ClaimKey;
 
     /// The latest schema, written out: the 2026-12-03 migration rebuilds
@@ -196,6 +198,25 @@ mod imp {
                 "strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.6f seconds', ",
                 " / 1000000.0))",
             );
+            if batch.table() == PrunedTable::Failures {
+                return Delete {
+                    head: "DELETE FROM inbox_failures WHERE (handler, message_id) IN (",
+                    one_handler: Pick {
+                        select: "SELECT handler, message_id FROM inbox_failures \
+                                 INDEXED BY inbox_failures_handler_last_failed_at_idx",
+                        key: "last_failed_at",
+                        cutoff: CUTOFF,
+                    },
+                    all: Pick {
+                        select: "SELECT handler, message_id FROM inbox_failures",
+                        key: "last_failed_at",
+                        cutoff: CUTOFF,
+                    },
+                    lock: "",
+                    tail: ")",
+                }
+                .walk(batch, out);
+            }
             Delete {
                 head: "DELETE FROM inbox_messages WHERE (handler, message_id) IN (",
                 one_handler: Pick {

@@ -111,7 +111,7 @@ mod thread;
 
 #[doc(hidden)]
 pub use crate::backend::PruneBatchStatement;
-pub use crate::backend::PruneScope;
+pub use crate::backend::{PruneScope, PrunedTable};
 pub use report::{BatchProgress, PruneError, PruneReport};
 #[cfg(any(feature = "r2d2", feature = "tokio"))]
 pub use scheduler::{BackgroundPruner, MAX_RETRY_BACKOFF, PrunerRun, PrunerRunError};
@@ -168,7 +168,12 @@ pub struct Prune {
     batch_size: u32,
     max_batches: Option<u64>,
     pause: Duration,
+    /// The tables pruned, in order.
+    tables: &'static [PrunedTable],
 }
+
+/// Both tables: the claims first.
+const ALL_TABLES: &[PrunedTable] = &[PrunedTable::Claims, PrunedTable::Failures];
 
 impl Prune {
     /// Pruning by `policy`, [`DEFAULT_BATCH_SIZE`] rows at a time, no pause,
@@ -192,7 +197,16 @@ impl Prune {
             batch_size: DEFAULT_BATCH_SIZE,
             max_batches: None,
             pause: Duration::ZERO,
+            tables: ALL_TABLES,
         }
+    }
+
+    /// Prunes `inbox_failures` only (the generation layout drops claims by
+    /// partition and prunes failure records with batches).
+    #[cfg(feature = "partitioned")]
+    pub(crate) fn failures_only(mut self) -> Self {
+        self.tables = &[PrunedTable::Failures];
+        self
     }
 
     /// Rows per batch, between 1 and [`MAX_BATCH_SIZE`]; anything else is
@@ -273,7 +287,10 @@ impl Prune {
 
     /// The batch statements of a run, one per pass, in order: first each
     /// handler with a window of its own, then everyone else (or only the
-    /// handler the policy is restricted to).
+    /// handler the policy is restricted to), over the claims
+    /// (`inbox_messages`, by `received_at`); then the same passes over
+    /// failed attempts and dead messages (`inbox_failures`, by
+    /// `last_failed_at`).
     ///
     /// [`run`](Self::run) and [`run_async`](Self::run_async) execute each in
     /// transactions of its own until it affects fewer rows than its
@@ -296,41 +313,40 @@ impl Prune {
     /// let statements = prune.statements();
     /// assert_eq!(statements[0].scope(), PruneScope::Handler(&audit));
     /// assert_eq!(statements[1].scope(), PruneScope::AllExcept(&[audit.clone()]));
+    /// assert_eq!(statements.len(), 4, "the same passes over inbox_failures");
     ///
     /// let only = Prune::new(prune.policy().clone().only(audit.clone()));
-    /// assert_eq!(only.statements().len(), 1);
+    /// assert_eq!(only.statements().len(), 2);
     /// assert_eq!(only.statements()[0].keep().as_secs(), 30 * 86_400);
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
     #[doc(hidden)]
     pub fn statements(&self) -> Vec<PruneBatchStatement<'_>> {
+        let mut passes: Vec<(PruneScope<'_>, Duration)> = Vec::new();
         if let Some(handler) = self.policy.only_handler() {
-            let keep = self.policy.keep_for(handler);
-            return vec![PruneBatchStatement::new(
-                PruneScope::Handler(handler),
-                keep,
-                self.batch_size,
-            )];
-        }
-        let mut statements: Vec<_> = self
-            .policy
-            .handler_windows()
-            .iter()
-            .map(|(handler, keep)| {
-                PruneBatchStatement::new(PruneScope::Handler(handler), *keep, self.batch_size)
-            })
-            .collect();
-        let scope = if self.except.is_empty() {
-            PruneScope::All
+            passes.push((PruneScope::Handler(handler), self.policy.keep_for(handler)));
         } else {
-            PruneScope::AllExcept(&self.except)
-        };
-        statements.push(PruneBatchStatement::new(
-            scope,
-            self.policy.keep(),
-            self.batch_size,
-        ));
-        statements
+            passes.extend(
+                self.policy
+                    .handler_windows()
+                    .iter()
+                    .map(|(handler, keep)| (PruneScope::Handler(handler), *keep)),
+            );
+            let scope = if self.except.is_empty() {
+                PruneScope::All
+            } else {
+                PruneScope::AllExcept(&self.except)
+            };
+            passes.push((scope, self.policy.keep()));
+        }
+        self.tables
+            .iter()
+            .flat_map(|&table| {
+                passes.iter().map(move |(scope, keep)| {
+                    PruneBatchStatement::new(table, *scope, *keep, self.batch_size)
+                })
+            })
+            .collect()
     }
 
     /// Deletes every expired row, batch by batch, and reports what it did.

@@ -603,6 +603,30 @@ fn drop_expired_until(
     Ok(())
 }
 
+/// Failed attempts and dead messages are not partitioned: they are pruned
+/// in batches, with the same windows (see [`Prune`](super::Prune)).
+fn prune_failure_records(
+    conn: &mut PgConnection,
+    policy: &RetentionPolicy,
+    should_stop: &dyn Fn() -> bool,
+    tally: &mut PartialReport,
+) -> Result<(), PruneError> {
+    let prune = super::Prune::new(policy.clone()).failures_only();
+    let report = prune
+        .run_with_progress(conn, |_| {
+            if should_stop() {
+                std::ops::ControlFlow::Break(())
+            } else {
+                std::ops::ControlFlow::Continue(())
+            }
+        })
+        .map_err(|error| tally.fail(error.into_error()))?;
+    tally.report.batches += report.batches;
+    tally.report.failure_rows_deleted += report.failure_rows_deleted;
+    tally.report.caught_up &= report.caught_up;
+    Ok(())
+}
+
 /// A duration as whole microseconds for an SQL interval, capped at
 /// [`MAX_RETENTION`] (a hundred years) so that PostgreSQL's interval and
 /// timestamp arithmetic cannot overflow.
@@ -777,6 +801,9 @@ impl Maintenance {
     ) -> Result<PruneReport, PruneError> {
         let mut tally = PartialReport::start();
         drop_expired_until(conn, schema, &self.policy, should_stop, &mut tally)?;
+        if !should_stop() {
+            prune_failure_records(conn, &self.policy, should_stop, &mut tally)?;
+        }
         if !should_stop() {
             match rotate_if_older_than(conn, self.period, self.lock_timeout) {
                 Ok(Some(_)) => tally.report.partitions_created += 1,

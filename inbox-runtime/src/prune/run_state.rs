@@ -9,7 +9,7 @@ use diesel::connection::TransactionManagerStatus;
 
 use super::report::PartialReport;
 use super::{BatchProgress, Prune, PruneError, PruneReport};
-use crate::backend::{NextHandler, PruneBatchStatement, PruneScope};
+use crate::backend::{NextHandler, PruneBatchStatement, PruneScope, PrunedTable};
 use crate::error::InboxError;
 use crate::execution::require_no_transaction;
 use crate::key::HandlerName;
@@ -127,13 +127,18 @@ impl<'p> RunState<'p> {
         };
         let report = &mut self.tally.report;
         report.batches += 1;
-        report.rows_deleted += rows;
+        match statement.table() {
+            PrunedTable::Claims => report.rows_deleted += rows,
+            PrunedTable::Failures => report.failure_rows_deleted += rows,
+        }
+        crate::observe::pruned(statement.table().name(), handler_of(&statement), rows);
         let flow = progress(&BatchProgress {
+            table: statement.table(),
             scope: statement.scope(),
             keep: statement.keep(),
             batch: report.batches,
             rows,
-            total_rows: report.rows_deleted,
+            total_rows: report.rows_deleted + report.failure_rows_deleted,
             batch_elapsed: batch_started.elapsed(),
             elapsed: self.tally.started.elapsed(),
         });
@@ -177,14 +182,29 @@ impl<'p> RunState<'p> {
     }
 }
 
+/// The handler a batch pruned, when it pruned one only.
+fn handler_of<'s>(statement: &'s PruneBatchStatement<'_>) -> Option<&'s str> {
+    match statement.scope() {
+        PruneScope::Handler(handler) => Some(handler.as_str()),
+        PruneScope::All | PruneScope::AllExcept(_) => None,
+    }
+}
+
 /// The step of a pass: its statement, or in an `AllExcept` pass, the next
 /// handler to find or the batch for the handler found.
+///
+/// `inbox_failures` is not walked: it holds only messages that failed, and
+/// its handlers need not have claims to find them by.
 fn step<'r>(statement: &PruneBatchStatement<'r>, walk: &'r Walk) -> Step<'r> {
     match statement.scope() {
-        PruneScope::AllExcept(excluded) if !excluded.is_empty() => match &walk.current {
-            Some(handler) => Step::Batch(statement.with_scope(PruneScope::Handler(handler))),
-            None => Step::FindHandler(NextHandler { after: &walk.after }),
-        },
+        PruneScope::AllExcept(excluded)
+            if !excluded.is_empty() && statement.table() == PrunedTable::Claims =>
+        {
+            match &walk.current {
+                Some(handler) => Step::Batch(statement.with_scope(PruneScope::Handler(handler))),
+                None => Step::FindHandler(NextHandler { after: &walk.after }),
+            }
+        }
         PruneScope::All | PruneScope::Handler(_) | PruneScope::AllExcept(_) => {
             Step::Batch(*statement)
         }

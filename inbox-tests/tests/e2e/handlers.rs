@@ -183,8 +183,10 @@ pub fn swallows_a_failure<C: Effects>(conn: &mut C, msg: &Msg) -> Result<Outcome
     Ok(Outcome::Processed(()))
 }
 
-/// The race test's handler: one effect row per processed delivery.
-#[idempotent(id = msg.id, handler = "e2e.race")]
+/// The race test's handler: one effect row per processed delivery. Its
+/// failures stand for transient ones, which a message may meet any number of
+/// times: never given up on.
+#[idempotent(id = msg.id, handler = "e2e.race", max_attempts = unbounded)]
 pub fn race<C: Effects>(conn: &mut C, msg: &RaceDelivery<'_>) -> Result<Outcome<()>, AppError> {
     msg.in_flight
         .store(true, std::sync::atomic::Ordering::SeqCst);

@@ -29,3 +29,4 @@ mod ids;
 mod nesting;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod server_faults;
+mod statements;

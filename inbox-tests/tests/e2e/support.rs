@@ -78,9 +78,7 @@ impl Msg {
     /// The application check that `RejectWithQuestionMark` fails.
     pub fn check(&self) -> Result<(), AppError> {
         if self.mode == Mode::RejectWithQuestionMark {
-            Err(AppError::Failed(
-                "the message failed an application check",
-            ))
+            Err(AppError::Failed("the message failed an application check"))
         } else {
             Ok(())
         }
