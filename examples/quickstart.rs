@@ -254,8 +254,12 @@ where
             };
             match error.recovery() {
                 // At once: a lock conflict (or a Galera commit refused by
-                // certification) usually settles on the next try.
-                Recovery::Retry if retries < RETRIES_AT_ONCE => {
+                // certification) usually settles on the next try. The
+                // handler's own failure is left to the broker's redelivery
+                // (each one is a counted attempt: see `max_attempts`).
+                Recovery::Retry
+                    if retries < RETRIES_AT_ONCE && matches!(error, AppError::Database(_)) =>
+                {
                     retries += 1;
                     continue;
                 }

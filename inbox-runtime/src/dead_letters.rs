@@ -289,14 +289,7 @@ where
     I: IntoIterator,
     I::Item: MessageId,
 {
-    let keys = keys(handler, message_ids)?;
-    in_transaction(conn, |conn| {
-        let mut revived = 0;
-        for key in &keys {
-            revived += revive_matching(conn, handler, Some(key.message_id()))?;
-        }
-        Ok(revived)
-    })
+    for_each_id(conn, handler, message_ids, revive_matching)
 }
 
 /// Revives every dead message of `handler` (see [`revive`]).
@@ -316,7 +309,7 @@ where
     C: LoadConnection,
     C::Backend: InboxBackend,
 {
-    in_transaction(conn, |conn| revive_matching(conn, handler, None))
+    conn.transaction(|conn| revive_matching(conn, handler, None))
 }
 
 /// Purges `handler`'s dead messages with these ids: their failure records
@@ -340,14 +333,7 @@ where
     I: IntoIterator,
     I::Item: MessageId,
 {
-    let keys = keys(handler, message_ids)?;
-    in_transaction(conn, |conn| {
-        let mut purged = 0;
-        for key in &keys {
-            purged += forget_dead(conn, handler, Some(key.message_id()))?;
-        }
-        Ok(purged)
-    })
+    for_each_id(conn, handler, message_ids, forget_dead)
 }
 
 /// Purges every dead message of `handler` (see [`purge`]).
@@ -367,29 +353,32 @@ where
     C: LoadConnection,
     C::Backend: InboxBackend,
 {
-    in_transaction(conn, |conn| forget_dead(conn, handler, None))
+    conn.transaction(|conn| forget_dead(conn, handler, None))
 }
 
-/// Validates every id first: nothing is changed when one is invalid.
-fn keys<I>(handler: &HandlerName, message_ids: I) -> Result<Vec<ClaimKey>, InboxError>
+/// Runs `operation` for each of `handler`'s `message_ids` in one
+/// transaction, and adds up what it affected. Every id is validated first:
+/// nothing is changed when one is invalid.
+fn for_each_id<C, I>(
+    conn: &mut C,
+    handler: &HandlerName,
+    message_ids: I,
+    operation: fn(&mut C, &HandlerName, Option<&str>) -> Result<u64, InboxError>,
+) -> Result<u64, InboxError>
 where
+    C: Connection,
     I: IntoIterator,
     I::Item: MessageId,
 {
-    message_ids
+    let keys = message_ids
         .into_iter()
         .map(|id| ClaimKey::new(handler.clone(), &id))
-        .collect()
-}
-
-fn in_transaction<C, T>(
-    conn: &mut C,
-    work: impl FnOnce(&mut C) -> Result<T, InboxError>,
-) -> Result<T, InboxError>
-where
-    C: Connection,
-{
-    conn.transaction(work)
+        .collect::<Result<Vec<_>, _>>()?;
+    conn.transaction(|conn| {
+        keys.iter()
+            .map(|key| operation(conn, handler, Some(key.message_id())))
+            .sum()
+    })
 }
 
 /// Deletes the claims of the matching dead messages (also from archived

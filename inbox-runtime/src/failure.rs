@@ -194,6 +194,27 @@ impl Recorded {
     }
 }
 
+/// How a delivery whose body failed ends, once its failure was recorded
+/// (`recorded`: `Ok(None)` when there was nothing to record at its level):
+/// what to report, and the inbox error the delivery fails with in place of
+/// the body's (`None`: the body's own error).
+///
+/// A rejection that could not be recorded is retried (the database error is
+/// returned), so that its redelivery records it; a count that could not be
+/// written is lost (the count is a lower bound) and the body's error stands.
+pub(crate) fn ending_after(
+    failure: Option<&Failure>,
+    recorded: Result<Option<Recorded>, InboxError>,
+) -> (Ending, Option<InboxError>) {
+    let not_recorded = Ending::Failed { attempts: None };
+    match (failure, recorded) {
+        (None, _) | (Some(_), Ok(None)) => (not_recorded, None),
+        (Some(_), Ok(Some(recorded))) => (recorded.ending(), recorded.into_error()),
+        (Some(Failure::Rejection(_)), Err(record_error)) => (not_recorded, Some(record_error)),
+        (Some(Failure::Attempt(_)), Err(_)) => (not_recorded, None),
+    }
+}
+
 /// The binds of the statement that counts one failed attempt of `key`
 /// ([`FailureSql::record_attempt`](crate::backend::FailureSql)).
 pub(crate) fn record_attempt_binds<'a>(key: &'a ClaimKey, failure: &'a Failure) -> [Bind<'a>; 3] {

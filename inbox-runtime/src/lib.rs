@@ -59,10 +59,23 @@
 //!   whose type is a second Diesel connection or a pool, and `pool.get()` in
 //!   the body, are compile errors: what is written through them is not part
 //!   of the handler's transaction.
+//! - `max_attempts = 3` (or `max_attempts = unbounded`): how many failed
+//!   attempts a message gets before it is recorded as dead (see
+//!   [`MaxAttempts`]; default [`default_max_attempts`]).
 //! - `crate = "path::to::inbox_runtime"`: for a renamed dependency.
 //!
 //! The handler returns `Result<R, E>` where `R` is `()` or [`Outcome<T>`]
-//! (see [`OnDuplicate`]) and `E` is a [`HandlerError`].
+//! (see [`OnDuplicate`]) and `E` is a [`HandlerError`] (a
+//! `std::error::Error` that takes Diesel's and the inbox's errors).
+//!
+//! ## Poison messages
+//! A body that fails (its own error, or a panic) is rolled back, and the
+//! failed attempt is counted in a short transaction of its own; after
+//! `max_attempts` the message is recorded as dead and later deliveries skip
+//! it. [`InboxError::rejected`] makes a message dead at once (a business
+//! rejection). [`dead_letters`] lists, revives and purges dead messages.
+//! [`ack_decision`] turns a handler's result into the broker's decision:
+//! ack, retry, or dead-letter.
 //!
 //! ## Errors
 //! [`InboxError::recovery`] and [`recovery`] (for a plain

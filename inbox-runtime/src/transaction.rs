@@ -172,29 +172,13 @@ where
         Ok(Err(error)) => Err(match roll_back(conn, &scope) {
             Ok(()) => {
                 let failure = Failure::of_error(&error);
-                let recorded = failure.as_ref().and_then(|failure| {
-                    record_failure(conn, &scope, &key, failure, max_attempts).transpose()
-                });
-                match recorded {
-                    None => {
-                        delivery.finish(Ending::Failed { attempts: None });
-                        error
-                    }
-                    Some(Ok(recorded)) => {
-                        delivery.finish(recorded.ending());
-                        recorded.into_error().map_or(error, E::from)
-                    }
-                    // A rejection that could not be recorded is retried, so
-                    // that its redelivery records it; a count that could
-                    // not be written is lost (the count is a lower bound).
-                    Some(Err(record_error)) => {
-                        delivery.finish(Ending::Failed { attempts: None });
-                        match failure {
-                            Some(Failure::Rejection(_)) => into_handler_error(record_error),
-                            _ => error,
-                        }
-                    }
-                }
+                let recorded = match &failure {
+                    Some(failure) => record_failure(conn, &scope, &key, failure, max_attempts),
+                    None => Ok(None),
+                };
+                let (ending, replacement) = failure::ending_after(failure.as_ref(), recorded);
+                delivery.finish(ending);
+                replacement.map_or(error, into_handler_error)
             }
             Err(rollback_error) => {
                 delivery.finish(Ending::DatabaseError);

@@ -477,32 +477,16 @@ where
     where
         E: std::error::Error + 'static,
     {
-        let Some(failure) = Failure::of_error(&error) else {
-            self.report(Ending::Failed { attempts: None });
-            return Failed::Body(error);
+        let failure = Failure::of_error(&error);
+        let recorded = match &failure {
+            Some(failure) => self.record_failure(failure).await,
+            None => Ok(None),
         };
-        match self.record_failure(&failure).await {
-            Ok(None) => {
-                self.report(Ending::Failed { attempts: None });
-                Failed::Body(error)
-            }
-            Ok(Some(recorded)) => {
-                self.report(recorded.ending());
-                match recorded.into_error() {
-                    Some(replacement) => Failed::Inbox(replacement),
-                    None => Failed::Body(error),
-                }
-            }
-            // A rejection that could not be recorded is retried, so that its
-            // redelivery records it; a count that could not be written is
-            // lost (the count is a lower bound).
-            Err(record_error) => {
-                self.report(Ending::Failed { attempts: None });
-                match failure {
-                    Failure::Rejection(_) => Failed::Inbox(record_error),
-                    Failure::Attempt(_) => Failed::Body(error),
-                }
-            }
+        let (ending, replacement) = failure::ending_after(failure.as_ref(), recorded);
+        self.report(ending);
+        match replacement {
+            Some(replacement) => Failed::Inbox(replacement),
+            None => Failed::Body(error),
         }
     }
 

@@ -77,17 +77,20 @@ fn refuses_ids_the_consumer_generates() {
 #[test]
 fn reports_argument_mistakes_together() {
     let found = errors(
-        "id = msg.id, id = msg.id, colour = \"red\", handler = 42, conn = a.b, crate = 1",
+        "id = msg.id, id = msg.id, colour = \"red\", handler = 42, conn = a.b, crate = 1, \
+         max_attempts = 0",
         HANDLER,
     );
     assert_eq!(
         found,
         [
             "duplicate argument `id`: each argument may be given only once",
-            "unknown argument `colour`; `#[idempotent]` takes `id`, `handler`, `conn`, `crate` and `outside_transaction`",
+            "unknown argument `colour`; `#[idempotent]` takes `id`, `handler`, `conn`, `max_attempts`, `crate` and `outside_transaction`",
             "`handler` takes a string literal, e.g. `handler = \"billing.apply_payment\"`",
             "`conn` takes the name of the connection parameter, e.g. `conn = db`",
             "`crate` takes the path of the `inbox_runtime` crate, e.g. `crate = \"::my_inbox\"`",
+            "`max_attempts = 0` would never run the handler: a message gets at least one attempt; \
+             write `max_attempts = 1` to give up after the first failure",
         ]
     );
 }

@@ -14,7 +14,7 @@ fn output(expanded: &Expanded) -> Type {
 }
 
 /// Asserts the sync form: the signature kept, and the body one
-/// `KRATE::__private::run_sync::<_, RET, _>(CONN, KEY, |PARAM| -> RET { body })`
+/// `KRATE::__private::run_sync::<_, RET, _>(CONN, KEY, None, |PARAM| -> RET { body })`
 /// whose key is the claimed one and whose closure is not `move` and returns
 /// the function's type around the body as written (so `return` and `?` in the
 /// body behave as they did in the function).
@@ -27,11 +27,20 @@ fn assert_runs_sync(expanded: &Expanded, krate: &str) {
         run.call.types,
         [parse_quote!(_), ret.clone(), parse_quote!(_)]
     );
-    assert_eq!(run.call.args.len(), 3, "connection, key, body");
+    assert_eq!(
+        run.call.args.len(),
+        4,
+        "connection, key, max attempts, body"
+    );
     assert_eq!(
         run.call.args[1],
         named(&expanded.claim().key),
         "the claimed key"
+    );
+    assert_eq!(
+        run.call.args[2],
+        parse_quote!(::core::option::Option::None),
+        "no `max_attempts`: the runtime's default"
     );
     let closure = &run.closure;
     assert!(closure.capture.is_none(), "not `move`");
@@ -131,6 +140,39 @@ fn keeps_attributes_and_moves_inner_attributes_into_the_body() {
     assert_eq!(claim.handler, parse_quote!("billing.apply"));
     assert_eq!(claim.id, parse_quote!(msg.id), "`id = \"..\"` is parsed");
     assert_lends(&out, parse_quote!(&mut *conn), parse_quote!(conn));
+}
+
+#[test]
+fn passes_max_attempts_to_the_runtime() {
+    let cases: [(&str, Expr); 3] = [
+        (
+            "id = msg.id, max_attempts = 3",
+            parse_quote!(::core::option::Option::Some(
+                ::inbox_runtime::MaxAttempts::limit(3u32)
+            )),
+        ),
+        (
+            "id = msg.id, max_attempts = 1",
+            parse_quote!(::core::option::Option::Some(
+                ::inbox_runtime::MaxAttempts::limit(1u32)
+            )),
+        ),
+        (
+            "id = msg.id, max_attempts = unbounded",
+            parse_quote!(::core::option::Option::Some(
+                ::inbox_runtime::MaxAttempts::Unbounded
+            )),
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = expand(args, HANDLER);
+        assert_eq!(out.run_sync().call.args[2], expected, "{args}");
+        let out = expand(
+            args,
+            "async fn apply(conn: &mut AsyncPgConnection, msg: &Payment) -> Result<(), E> { Ok(()) }",
+        );
+        assert_eq!(out.run_async().begin.args[2], expected, "{args} (async)");
+    }
 }
 
 #[test]
@@ -241,10 +283,17 @@ fn expands_the_async_shape_without_a_closure() {
     let run = out.run_async();
     let (transaction, transaction_mut) = &run.transaction;
     assert!(transaction_mut, "`conn()` borrows the transaction mutably");
-    // `let mut T = match begin_async::<_, RET>(&mut *conn, KEY).await { .. }`
+    // `let mut T = match begin_async::<_, RET>(&mut *conn, KEY, None).await { .. }`
     assert_eq!(run.begin.entry, runtime("::inbox_runtime", "begin_async"));
     assert_eq!(run.begin.types, [parse_quote!(_), ret.clone()]);
-    assert_eq!(run.begin.args, [parse_quote!(&mut *conn), named(&key)]);
+    assert_eq!(
+        run.begin.args,
+        [
+            parse_quote!(&mut *conn),
+            named(&key),
+            parse_quote!(::core::option::Option::None)
+        ]
+    );
     // `Ok(t) => t`: the transaction; `Err(done) => return done`: the outcome
     // without running the body (a duplicate, an invalid id, a failure).
     let [ok, err] = &run.begun.arms[..] else {

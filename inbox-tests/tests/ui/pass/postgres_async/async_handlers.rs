@@ -27,6 +27,18 @@ async fn direct(conn: &mut AsyncPgConnection, msg: &Payment) -> QueryResult<()> 
     Ok(())
 }
 
+#[idempotent(id = msg.id, handler = "async.limited", max_attempts = 3)]
+async fn limited(conn: &mut AsyncPgConnection, msg: &Payment) -> QueryResult<()> {
+    let _ = (conn, msg);
+    Ok(())
+}
+
+#[idempotent(id = msg.id, handler = "async.unbounded", max_attempts = unbounded)]
+async fn unbounded(conn: &mut AsyncPgConnection, msg: &Payment) -> QueryResult<()> {
+    let _ = (conn, msg);
+    Ok(())
+}
+
 #[idempotent(id = msg.id, handler = "async.generic")]
 async fn generic<C>(conn: &mut C, msg: &Payment) -> QueryResult<Outcome<i64>>
 where
@@ -73,6 +85,8 @@ async fn spawnable(pool: deadpool::Pool<AsyncPgConnection>, msg: Payment) -> Que
     let task = tokio::spawn(assert_send(async move {
         let mut conn = pool.get().await.expect("a connection");
         direct(&mut conn, &msg).await?;
+        limited(&mut conn, &msg).await?;
+        unbounded(&mut conn, &msg).await?;
         let _cents = generic(&mut *conn, &msg).await?.processed();
         pooled(&mut conn, &msg).await?;
         let _label = Consumer { label: "c" }.handle(&mut conn, &msg).await?.processed();
