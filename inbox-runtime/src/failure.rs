@@ -67,6 +67,12 @@ fn error_chain_text(error: &(dyn StdError + 'static)) -> String {
 
 fn bounded(mut text: String) -> String {
     const ELLIPSIS: &str = "…";
+    // PostgreSQL cannot store NUL in text. Replaced before the text is cut:
+    // the replacement is three bytes, and the bound is what the columns
+    // hold (MySQL's `VARBINARY(1024)` refuses more).
+    if text.contains('\0') {
+        text = text.replace('\0', "\u{fffd}");
+    }
     if text.len() > MAX_ERROR_TEXT_BYTES {
         let mut end = MAX_ERROR_TEXT_BYTES - ELLIPSIS.len();
         while !text.is_char_boundary(end) {
@@ -74,10 +80,6 @@ fn bounded(mut text: String) -> String {
         }
         text.truncate(end);
         text.push_str(ELLIPSIS);
-    }
-    // PostgreSQL cannot store NUL in text.
-    if text.contains('\0') {
-        text = text.replace('\0', "\u{fffd}");
     }
     text
 }
@@ -252,6 +254,9 @@ mod tests {
         assert!(text.ends_with('…'));
         assert_eq!(bounded("short".into()), "short");
         assert_eq!(bounded("a\0b".into()), "a\u{fffd}b");
+        let nuls = bounded("\0".repeat(MAX_ERROR_TEXT_BYTES));
+        assert!(nuls.len() <= MAX_ERROR_TEXT_BYTES, "{} bytes", nuls.len());
+        assert!(nuls.ends_with('…') && !nuls.contains('\0'));
     }
 
     #[test]
