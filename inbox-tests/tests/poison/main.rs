@@ -21,5 +21,10 @@
 mod support;
 
 mod handlers;
+#[cfg(feature = "async")]
+mod handlers_async;
 
 mod counting;
+mod default_limit;
+mod panics;
+mod rejection;
