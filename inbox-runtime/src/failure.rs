@@ -21,10 +21,10 @@ use std::any::Any;
 use std::error::Error as StdError;
 use std::fmt::{self, Write as _};
 
-use crate::ack::{Found, classify};
+use crate::ack::{Found, Marker, REJECTED, classify};
 use crate::attempts::MaxAttempts;
 use crate::backend::{Bind, InboxBackend};
-use crate::error::InboxError;
+use crate::error::{InboxError, REJECTED_PREFIX, REJECTED_SUFFIX};
 use crate::key::ClaimKey;
 use crate::observe::Ending;
 
@@ -126,8 +126,14 @@ impl Failure {
 }
 
 /// The reason of the rejection found in `error`.
+///
+/// A wrapper that forwards both `Display` and `source()` to the rejection
+/// (`#[error(transparent)]`) hides the [`InboxError`] itself: its `source()`
+/// is the rejection's marker. That wrapper's text is the rejection's, from
+/// which the reason is read back.
 fn rejection_reason(error: &(dyn StdError + 'static)) -> String {
     let mut next = Some(error);
+    let mut previous: Option<&(dyn StdError + 'static)> = None;
     while let Some(error) = next {
         if let Some(InboxError::Rejected { reason }) = error.downcast_ref::<InboxError>() {
             return reason.clone();
@@ -138,6 +144,20 @@ fn rejection_reason(error: &(dyn StdError + 'static)) -> String {
         if let Some(InboxError::Rejected { reason }) = carried {
             return reason.clone();
         }
+        let marks_rejection = error
+            .downcast_ref::<Marker>()
+            .is_some_and(|marker| std::ptr::eq(marker, &REJECTED));
+        if marks_rejection {
+            let text = previous.map(ToString::to_string);
+            let reason = text.as_deref().and_then(|text| {
+                text.strip_prefix(REJECTED_PREFIX)?
+                    .strip_suffix(REJECTED_SUFFIX)
+            });
+            if let Some(reason) = reason {
+                return error_text(&reason);
+            }
+        }
+        previous = Some(error);
         next = error.source();
     }
     error_text(error)
@@ -299,6 +319,25 @@ mod tests {
         assert_eq!(
             Failure::of_error(&carried),
             Some(Failure::Rejection("carried".into()))
+        );
+
+        /// Forwards `Display` and `source` (`#[error(transparent)]`).
+        #[derive(Debug)]
+        struct Transparent(InboxError);
+        impl fmt::Display for Transparent {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+        impl StdError for Transparent {
+            fn source(&self) -> Option<&(dyn StdError + 'static)> {
+                self.0.source()
+            }
+        }
+        let wrapped = Transparent(InboxError::rejected("wrapped"));
+        assert_eq!(
+            Failure::of_error(&wrapped),
+            Some(Failure::Rejection("wrapped".into()))
         );
     }
 }
