@@ -143,22 +143,24 @@ pub fn diesel_typed<C: Connection<Backend: InboxBackend>>(
 }
 
 /// One step of a scripted body.
-pub enum Step {
+pub enum Step<'a> {
     /// A statement; its error ends the body through `?`.
     Sql(String),
     /// Something the test does while the body runs (on another connection).
-    Call(Box<dyn Fn() + Send + Sync>),
+    Call(Box<dyn Fn() + Send + Sync + 'a>),
+    /// Ends the body with the application's own error.
+    Fail(String),
 }
 
 /// A delivery whose body runs `steps` after its effect.
-pub struct Scripted {
+pub struct Scripted<'a> {
     pub id: String,
-    pub steps: Vec<Step>,
+    pub steps: Vec<Step<'a>>,
     pub runs: AtomicU32,
 }
 
-impl Scripted {
-    pub fn new(id: &str, steps: Vec<Step>) -> Self {
+impl<'a> Scripted<'a> {
+    pub fn new(id: &str, steps: Vec<Step<'a>>) -> Self {
         Scripted {
             id: id.to_owned(),
             steps,
@@ -175,7 +177,7 @@ impl Scripted {
 #[idempotent(id = msg.id, handler = "poison.scripted", max_attempts = 3)]
 pub fn scripted<C: Connection<Backend: InboxBackend>>(
     conn: &mut C,
-    msg: &Scripted,
+    msg: &Scripted<'_>,
 ) -> Result<(), AppError> {
     msg.runs.fetch_add(1, Ordering::SeqCst);
     write_effect(conn, &msg.id, "scripted")?;
@@ -185,6 +187,7 @@ pub fn scripted<C: Connection<Backend: InboxBackend>>(
                 statement(sql.clone()).execute(conn)?;
             }
             Step::Call(call) => call(),
+            Step::Fail(text) => return Err(AppError::Failed(text.clone())),
         }
     }
     Ok(())

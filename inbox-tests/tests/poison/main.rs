@@ -24,7 +24,9 @@ mod handlers;
 #[cfg(feature = "async")]
 mod handlers_async;
 
+mod concurrency;
 mod counting;
 mod default_limit;
+mod not_counted;
 mod panics;
 mod rejection;

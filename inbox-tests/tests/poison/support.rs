@@ -197,3 +197,42 @@ pub fn quiet_deliberate_panics() {
         }));
     });
 }
+
+/// SQL that makes the connection's lock waits end soon with a lock
+/// conflict: PostgreSQL's `lock_timeout`, InnoDB's lock wait timeout (one
+/// second, its least).
+pub fn short_lock_wait_sql<B: TestBackend>() -> &'static str {
+    if B::NAME == "mysql" {
+        "SET SESSION innodb_lock_wait_timeout = 1"
+    } else {
+        "SET lock_timeout = '100ms'"
+    }
+}
+
+/// Whether server connection `id` waits for a lock in a statement that
+/// starts with `prefix`: a `BIGINT` query, 0 or 1.
+pub fn waits_in_sql<B: TestBackend>(id: i64, prefix: &str) -> String {
+    if B::NAME == "mysql" {
+        format!(
+            "SELECT COUNT(*) AS value FROM information_schema.PROCESSLIST \
+             WHERE id = {id} AND info LIKE '{prefix}%'"
+        )
+    } else {
+        format!(
+            "SELECT COUNT(*) AS value FROM pg_stat_activity \
+             WHERE pid = {id} AND wait_event_type = 'Lock' AND query LIKE '{prefix}%'"
+        )
+    }
+}
+
+/// Waits (at most [`HANG`]) until `ask` (a `BIGINT` query) says 1.
+pub fn wait_until(observer: &mut impl SqlRows, ask: &str) {
+    let deadline = std::time::Instant::now() + HANG;
+    while observer.bigint(ask) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never true after {HANG:?}: {ask}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
