@@ -334,6 +334,30 @@ mod tests {
                 self.0.source()
             }
         }
+        /// `#[error(transparent)] Db(#[from] diesel::result::Error)`.
+        #[derive(Debug)]
+        struct TransparentDb(diesel::result::Error);
+        impl fmt::Display for TransparentDb {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+        impl StdError for TransparentDb {
+            fn source(&self) -> Option<&(dyn StdError + 'static)> {
+                self.0.source()
+            }
+        }
+        let timeout = diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::Unknown,
+            Box::new("Lock wait timeout exceeded; try restarting transaction".to_owned()),
+        );
+        assert_eq!(Failure::of_error(&TransparentDb(timeout)), None);
+        assert_eq!(Failure::of_error(&TransparentDb(deadlock)), None);
+        assert!(matches!(
+            Failure::of_error(&TransparentDb(unique)),
+            Some(Failure::Attempt(_))
+        ));
+
         let wrapped = Transparent(InboxError::rejected("wrapped"));
         assert_eq!(
             Failure::of_error(&wrapped),
