@@ -26,6 +26,7 @@ mod handlers_async;
 
 mod concurrency;
 mod counting;
+mod dead_letters;
 mod default_limit;
 mod not_counted;
 mod panics;
