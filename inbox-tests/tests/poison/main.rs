@@ -24,6 +24,7 @@ mod handlers;
 #[cfg(feature = "async")]
 mod handlers_async;
 
+mod ack;
 mod concurrency;
 mod counting;
 mod dead_letters;
@@ -31,3 +32,4 @@ mod default_limit;
 mod not_counted;
 mod panics;
 mod rejection;
+mod schema;
