@@ -25,6 +25,8 @@ mod handlers;
 mod handlers_async;
 
 mod ack;
+#[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
+mod asynchronous;
 mod concurrency;
 mod counting;
 mod dead_letters;
