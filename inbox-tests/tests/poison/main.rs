@@ -33,5 +33,6 @@ mod dead_letters;
 mod default_limit;
 mod not_counted;
 mod panics;
+mod pruning;
 mod rejection;
 mod schema;
