@@ -313,6 +313,9 @@ pub fn purge_keeps_the_claim_and_forgets_the_record<B: TestBackend>() {
     assert_eq!(ids_of(&page), ["pg-2"]);
 }
 
+/// Whether a refused id's problem is the expected one.
+type ProblemIs = fn(&KeyProblem) -> bool;
+
 pub fn invalid_ids_are_refused_and_change_nothing<B: TestBackend>() {
     let Some((db, mut conn)) = fresh::<B>() else {
         return;
@@ -320,7 +323,7 @@ pub fn invalid_ids_are_refused_and_change_nothing<B: TestBackend>() {
     let mut ops = db.connect();
     make_dead(&mut conn, THREE, "iv-1");
     let too_long = "x".repeat(256);
-    let cases: [(&str, &str, fn(&KeyProblem) -> bool); 3] = [
+    let cases: [(&str, &str, ProblemIs); 3] = [
         ("", "empty", |p| matches!(p, KeyProblem::Empty)),
         (&too_long, "too long", |p| {
             matches!(p, KeyProblem::TooLong { .. })
