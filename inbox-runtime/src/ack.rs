@@ -137,7 +137,7 @@ impl Found {
     /// nothing about the message does not.
     pub(crate) fn counts_as_attempt(self, error: &(dyn StdError + 'static)) -> bool {
         match self {
-            Found::HandlerOwn => true,
+            Found::HandlerOwn => !says_database_trouble(error),
             Found::Database(Recovery::Reconnect) => false,
             Found::Database(_) => !carries_lock_conflict(error),
             Found::Final | Found::Rejected => false,
@@ -172,6 +172,24 @@ fn of_inbox_error(error: &InboxError) -> Found {
         InboxError::Rejected { .. } => Found::Rejected,
         other => Found::Database(other.recovery()),
     }
+}
+
+/// Whether an error in which no Diesel error was found reads as database
+/// trouble all the same: a wrapper that forwards `Display` and `source()`
+/// to a Diesel error (`#[error(transparent)] Db(#[from]
+/// diesel::result::Error)`, the usual application error) hides the Diesel
+/// error from the source chain, but shows its text, which is the server's
+/// message. Read with the same tables as [`recovery`](crate::recovery()):
+/// a lock conflict or a lost connection.
+fn says_database_trouble(error: &(dyn StdError + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if crate::recovery::is_database_trouble_text(&error.to_string()) {
+            return true;
+        }
+        next = error.source();
+    }
+    false
 }
 
 fn carries_lock_conflict(error: &(dyn StdError + 'static)) -> bool {

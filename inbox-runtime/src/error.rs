@@ -394,10 +394,9 @@ impl fmt::Display for InboxError {
                  transactions: replace it, then redeliver (a committed delivery comes \
                  back as a duplicate)",
             ),
-            InboxError::Rejected { reason } => write!(
-                f,
-                "the handler rejected the message: {reason}; it is recorded as dead and will not be processed again"
-            ),
+            InboxError::Rejected { reason } => {
+                write!(f, "{REJECTED_PREFIX}{reason}{REJECTED_SUFFIX}")
+            }
             InboxError::AttemptsExhausted {
                 attempts,
                 last_error,
@@ -427,6 +426,12 @@ impl fmt::Display for InboxError {
         }
     }
 }
+
+/// The text of [`InboxError::Rejected`] around its reason (read back by
+/// `failure::rejection_reason` through wrappers that forward `Display`).
+pub(crate) const REJECTED_PREFIX: &str = "the handler rejected the message: ";
+/// See [`REJECTED_PREFIX`].
+pub(crate) const REJECTED_SUFFIX: &str = "; it is recorded as dead and will not be processed again";
 
 impl StdError for InboxError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {

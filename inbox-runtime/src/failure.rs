@@ -21,10 +21,10 @@ use std::any::Any;
 use std::error::Error as StdError;
 use std::fmt::{self, Write as _};
 
-use crate::ack::{Found, classify};
+use crate::ack::{Found, Marker, REJECTED, classify};
 use crate::attempts::MaxAttempts;
 use crate::backend::{Bind, InboxBackend};
-use crate::error::InboxError;
+use crate::error::{InboxError, REJECTED_PREFIX, REJECTED_SUFFIX};
 use crate::key::ClaimKey;
 use crate::observe::Ending;
 
@@ -67,6 +67,12 @@ fn error_chain_text(error: &(dyn StdError + 'static)) -> String {
 
 fn bounded(mut text: String) -> String {
     const ELLIPSIS: &str = "…";
+    // PostgreSQL cannot store NUL in text. Replaced before the text is cut:
+    // the replacement is three bytes, and the bound is what the columns
+    // hold (MySQL's `VARBINARY(1024)` refuses more).
+    if text.contains('\0') {
+        text = text.replace('\0', "\u{fffd}");
+    }
     if text.len() > MAX_ERROR_TEXT_BYTES {
         let mut end = MAX_ERROR_TEXT_BYTES - ELLIPSIS.len();
         while !text.is_char_boundary(end) {
@@ -74,10 +80,6 @@ fn bounded(mut text: String) -> String {
         }
         text.truncate(end);
         text.push_str(ELLIPSIS);
-    }
-    // PostgreSQL cannot store NUL in text.
-    if text.contains('\0') {
-        text = text.replace('\0', "\u{fffd}");
     }
     text
 }
@@ -124,8 +126,14 @@ impl Failure {
 }
 
 /// The reason of the rejection found in `error`.
+///
+/// A wrapper that forwards both `Display` and `source()` to the rejection
+/// (`#[error(transparent)]`) hides the [`InboxError`] itself: its `source()`
+/// is the rejection's marker. That wrapper's text is the rejection's, from
+/// which the reason is read back.
 fn rejection_reason(error: &(dyn StdError + 'static)) -> String {
     let mut next = Some(error);
+    let mut previous: Option<&(dyn StdError + 'static)> = None;
     while let Some(error) = next {
         if let Some(InboxError::Rejected { reason }) = error.downcast_ref::<InboxError>() {
             return reason.clone();
@@ -136,6 +144,20 @@ fn rejection_reason(error: &(dyn StdError + 'static)) -> String {
         if let Some(InboxError::Rejected { reason }) = carried {
             return reason.clone();
         }
+        let marks_rejection = error
+            .downcast_ref::<Marker>()
+            .is_some_and(|marker| std::ptr::eq(marker, &REJECTED));
+        if marks_rejection {
+            let text = previous.map(ToString::to_string);
+            let reason = text.as_deref().and_then(|text| {
+                text.strip_prefix(REJECTED_PREFIX)?
+                    .strip_suffix(REJECTED_SUFFIX)
+            });
+            if let Some(reason) = reason {
+                return error_text(&reason);
+            }
+        }
+        previous = Some(error);
         next = error.source();
     }
     error_text(error)
@@ -273,6 +295,9 @@ mod tests {
         assert!(text.ends_with('…'));
         assert_eq!(bounded("short".into()), "short");
         assert_eq!(bounded("a\0b".into()), "a\u{fffd}b");
+        let nuls = bounded("\0".repeat(MAX_ERROR_TEXT_BYTES));
+        assert!(nuls.len() <= MAX_ERROR_TEXT_BYTES, "{} bytes", nuls.len());
+        assert!(nuls.ends_with('…') && !nuls.contains('\0'));
     }
 
     #[test]
@@ -315,6 +340,49 @@ mod tests {
         assert_eq!(
             Failure::of_error(&carried),
             Some(Failure::Rejection("carried".into()))
+        );
+
+        /// Forwards `Display` and `source` (`#[error(transparent)]`).
+        #[derive(Debug)]
+        struct Transparent(InboxError);
+        impl fmt::Display for Transparent {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+        impl StdError for Transparent {
+            fn source(&self) -> Option<&(dyn StdError + 'static)> {
+                self.0.source()
+            }
+        }
+        /// `#[error(transparent)] Db(#[from] diesel::result::Error)`.
+        #[derive(Debug)]
+        struct TransparentDb(diesel::result::Error);
+        impl fmt::Display for TransparentDb {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+        impl StdError for TransparentDb {
+            fn source(&self) -> Option<&(dyn StdError + 'static)> {
+                self.0.source()
+            }
+        }
+        let timeout = diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::Unknown,
+            Box::new("Lock wait timeout exceeded; try restarting transaction".to_owned()),
+        );
+        assert_eq!(Failure::of_error(&TransparentDb(timeout)), None);
+        assert_eq!(Failure::of_error(&TransparentDb(deadlock)), None);
+        assert!(matches!(
+            Failure::of_error(&TransparentDb(unique)),
+            Some(Failure::Attempt(_))
+        ));
+
+        let wrapped = Transparent(InboxError::rejected("wrapped"));
+        assert_eq!(
+            Failure::of_error(&wrapped),
+            Some(Failure::Rejection("wrapped".into()))
         );
     }
 }

@@ -1,0 +1,288 @@
+//! What is not a failed attempt: database trouble in the body (a lock wait
+//! that timed out, a serialization failure, a connection killed mid-body),
+//! provoked for real, and failures of handlers nested in a transaction the
+//! caller opened.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+
+use diesel::Connection;
+use diesel::connection::SimpleConnection;
+use diesel::result::{DatabaseErrorKind, Error};
+use inbox_runtime::{AckDecision, InboxError, Recovery, ack_decision, is_lock_conflict, recovery};
+use inbox_tests::{ServerBackend, SqlRows, TestBackend, connection_id, terminate};
+
+use crate::handlers::*;
+use crate::support::*;
+
+const BUMP: &str = "UPDATE poison_locks SET n = n + 10 WHERE id = 1";
+
+fn recovery_of(error: &AppError) -> Recovery {
+    match error {
+        AppError::Db(error) => recovery(error),
+        AppError::Inbox(error) => error.recovery(),
+        AppError::Failed(text) => panic!("the application's own error, not the database's: {text}"),
+    }
+}
+
+/// A lock held by another transaction; the body waits for it until the
+/// server gives up (PostgreSQL's `lock_timeout`, InnoDB's lock wait
+/// timeout): four deliveries, more than the limit, none counted.
+pub fn a_lock_timeout_in_the_body_is_not_counted<B: ServerBackend>() {
+    let Some((db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let mut observer = db.connect();
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN").unwrap();
+    holder
+        .batch_execute("UPDATE poison_locks SET n = n + 1 WHERE id = 1")
+        .unwrap();
+    conn.batch_execute(short_lock_wait_sql::<B>()).unwrap();
+    for _ in 1..=4 {
+        let msg = Scripted::new("lt-1", vec![Step::Sql(BUMP.to_owned())]);
+        let result = scripted(&mut conn, &msg);
+        match &result {
+            Err(AppError::Db(error)) => assert!(is_lock_conflict(error), "{error:?}"),
+            other => panic!("expected the lock wait to fail, got {other:?}"),
+        }
+        assert_eq!(ack_decision(&result), AckDecision::Retry);
+        assert_eq!(msg.runs(), 1);
+    }
+    assert_eq!(
+        failure_row::<B>(&mut observer, SCRIPTED, "lt-1"),
+        None,
+        "not counted"
+    );
+    assert_eq!(claims(&mut observer, SCRIPTED, "lt-1"), 0);
+    assert_eq!(effects(&mut observer, "lt-1"), 0);
+
+    holder.batch_execute("ROLLBACK").unwrap();
+    let msg = Scripted::new("lt-1", vec![Step::Sql(BUMP.to_owned())]);
+    scripted(&mut conn, &msg).expect("processed once the lock is free");
+    assert_eq!(effects(&mut observer, "lt-1"), 1);
+    assert_eq!(
+        observer.bigint("SELECT COUNT(*) AS value FROM poison_locks WHERE n = 10"),
+        1
+    );
+    assert_eq!(all_failure_rows(&mut observer), 0);
+}
+
+/// PostgreSQL, `REPEATABLE READ`: another transaction commits a change to
+/// the row the body then updates, after the body's snapshot was taken
+/// (40001 `could not serialize access`). Not counted.
+pub fn a_serialization_failure_in_the_body_is_not_counted<B: TestBackend>() {
+    let Some((db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let mut observer = db.connect();
+    conn.batch_execute(
+        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    )
+    .unwrap();
+    let interferer = Mutex::new(db.connect());
+    for _ in 1..=4 {
+        let msg = Scripted::new(
+            "sf-1",
+            vec![
+                Step::Call(Box::new(|| {
+                    interferer
+                        .lock()
+                        .unwrap()
+                        .batch_execute("UPDATE poison_locks SET n = n + 1 WHERE id = 1")
+                        .expect("the interfering update commits");
+                })),
+                Step::Sql(BUMP.to_owned()),
+            ],
+        );
+        let result = scripted(&mut conn, &msg);
+        assert!(
+            matches!(
+                &result,
+                Err(AppError::Db(Error::DatabaseError(
+                    DatabaseErrorKind::SerializationFailure,
+                    _
+                )))
+            ),
+            "{result:?}"
+        );
+        assert_eq!(ack_decision(&result), AckDecision::Retry);
+    }
+    assert_eq!(failure_row::<B>(&mut observer, SCRIPTED, "sf-1"), None);
+    assert_eq!(claims(&mut observer, SCRIPTED, "sf-1"), 0);
+    assert_eq!(effects(&mut observer, "sf-1"), 0);
+    assert_eq!(
+        observer.bigint("SELECT COUNT(*) AS value FROM poison_locks WHERE n = 4"),
+        1,
+        "only the interfering updates committed"
+    );
+}
+
+/// The handler's own connection is terminated mid-body (by the harness's
+/// `terminate`, from another connection): the body's next statement fails,
+/// or the body returns its own error and the rollback fails. Either way the
+/// delivery says reconnect and retry, and nothing is counted, four times
+/// over (more than the limit).
+pub fn a_connection_killed_mid_body_is_not_counted<B: ServerBackend>() {
+    let Some((db, _conn)) = fresh::<B>() else {
+        return;
+    };
+    let mut observer = db.connect();
+    for delivery in 1..=4 {
+        let mut conn = db.connect();
+        let victim = connection_id::<B>(&mut conn);
+        let killer = Mutex::new(db.connect());
+        let after_the_kill = if delivery % 2 == 0 {
+            Step::Sql(BUMP.to_owned())
+        } else {
+            Step::Fail("failed after the kill".to_owned())
+        };
+        let msg = Scripted::new(
+            "kill-1",
+            vec![
+                Step::Call(Box::new(|| {
+                    terminate::<B>(&mut killer.lock().unwrap(), victim);
+                })),
+                after_the_kill,
+            ],
+        );
+        let result = scripted(&mut conn, &msg);
+        let error = result.as_ref().expect_err("the connection is gone");
+        assert_eq!(recovery_of(error), Recovery::Reconnect, "{error:?}");
+        assert_eq!(ack_decision(&result), AckDecision::Retry);
+        assert_eq!(
+            failure_row::<B>(&mut observer, SCRIPTED, "kill-1"),
+            None,
+            "delivery {delivery}: not counted"
+        );
+    }
+    assert_eq!(claims(&mut observer, SCRIPTED, "kill-1"), 0);
+    assert_eq!(effects(&mut observer, "kill-1"), 0);
+    let mut conn = db.connect();
+    scripted(&mut conn, &Scripted::new("kill-1", vec![])).expect("processed");
+    assert_eq!(effects(&mut observer, "kill-1"), 1);
+    assert_eq!(all_failure_rows(&mut observer), 0);
+}
+
+/// Handlers called inside the caller's transaction: their failures,
+/// rejections and panics roll back their savepoint and count nothing, even
+/// past the limit; the caller's work commits. Top-level deliveries of the
+/// same ids afterwards start from nothing.
+pub fn nested_handler_failures_are_not_counted<B: TestBackend>() {
+    let Some((db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let mut observer = db.connect();
+    conn.transaction(|conn| {
+        write_effect(conn, "caller", "caller")?;
+        for _ in 1..=4 {
+            let result = three(conn, &Msg::failing("n-1", "boom"));
+            assert!(matches!(result, Err(AppError::Failed(_))), "{result:?}");
+        }
+        let result = three(conn, &Msg::rejecting("n-2", "bad"));
+        assert!(
+            matches!(result, Err(AppError::Inbox(InboxError::Rejected { .. }))),
+            "{result:?}"
+        );
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            three(conn, &Msg::panicking("n-3", "nested"))
+        }));
+        assert!(caught.is_err(), "the panic is resumed");
+        Ok::<_, AppError>(())
+    })
+    .expect("the caller's transaction commits");
+    assert_eq!(all_failure_rows(&mut observer), 0, "nothing counted");
+    assert_eq!(all_claims(&mut observer), 0);
+    assert_eq!(effects(&mut observer, "caller"), 1);
+    for id in ["n-1", "n-2", "n-3"] {
+        assert_eq!(effects(&mut observer, id), 0, "{id}");
+    }
+
+    let result = three(&mut conn, &Msg::failing("n-1", "top level"));
+    assert!(matches!(result, Err(AppError::Failed(_))), "{result:?}");
+    assert_eq!(
+        failure_row::<B>(&mut observer, THREE, "n-1"),
+        counted(1, "top level")
+    );
+    let fine = Msg::succeeding("n-2");
+    three(&mut conn, &fine).expect("not dead: processed");
+    assert_eq!(fine.runs(), 1);
+    assert_eq!(effects(&mut observer, "n-2"), 1);
+}
+
+/// A real deadlock between the body and another transaction, which the
+/// server resolves by rolling the body's transaction back: PostgreSQL's
+/// detector runs in the session that waited `deadlock_timeout` first (10 ms
+/// for the handler's, 1 s for the other), InnoDB rolls back the smaller
+/// transaction (the other one writes ten rows first). Four times, none
+/// counted.
+pub fn a_deadlock_in_the_body_is_not_counted<B: ServerBackend>() {
+    let Some((db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let mut observer = db.connect();
+    observer
+        .batch_execute("INSERT INTO poison_locks (id, n) VALUES (2, 0)")
+        .unwrap();
+    if B::NAME == "postgres" {
+        conn.batch_execute("SET deadlock_timeout = '10ms'").unwrap();
+    }
+    let watcher = Mutex::new(db.connect());
+    let others = Mutex::new(Vec::new());
+    let interfere = || {
+        let mut other = db.connect();
+        let other_id = connection_id::<B>(&mut other);
+        others.lock().unwrap().push(std::thread::spawn(move || {
+            other.batch_execute("BEGIN").unwrap();
+            for i in 0..10 {
+                other
+                    .batch_execute(&format!(
+                        "INSERT INTO poison_effects (message_id, note) VALUES ('other', '{i}')"
+                    ))
+                    .unwrap();
+            }
+            other
+                .batch_execute("UPDATE poison_locks SET n = n + 100 WHERE id = 2")
+                .unwrap();
+            // Waits for the body's lock, until the body is rolled back.
+            let waited = other.batch_execute("UPDATE poison_locks SET n = n + 100 WHERE id = 1");
+            other.batch_execute("ROLLBACK").unwrap();
+            waited
+        }));
+        wait_until(
+            &mut *watcher.lock().unwrap(),
+            &waits_in_sql::<B>(other_id, "UPDATE poison_locks SET n = n + 100 WHERE id = 1"),
+        );
+    };
+    for _ in 1..=4 {
+        let msg = Scripted::new(
+            "dl-1",
+            vec![
+                Step::Sql("UPDATE poison_locks SET n = n + 1 WHERE id = 1".to_owned()),
+                Step::Call(Box::new(interfere)),
+                Step::Sql("UPDATE poison_locks SET n = n + 1 WHERE id = 2".to_owned()),
+            ],
+        );
+        let result = scripted(&mut conn, &msg);
+        match &result {
+            Err(AppError::Db(error)) => assert!(is_lock_conflict(error), "{error:?}"),
+            other => panic!("expected the body to lose the deadlock, got {other:?}"),
+        }
+        assert_eq!(ack_decision(&result), AckDecision::Retry);
+        for other in others.lock().unwrap().drain(..) {
+            other
+                .join()
+                .expect("the other transaction")
+                .expect("it got the lock once the body was rolled back");
+        }
+    }
+    assert_eq!(failure_row::<B>(&mut observer, SCRIPTED, "dl-1"), None);
+    assert_eq!(claims(&mut observer, SCRIPTED, "dl-1"), 0);
+    assert_eq!(all_effects(&mut observer), 0);
+}
+
+inbox_tests::backend_tests! {
+    nested_handler_failures_are_not_counted;
+    only [postgres, mysql]: a_lock_timeout_in_the_body_is_not_counted, a_deadlock_in_the_body_is_not_counted, a_connection_killed_mid_body_is_not_counted;
+    only [postgres]: a_serialization_failure_in_the_body_is_not_counted;
+}
