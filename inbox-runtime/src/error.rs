@@ -228,8 +228,10 @@ pub enum InboxError {
     /// [`dead_letters`](crate::dead_letters) lists it. Dead-letter the
     /// message; retrying will not help.
     AttemptsExhausted {
-        /// The failed attempts counted (a lower bound: see
-        /// [`MaxAttempts`](crate::MaxAttempts)).
+        /// The handler's limit, which the failed attempts counted reached
+        /// (the count itself, in [`dead_letters::list`](crate::dead_letters::list),
+        /// is higher when the limit was lowered between deliveries; and it is
+        /// a lower bound: see [`MaxAttempts`](crate::MaxAttempts)).
         attempts: u32,
         /// The last attempt's error, as text (at most
         /// [`MAX_ERROR_TEXT_BYTES`](crate::MAX_ERROR_TEXT_BYTES)).

@@ -1,10 +1,9 @@
-//! Retention and dead messages. `dead_letters`' documentation says pruning
-//! removes dead records, like claims, once they are older than the
-//! retention window; pruning today deletes claims only. A dead message
-//! whose claim was pruned keeps its dead record: its redelivery runs the
-//! body again (the claim is gone), can never be made dead again
-//! (`mark_exhausted` wants `dead_at IS NULL`), and once processed is still
-//! listed as dead, so `revive` would delete its processed claim.
+//! Retention and dead messages: pruning removes dead records with their
+//! claims once they are older than the retention window. A dead record that
+//! outlived its pruned claim would be wrong three ways: the redelivery runs
+//! the body again (the claim is gone), could never be made dead again
+//! (`mark_exhausted` wants `dead_at IS NULL`), and once processed would
+//! still be listed as dead, so `revive` would delete its processed claim.
 
 use std::time::Duration;
 
@@ -54,22 +53,4 @@ pub fn pruning_forgets_a_dead_message_with_its_claim<B: TestBackend>() {
     assert!(dead_letters::summary(&mut ops).unwrap().is_empty());
 }
 
-/// Instantiated with `#[ignore]`: pruning does not touch `inbox_failures`.
-mod ignored {
-    macro_rules! ignored {
-        ($($backend:ident: $feature:literal, $ty:ty;)+) => {$(
-            #[cfg(feature = $feature)]
-            #[test]
-            #[ignore = "pruning deletes claims only; dead records outlive their pruned claims \
-                        (dead_letters documents that pruning removes them)"]
-            fn $backend() {
-                super::pruning_forgets_a_dead_message_with_its_claim::<$ty>();
-            }
-        )+};
-    }
-    ignored! {
-        postgres: "postgres", inbox_tests::Postgres;
-        mysql: "mysql", inbox_tests::Mysql;
-        sqlite: "sqlite", inbox_tests::Sqlite;
-    }
-}
+inbox_tests::backend_tests!(pruning_forgets_a_dead_message_with_its_claim);
