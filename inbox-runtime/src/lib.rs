@@ -46,7 +46,9 @@
 //!   rooted in a handler parameter other than the connection: `Uuid::new_v4()`,
 //!   `now()`, literals and statics are compile errors, since a value the
 //!   consumer makes up differs on every delivery. Its type must implement
-//!   [`MessageId`].
+//!   [`MessageId`]; an `Option` of an id is one, and `None` (a message
+//!   without an id) fails with [`KeyProblem::Missing`], which is not
+//!   retried.
 //! - `handler = "billing.apply_payment"`: the deduplication scope. Defaults to
 //!   the function's path; an explicit, stable name survives refactoring.
 //!   Required on methods (a `self` receiver or `Self` in the signature),
