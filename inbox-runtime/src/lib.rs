@@ -94,7 +94,10 @@
 //!
 //! ## Features
 //! `postgres`, `sqlite`, `mysql` (backends), `r2d2` (pooled connections),
-//! `uuid` ([`MessageId`] for `uuid::Uuid`), `migrations` (embedded Diesel
+//! `uuid` ([`MessageId`] for `uuid::Uuid`), `lapin` and `async-nats`
+//! ([`MessageId`] for lapin's `ShortString` and async-nats' `HeaderValue`,
+//! the types of the AMQP `message_id` property and of the JetStream
+//! `Nats-Msg-Id` header), `migrations` (embedded Diesel
 //! migrations), `async` (diesel-async handlers), `async-postgres`,
 //! `async-mysql` (`async` with the backend and diesel-async's driver for it),
 //! `deadpool`, `bb8` (its pools),

@@ -11,11 +11,12 @@ use crate::error::KeyProblem;
 /// The inbox stores ids as text. This trait is implemented for strings,
 /// integers, UTF-8 bytes (`[u8]`, `Vec<u8>`: a Kafka header's value),
 /// `Option`s of ids (`None` is a message without an id), [`uuid::Uuid`]
-/// (with the `uuid` feature) and references or smart pointers to them.
-/// Floats, `bool`, `char` and structs are not ids: implement `MessageId`
-/// for a newtype of your own if your envelope carries a composite key, and
-/// make the text stable across releases, since it is what deduplicates
-/// redeliveries.
+/// (with the `uuid` feature), broker clients' id types (with the `lapin`
+/// and `async-nats` features, see below) and references or smart pointers
+/// to them. Floats, `bool`, `char` and structs are not ids: implement
+/// `MessageId` for a newtype of your own if your envelope carries a
+/// composite key, and make the text stable across releases, since it is
+/// what deduplicates redeliveries.
 ///
 /// ```
 /// use inbox_runtime::MessageId;
@@ -54,10 +55,56 @@ use crate::error::KeyProblem;
 /// assert_eq!(Some("m-1").try_message_id().as_deref(), Ok("m-1"));
 /// assert_eq!(b"m-\xff".as_slice().try_message_id(), Err(KeyProblem::NotUtf8 { valid_up_to: 2 }));
 /// ```
+///
+/// # Broker clients' id types
+///
+/// With the `lapin` feature, `amq_protocol_types::ShortString` (lapin's
+/// `lapin::types::ShortString`, the type of the AMQP `message_id` property)
+/// is an id, so `id = delivery.properties.message_id()` (an
+/// `&Option<ShortString>`) compiles as it is. With the `async-nats` feature,
+/// `async_nats::HeaderValue` is an id, so the JetStream `Nats-Msg-Id` header
+/// is one too: `id = message.headers.as_ref().and_then(|h|
+/// h.get(async_nats::header::NATS_MESSAGE_ID))` (an `Option<&HeaderValue>`).
+/// Name the header with that constant rather than the string
+/// `"Nats-Msg-Id"`: async-nats 0.46 does not find a standard header
+/// received from the server by its name as a string (0.47 and later do), so
+/// every message would seem to have no id.
+///
+/// ```
+/// # #[cfg(all(feature = "lapin", feature = "async-nats"))] {
+/// use inbox_runtime::{KeyProblem, MessageId};
+///
+/// // lapin: `delivery.properties.message_id()`.
+/// let message_id: Option<amq_protocol_types::ShortString> = Some("order-17".into());
+/// assert_eq!((&message_id).try_message_id().as_deref(), Ok("order-17"));
+///
+/// // async-nats: `message.headers.as_ref().and_then(|h| h.get(NATS_MESSAGE_ID))`.
+/// let headers: Option<async_nats::HeaderMap> = None;
+/// let id = headers.as_ref().and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID));
+/// assert_eq!(id.try_message_id(), Err(KeyProblem::Missing));
+/// # }
+/// ```
+///
+/// The impls are for the versions inbox-runtime's requirement resolves to:
+/// `amq-protocol-types` 8.3 to 10 (lapin 3.7 to 4), `async-nats` 0.46 to
+/// 0.51. When your lockfile has two versions of the crate (`cargo tree -d`
+/// lists them), your client's type is not the one implemented, and the id
+/// expression is refused as "cannot serve as a message id": make them one
+/// with `cargo update -p async-nats@<the version inbox-runtime got>
+/// --precise <your client's version>` (or `-p amq-protocol-types@…`).
+///
+/// Why not every `T: AsRef<str>`, which would cover such types without a
+/// feature? Rust's coherence rules forbid it next to the impls above:
+/// `String`, `&T` and `Box<T>` implement `AsRef<str>` already, and for
+/// `u64`, `Option<T>` or `uuid::Uuid` the compiler must assume that their
+/// crate may add `AsRef<str>` in a later release, so the blanket impl would
+/// overlap them. Each type is named instead. For a type not covered,
+/// implement `MessageId` on a newtype, or pass its text (`id =
+/// msg.header.as_str()`).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot serve as a message id",
     label = "this id expression has type `{Self}`",
-    note = "a message id is the producer's stable id as a string, UTF-8 bytes, an integer, a `uuid::Uuid` (feature `uuid`), or an `Option` of one; implement `inbox_runtime::MessageId` for an id type of your own"
+    note = "a message id is the producer's stable id as a string, UTF-8 bytes, an integer, a `uuid::Uuid` (feature `uuid`), a lapin `ShortString` (feature `lapin`), an async-nats `HeaderValue` (feature `async-nats`), or an `Option` of one; implement `inbox_runtime::MessageId` for an id type of your own"
 )]
 pub trait MessageId {
     /// The id as the text stored in the inbox.
@@ -257,6 +304,25 @@ impl MessageId for uuid::Uuid {
     }
 }
 
+/// The AMQP short string, as lapin's `properties.message_id()` returns it
+/// (inside an `&Option`); lapin re-exports it as `lapin::types::ShortString`.
+#[cfg(feature = "lapin")]
+impl MessageId for amq_protocol_types::ShortString {
+    fn to_message_id(&self) -> Cow<'_, str> {
+        Cow::Borrowed(self.as_str())
+    }
+}
+
+/// A NATS header value, such as JetStream's `Nats-Msg-Id`, as
+/// `headers.get(async_nats::header::NATS_MESSAGE_ID)` returns it (inside an
+/// `Option`).
+#[cfg(feature = "async-nats")]
+impl MessageId for async_nats::HeaderValue {
+    fn to_message_id(&self) -> Cow<'_, str> {
+        Cow::Borrowed(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,6 +370,35 @@ mod tests {
             Err(KeyProblem::NotUtf8 { valid_up_to: 1 })
         );
         assert_eq!(b"k\x80".as_slice().to_message_id(), "");
+    }
+
+    #[cfg(feature = "lapin")]
+    #[test]
+    fn amqp_short_strings_are_ids() {
+        use amq_protocol_types::ShortString;
+        let property: Option<ShortString> = Some(ShortString::from("amqp-1"));
+        // What `delivery.properties.message_id()` returns.
+        let id: &Option<ShortString> = &property;
+        assert!(matches!(id.try_message_id(), Ok(Cow::Borrowed("amqp-1"))));
+        let absent: &Option<ShortString> = &None;
+        assert_eq!(absent.try_message_id(), Err(KeyProblem::Missing));
+    }
+
+    #[cfg(feature = "async-nats")]
+    #[test]
+    fn nats_header_values_are_ids() {
+        use async_nats::header::{HeaderName, NATS_MESSAGE_ID};
+        let mut headers = async_nats::HeaderMap::new();
+        // Named as the client names a header it parses off the wire.
+        let name: HeaderName = "Nats-Msg-Id".parse().unwrap();
+        headers.insert(name, "nats-1");
+        let headers = Some(headers);
+        // What a JetStream consumer reads.
+        let id = headers.as_ref().and_then(|h| h.get(NATS_MESSAGE_ID));
+        assert_eq!(id.try_message_id().as_deref(), Ok("nats-1"));
+        let none: Option<async_nats::HeaderMap> = None;
+        let absent = none.as_ref().and_then(|h| h.get(NATS_MESSAGE_ID));
+        assert_eq!(absent.try_message_id(), Err(KeyProblem::Missing));
     }
 
     #[cfg(feature = "uuid")]
