@@ -7,6 +7,7 @@ mod connection;
 mod id_root;
 mod kind;
 mod outside;
+mod per_delivery;
 mod signature;
 
 use syn::{ItemFn, parse_quote};
@@ -55,6 +56,7 @@ pub(crate) fn handler(
     if let Some(id) = &args.id {
         let scope = id_root::Scope::of(&function.sig, conn_ident);
         id_root::check(id, &scope, &mut errors);
+        per_delivery::check(id, &mut errors);
     }
     if let Err(error) = errors.finish() {
         // A body rewritten by `#[async_trait]` moves its parameters into a

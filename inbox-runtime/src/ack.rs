@@ -27,6 +27,10 @@ use crate::recovery::{Recovery, recovery};
 /// assert_eq!(ack_decision(&rejected), AckDecision::DeadLetter);
 /// let db: Result<(), InboxError> = Err(InboxError::Database(diesel::result::Error::NotFound));
 /// assert_eq!(ack_decision(&db), AckDecision::Retry);
+/// // A message without an id (`id = msg.id` with `msg.id: Option<String>` = `None`).
+/// let no_id = inbox_runtime::ClaimKey::new(inbox_runtime::HandlerName::new("h")?, &None::<String>);
+/// assert_eq!(ack_decision(&no_id), AckDecision::DeadLetter);
+/// # Ok::<(), InboxError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[must_use = "the broker must be told what happened to the delivery"]

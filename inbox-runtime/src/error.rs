@@ -12,6 +12,7 @@ use crate::duration::format_duration;
 /// use inbox_runtime::KeyProblem;
 /// let problem = KeyProblem::TooLong { bytes: 300, max_bytes: 255 };
 /// assert_eq!(problem.to_string(), "it is 300 bytes long, more than the 255 bytes the inbox stores");
+/// assert_eq!(KeyProblem::Missing.to_string(), "the message carries no id");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -34,6 +35,18 @@ pub enum KeyProblem {
     /// cannot represent (PostgreSQL 22P05 on a server that is not UTF-8),
     /// or the inbox table's own checks.
     RefusedByDatabase,
+    /// The message carries no id: the id expression is an `Option` that is
+    /// `None` (an AMQP message without a `message_id` property, a JetStream
+    /// message without a `Nats-Msg-Id` header).
+    Missing,
+    /// The id is bytes that are not UTF-8 text (a Kafka header, say). The
+    /// inbox stores ids as text and never converts bytes lossily, since two
+    /// different ids could then become the same text.
+    NotUtf8 {
+        /// How many leading bytes are valid UTF-8: the first invalid byte is
+        /// at this offset.
+        valid_up_to: usize,
+    },
 }
 
 impl fmt::Display for KeyProblem {
@@ -50,6 +63,12 @@ impl fmt::Display for KeyProblem {
             KeyProblem::RefusedByDatabase => f.write_str(
                 "the database refused to store it (a character its encoding cannot \
                  represent, or the inbox table's checks)",
+            ),
+            KeyProblem::Missing => f.write_str("the message carries no id"),
+            KeyProblem::NotUtf8 { valid_up_to } => write!(
+                f,
+                "it is not UTF-8 text (the byte at offset {valid_up_to} is invalid), and the \
+                 inbox stores ids as text without a lossy conversion"
             ),
         }
     }
@@ -166,7 +185,9 @@ pub enum InboxError {
     InvalidMessageId {
         /// The handler that received the message.
         handler: String,
-        /// The rejected id, escaped and shortened for display.
+        /// The rejected id, escaped and shortened for display; empty when
+        /// the id has no text to show ([`KeyProblem::Missing`],
+        /// [`KeyProblem::NotUtf8`]).
         message_id: String,
         /// What is wrong with it.
         problem: KeyProblem,
@@ -366,6 +387,24 @@ impl InboxError {
 impl fmt::Display for InboxError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            InboxError::InvalidMessageId {
+                handler,
+                problem: problem @ KeyProblem::Missing,
+                ..
+            } => write!(
+                f,
+                "handler `{handler}` rejected the message: {problem}, so it cannot be \
+                 deduplicated; redelivering it will not help"
+            ),
+            InboxError::InvalidMessageId {
+                handler,
+                problem: problem @ KeyProblem::NotUtf8 { .. },
+                ..
+            } => write!(
+                f,
+                "handler `{handler}` rejected the message id: {problem}; the message is \
+                 malformed and redelivering it will not help"
+            ),
             InboxError::InvalidMessageId {
                 handler,
                 message_id,

@@ -82,9 +82,10 @@ impl fmt::Display for HandlerName {
 /// A validated `(handler, message id)` pair, ready to be claimed.
 ///
 /// Building one is where bad input is caught: an empty id, one longer than
-/// [`MAX_MESSAGE_ID_BYTES`], or one containing NUL is an
-/// [`InboxError::InvalidMessageId`], raised before any transaction starts, so
-/// nothing is recorded and the handler's body does not run.
+/// [`MAX_MESSAGE_ID_BYTES`], one containing NUL, a missing one (`None`), or
+/// bytes that are not UTF-8 is an [`InboxError::InvalidMessageId`], raised
+/// before any transaction starts, so nothing is recorded and the handler's
+/// body does not run.
 ///
 /// ```
 /// use inbox_runtime::{ClaimKey, HandlerName, InboxError};
@@ -106,16 +107,30 @@ pub struct ClaimKey {
 }
 
 impl ClaimKey {
-    /// Validates `id` and pairs it with `handler`.
+    /// Validates `id` (read with [`MessageId::try_message_id`]) and pairs it
+    /// with `handler`.
     ///
     /// ```
-    /// use inbox_runtime::{ClaimKey, HandlerName};
+    /// use inbox_runtime::{ClaimKey, HandlerName, InboxError, KeyProblem};
     /// let key = ClaimKey::new(HandlerName::new("h")?, &42_u64)?;
     /// assert_eq!(key.message_id(), "42");
+    ///
+    /// let missing = ClaimKey::new(HandlerName::new("h")?, &None::<String>).unwrap_err();
+    /// assert!(matches!(missing, InboxError::InvalidMessageId { problem: KeyProblem::Missing, .. }));
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
     pub fn new<M: MessageId + ?Sized>(handler: HandlerName, id: &M) -> Result<Self, InboxError> {
-        let message_id = id.to_message_id();
+        let message_id = match id.try_message_id() {
+            Ok(text) => text,
+            // No text to check or to show: an absent id, bytes that are not UTF-8.
+            Err(problem) => {
+                return Err(InboxError::InvalidMessageId {
+                    handler: handler.as_str().to_owned(),
+                    message_id: String::new(),
+                    problem,
+                });
+            }
+        };
         match check_text(&message_id, MAX_MESSAGE_ID_BYTES) {
             None => Ok(ClaimKey {
                 handler,
@@ -232,6 +247,61 @@ mod tests {
             }
         );
         assert_eq!(problem("a\0b"), KeyProblem::ContainsNul { byte_offset: 1 });
+    }
+
+    fn problem_of<M: MessageId + ?Sized>(id: &M) -> KeyProblem {
+        match ClaimKey::new(handler(), id) {
+            Err(InboxError::InvalidMessageId { problem, .. }) => problem,
+            other => panic!("expected an invalid id, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_missing_id_is_a_typed_error() {
+        assert_eq!(problem_of(&None::<String>), KeyProblem::Missing);
+        assert_eq!(problem_of(&&None::<&str>), KeyProblem::Missing);
+        assert_eq!(problem_of(&Box::new(None::<u64>)), KeyProblem::Missing);
+        // `Some` is checked as its content is.
+        assert_eq!(problem_of(&Some(String::new())), KeyProblem::Empty);
+        assert_eq!(
+            ClaimKey::new(handler(), &Some("m-1")).unwrap().message_id(),
+            "m-1"
+        );
+        let err = ClaimKey::new(handler(), &None::<String>).unwrap_err();
+        assert!(err.is_invalid_message());
+        assert!(!err.is_retryable());
+        assert_eq!(
+            err.to_string(),
+            "handler `h` rejected the message: the message carries no id, so it cannot be \
+             deduplicated; redelivering it will not help"
+        );
+    }
+
+    #[test]
+    fn bytes_must_be_utf8() {
+        assert_eq!(
+            ClaimKey::new(handler(), "é-1".as_bytes())
+                .unwrap()
+                .message_id(),
+            "é-1"
+        );
+        assert_eq!(
+            problem_of(b"ab\xffcd".as_slice()),
+            KeyProblem::NotUtf8 { valid_up_to: 2 }
+        );
+        // A truncated multi-byte character is refused too.
+        assert_eq!(
+            problem_of(&"é".as_bytes()[..1].to_vec()),
+            KeyProblem::NotUtf8 { valid_up_to: 0 }
+        );
+        assert_eq!(problem_of(&Some(b"".as_slice())), KeyProblem::Empty);
+        let err = ClaimKey::new(handler(), b"\xff".as_slice()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "handler `h` rejected the message id: it is not UTF-8 text (the byte at offset 0 \
+             is invalid), and the inbox stores ids as text without a lossy conversion; the \
+             message is malformed and redelivering it will not help"
+        );
     }
 
     #[test]

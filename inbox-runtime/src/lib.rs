@@ -45,8 +45,13 @@
 //! - `id = msg.id` (or `id = "msg.id"`): the producer-assigned id. It must be
 //!   rooted in a handler parameter other than the connection: `Uuid::new_v4()`,
 //!   `now()`, literals and statics are compile errors, since a value the
-//!   consumer makes up differs on every delivery. Its type must implement
-//!   [`MessageId`].
+//!   consumer makes up differs on every delivery; so are fields the broker
+//!   sets per delivery (an AMQP `delivery_tag`, a JetStream
+//!   `consumer_sequence`, a delivery count, a receive time, an SQS
+//!   `receipt_handle`), and the error names the stable id to use instead.
+//!   Its type must implement [`MessageId`]; an `Option` of an id is one,
+//!   and `None` (a message without an id) fails with
+//!   [`KeyProblem::Missing`], which is not retried.
 //! - `handler = "billing.apply_payment"`: the deduplication scope. Defaults to
 //!   the function's path; an explicit, stable name survives refactoring.
 //!   Required on methods (a `self` receiver or `Self` in the signature),
@@ -105,7 +110,10 @@
 //!
 //! ## Features
 //! `postgres`, `sqlite`, `mysql` (backends), `r2d2` (pooled connections),
-//! `uuid` ([`MessageId`] for `uuid::Uuid`), `migrations` (embedded Diesel
+//! `uuid` ([`MessageId`] for `uuid::Uuid`), `lapin` and `async-nats`
+//! ([`MessageId`] for lapin's `ShortString` and async-nats' `HeaderValue`,
+//! the types of the AMQP `message_id` property and of the JetStream
+//! `Nats-Msg-Id` header), `migrations` (embedded Diesel
 //! migrations), `async` (diesel-async handlers), `async-postgres`,
 //! `async-mysql` (`async` with the backend and diesel-async's driver for it),
 //! `deadpool`, `bb8` (its pools),

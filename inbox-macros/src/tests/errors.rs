@@ -1,6 +1,6 @@
 //! The text of the errors about the arguments, the id and the signature.
 
-use super::{HANDLER, assert_one_error, errors};
+use super::{HANDLER, assert_errors, assert_no_errors, assert_one_error, errors};
 
 #[test]
 fn accepts_rooted_ids() {
@@ -72,6 +72,138 @@ fn refuses_ids_the_consumer_generates() {
     for (id, message) in cases {
         assert_one_error(&format!("id = {id}"), HANDLER, &[prefix, message]);
     }
+}
+
+#[test]
+fn accepts_ids_that_are_the_same_on_every_delivery() {
+    for id in [
+        "msg.properties.message_id()",
+        "msg.headers.as_ref().and_then(|h| h.get(\"Nats-Msg-Id\"))",
+        "msg.info()?.stream_sequence",
+        "msg.info()?.published",
+        "msg.properties.timestamp()",
+        "msg.timestamp",
+        "format!(\"{}:{}\", msg.partition(), msg.offset())",
+        "msg.header(\"delivery_count\")",
+        // Not read from a JetStream message's `info()`: an application's field.
+        "msg.delivered",
+        "msg.attempt",
+        "msg.retry_count",
+        // A method with arguments is not the broker's accessor.
+        "msg.delivery_tag(1)",
+    ] {
+        assert_no_errors(&format!("id = {id}, handler = \"h\""), HANDLER);
+    }
+}
+
+#[test]
+fn refuses_ids_that_change_per_delivery() {
+    let prefix = "the message id must be the same on every delivery of a message: ";
+    let redelivery = "so a redelivery would look like a new message and be processed again; use ";
+    let amqp = "use the `message_id` property the producer sets (with lapin: `delivery.properties.message_id()`)";
+    let nats = "use the `Nats-Msg-Id` header the publisher sets (with async-nats: `message.headers.as_ref().and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))`)";
+    let producer = "use the id the producer set on the message: the AMQP `message_id` property";
+    let sqs = "use a message attribute holding the producer's id, or the FIFO queue's `MessageDeduplicationId`";
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "msg.delivery_tag",
+            "`msg.delivery_tag` is the AMQP delivery tag, which the broker assigns anew to each delivery",
+            amqp,
+        ),
+        (
+            "msg.delivery_tag().to_string()",
+            "`msg.delivery_tag()` is the AMQP delivery tag",
+            amqp,
+        ),
+        (
+            "&msg.redelivered",
+            "`msg.redelivered` is the AMQP redelivered flag",
+            amqp,
+        ),
+        (
+            "msg.info()?.consumer_sequence",
+            "`msg.info()?.consumer_sequence` is the JetStream consumer sequence, which grows with every delivery, redeliveries included",
+            nats,
+        ),
+        (
+            "msg.info().unwrap().delivered as i64",
+            "`msg.info().unwrap().delivered` is the JetStream delivery count",
+            nats,
+        ),
+        (
+            "msg.delivery_count()",
+            "`msg.delivery_count()` is a delivery count, which grows with every redelivery",
+            producer,
+        ),
+        ("msg.num_delivered", "is a delivery count", producer),
+        ("msg.redelivery_count", "is a redelivery count", producer),
+        (
+            "msg.delivery_attempt()",
+            "is the delivery attempt number",
+            producer,
+        ),
+        (
+            "msg.approximate_receive_count",
+            "is the SQS receive count",
+            sqs,
+        ),
+        (
+            "msg.received_at.clone()",
+            "`msg.received_at` reads as the time this delivery was received, which differs between deliveries",
+            producer,
+        ),
+        (
+            "msg.receive_timestamp",
+            "reads as the time this delivery was received",
+            producer,
+        ),
+        (
+            "msg.receipt_handle().unwrap()",
+            "`msg.receipt_handle()` is the SQS receipt handle, which is new on every receive of the message",
+            sqs,
+        ),
+        (
+            "msg.lock_token",
+            "is the Azure Service Bus lock token",
+            "use the `message_id` the sending application sets",
+        ),
+        (
+            "msg.ack_id",
+            "is the Google Pub/Sub ack id",
+            "use an attribute holding the producer's id",
+        ),
+        (
+            "format!(\"{}-{}\", msg.id, msg.redelivered)",
+            "`msg.redelivered` is the AMQP redelivered flag",
+            amqp,
+        ),
+        (
+            "format!(\"{}-{t}\", msg.id, t = msg.delivery_tag)",
+            "`msg.delivery_tag` is the AMQP delivery tag",
+            amqp,
+        ),
+    ];
+    for (id, what, instead) in cases {
+        assert_one_error(
+            &format!("id = {id}, handler = \"h\""),
+            HANDLER,
+            &[prefix, what, redelivery, instead],
+        );
+    }
+}
+
+#[test]
+fn reports_per_delivery_ids_with_the_other_errors() {
+    assert_errors(
+        "id = format!(\"{}-{}\", now(), msg.delivery_tag), colour = 1",
+        "fn f(msg: &Msg) -> Result<(), E> { Ok(()) }",
+        &[
+            &["unknown argument `colour`"],
+            &["no connection parameter"],
+            &["`now()` is not rooted"],
+            &["`msg.delivery_tag` is the AMQP delivery tag"],
+        ],
+    );
 }
 
 #[test]

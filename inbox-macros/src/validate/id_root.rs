@@ -164,7 +164,7 @@ fn unrooted(expr: &Expr) -> syn::Error {
 }
 
 /// Whether `mac` is `format!` (also `std::format!`, `alloc::format!`).
-fn is_format(mac: &ExprMacro) -> bool {
+pub(super) fn is_format(mac: &ExprMacro) -> bool {
     mac.mac
         .path
         .segments

@@ -97,6 +97,28 @@ pub fn uuided<C: Effects>(conn: &mut C, msg: &Uuided) -> Result<Outcome<()>, App
     Ok(Outcome::Processed(()))
 }
 
+/// An id that may be absent: `msg.id` is an `Option<String>`.
+#[idempotent(id = msg.id, handler = "e2e.optional")]
+pub fn optional<C: Effects>(conn: &mut C, msg: &Optional) -> Result<(), AppError> {
+    msg.ran();
+    let id = msg.id.as_deref().expect("the body runs only with an id");
+    conn.record_effect("e2e.optional", id, 0, "optional")?;
+    Ok(())
+}
+
+/// An id read from a header's bytes: `msg.header` is an `Option<Vec<u8>>`.
+#[idempotent(id = msg.header.as_deref(), handler = "e2e.header")]
+pub fn header<C: Effects>(conn: &mut C, msg: &Optional) -> Result<(), AppError> {
+    msg.ran();
+    let bytes = msg
+        .header
+        .as_deref()
+        .expect("the body runs only with an id");
+    let id = std::str::from_utf8(bytes).expect("the body runs only with UTF-8");
+    conn.record_effect("e2e.header", id, 0, "header")?;
+    Ok(())
+}
+
 /// A pooled connection by `&mut`.
 #[idempotent(id = msg.id, handler = "e2e.pooled")]
 pub fn pooled_by_ref<C: Effects + R2D2Connection + Send + 'static>(

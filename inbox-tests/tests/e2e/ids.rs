@@ -6,7 +6,9 @@ use diesel::prelude::*;
 use crate::handlers::*;
 use crate::support::*;
 
-use inbox_runtime::{InboxError, KeyProblem, MAX_MESSAGE_ID_BYTES, Outcome};
+use inbox_runtime::{
+    AckDecision, InboxError, KeyProblem, MAX_MESSAGE_ID_BYTES, Outcome, ack_decision,
+};
 
 /// The invalid ids and the problem each must be reported with.
 fn invalid_ids() -> Vec<(String, KeyProblem)> {
@@ -239,7 +241,84 @@ pub fn diesel_error_type_handler<B: E2e>() {
     assert_eq!(conn.inbox_rows().len(), 2);
 }
 
+/// A message without an id (`None`) is a typed, final error: the body does
+/// not run, nothing is written, and the broker is told to dead-letter it.
+pub fn a_missing_id_is_refused_before_anything_runs<B: E2e>() {
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let msg = Optional::new(None, None);
+    let result = optional(&mut conn, &msg);
+    let err = result.as_ref().expect_err("a missing id is refused");
+    assert_invalid(
+        err.inbox().expect("an inbox error"),
+        "e2e.optional",
+        KeyProblem::Missing,
+    );
+    assert_eq!(ack_decision(&result), AckDecision::DeadLetter);
+    assert_eq!(
+        err.to_string(),
+        "handler `e2e.optional` rejected the message: the message carries no id, so it \
+         cannot be deduplicated; redelivering it will not help"
+    );
+    assert_eq!(msg.runs.get(), 0, "the body did not run");
+    assert_eq!(conn.inbox_rows(), NO_ROWS, "nothing recorded");
+    assert!(conn.all_effects().is_empty(), "no body effect");
+    assert_connection_usable(&mut conn);
+
+    // `Some` is the id it holds: processed once, then a duplicate.
+    let first = Optional::new(Some("opt-1"), None);
+    optional(&mut conn, &first).expect("processed");
+    let again = Optional::new(Some("opt-1"), None);
+    optional(&mut conn, &again).expect("duplicate");
+    assert_eq!((first.runs.get(), again.runs.get()), (1, 0));
+    assert_eq!(
+        conn.inbox_rows(),
+        vec![("e2e.optional".to_owned(), "opt-1".to_owned())]
+    );
+}
+
+/// An id read from bytes is stored as the UTF-8 text it is; bytes that are
+/// not UTF-8 are refused, never converted lossily.
+pub fn byte_ids_must_be_utf8<B: E2e>() {
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let invalid = Optional::new(None, Some(b"k-\xff"));
+    let result = header(&mut conn, &invalid);
+    let err = result.as_ref().expect_err("refused");
+    assert_invalid(
+        err.inbox().expect("an inbox error"),
+        "e2e.header",
+        KeyProblem::NotUtf8 { valid_up_to: 2 },
+    );
+    assert_eq!(ack_decision(&result), AckDecision::DeadLetter);
+    assert_eq!(invalid.runs.get(), 0, "the body did not run");
+
+    // What a lossy conversion of the bytes above would have produced is a
+    // valid id of its own.
+    let lossy = Optional::new(None, Some("k-\u{fffd}".as_bytes()));
+    header(&mut conn, &lossy).expect("processed");
+    assert_eq!(lossy.runs.get(), 1);
+
+    let missing = Optional::new(None, None);
+    let err = header(&mut conn, &missing).expect_err("no header");
+    assert_invalid(
+        err.inbox().expect("an inbox error"),
+        "e2e.header",
+        KeyProblem::Missing,
+    );
+    assert_eq!(missing.runs.get(), 0, "the body did not run");
+    assert_eq!(
+        conn.inbox_rows(),
+        vec![("e2e.header".to_owned(), "k-\u{fffd}".to_owned())],
+        "only the valid id is recorded"
+    );
+}
+
 inbox_tests::backend_tests!(
+    a_missing_id_is_refused_before_anything_runs,
+    byte_ids_must_be_utf8,
     invalid_ids_are_rejected_before_anything_runs,
     longest_ids_are_stored_verbatim,
     sql_metacharacters_and_unicode_are_data,

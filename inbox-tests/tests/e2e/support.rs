@@ -95,6 +95,30 @@ pub struct Uuided {
     pub uuid: uuid::Uuid,
 }
 
+/// A message whose id may be absent (`MessageId` for `Option`), with a
+/// second id as raw bytes, such as a Kafka header (`MessageId` for `[u8]`).
+/// `runs` counts how often a body ran for this delivery.
+pub struct Optional {
+    pub id: Option<String>,
+    pub header: Option<Vec<u8>>,
+    pub runs: Cell<u32>,
+}
+
+impl Optional {
+    pub fn new(id: Option<&str>, header: Option<&[u8]>) -> Self {
+        Optional {
+            id: id.map(str::to_owned),
+            header: header.map(<[u8]>::to_vec),
+            runs: Cell::new(0),
+        }
+    }
+
+    /// Counts a run of a body.
+    pub fn ran(&self) {
+        self.runs.set(self.runs.get() + 1);
+    }
+}
+
 /// The payload of the deliberate panics, so a test can tell its own panic
 /// from an assertion failure.
 #[derive(Debug, PartialEq, Eq)]

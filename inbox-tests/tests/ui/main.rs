@@ -17,6 +17,8 @@
 //! - `all_backends/`: `sqlite`, `postgres` and `mysql` (the compiler's list
 //!   of `Connection` implementations in the expected message names all
 //!   three).
+//! - `sqlite_lapin/`, `sqlite_async_nats/`: `sqlite` and the broker client's
+//!   feature (ids of the client's own types).
 //!
 //! A case added to an existing directory is picked up by its glob.
 
@@ -27,6 +29,14 @@ const GROUPS: &[(&str, bool)] = &[
     (
         "postgres_async",
         cfg!(all(feature = "postgres", feature = "async")),
+    ),
+    (
+        "sqlite_lapin",
+        cfg!(all(feature = "sqlite", feature = "lapin")),
+    ),
+    (
+        "sqlite_async_nats",
+        cfg!(all(feature = "sqlite", feature = "async-nats")),
     ),
     (
         "all_backends",
