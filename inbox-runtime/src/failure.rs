@@ -167,14 +167,20 @@ impl Recorded {
         matches!(self, Recorded::Exhausted { .. } | Recorded::Rejected)
     }
 
-    /// How the delivery ended, as reported.
-    pub(crate) fn ending(&self) -> Ending {
+    /// How the delivery ended, as reported (`failure`: what was recorded).
+    pub(crate) fn ending<'a>(&'a self, failure: &'a Failure) -> Ending<'a> {
         match self {
             Recorded::Counted | Recorded::ProcessedMeanwhile => Ending::Failed { attempts: None },
-            Recorded::Exhausted { attempts, .. } => Ending::Dead {
+            Recorded::Exhausted {
+                attempts,
+                last_error,
+            } => Ending::Dead {
                 attempts: *attempts,
+                last_error,
             },
-            Recorded::Rejected => Ending::Rejected,
+            Recorded::Rejected => Ending::Rejected {
+                reason: failure.text(),
+            },
         }
     }
 

@@ -139,33 +139,35 @@ where
     F: FnOnce(&mut C) -> Result<R, E>,
 {
     let mut delivery = Delivery::start(&key);
+    // The whole delivery, the body included, runs inside its span.
+    let _entered = delivery.entered();
     let scope = match Scope::new::<C::Backend>(status(conn)) {
         Ok(scope) => scope,
         Err(error) => {
-            delivery.finish(Ending::DatabaseError);
+            delivery.finish(&key, Ending::DatabaseError { error: &error });
             return Err(error.into());
         }
     };
     let claim = match claim_with_retries(conn, &scope, &key, &delivery) {
         Ok(claim) => claim,
         Err(error) => {
-            delivery.finish(ending_of_inbox_error(&error));
+            delivery.finish(&key, ending_of_inbox_error(&error));
             return Err(into_handler_error(error));
         }
     };
     delivery.claimed();
     if claim == Claim::Duplicate {
-        delivery.finish(Ending::Duplicate);
+        delivery.finish(&key, Ending::Duplicate);
         return Ok(R::on_duplicate());
     }
     match panic::catch_unwind(AssertUnwindSafe(|| body(conn))) {
         Ok(Ok(value)) => match commit(conn, &scope) {
             Ok(()) => {
-                delivery.finish(Ending::Processed);
+                delivery.finish(&key, Ending::Processed);
                 Ok(value)
             }
             Err(error) => {
-                delivery.finish(Ending::DatabaseError);
+                delivery.finish(&key, Ending::DatabaseError { error: &error });
                 Err(into_handler_error(error))
             }
         },
@@ -173,31 +175,37 @@ where
             Ok(()) => {
                 let failure = Failure::of_error(&error);
                 let recorded = failure.as_ref().and_then(|failure| {
-                    record_failure(conn, &scope, &key, failure, max_attempts).transpose()
+                    let recorded = record_failure(conn, &scope, &key, failure, max_attempts);
+                    recorded.transpose().map(|recorded| (failure, recorded))
                 });
                 match recorded {
                     None => {
-                        delivery.finish(Ending::Failed { attempts: None });
+                        delivery.finish(&key, Ending::Failed { attempts: None });
                         error
                     }
-                    Some(Ok(recorded)) => {
-                        delivery.finish(recorded.ending());
+                    Some((failure, Ok(recorded))) => {
+                        delivery.finish(&key, recorded.ending(failure));
                         recorded.into_error().map_or(error, E::from)
                     }
                     // A rejection that could not be recorded is retried, so
                     // that its redelivery records it; a count that could
                     // not be written is lost (the count is a lower bound).
-                    Some(Err(record_error)) => {
-                        delivery.finish(Ending::Failed { attempts: None });
+                    Some((failure, Err(record_error))) => {
+                        delivery.finish(&key, Ending::Failed { attempts: None });
                         match failure {
-                            Some(Failure::Rejection(_)) => into_handler_error(record_error),
-                            _ => error,
+                            Failure::Rejection(_) => into_handler_error(record_error),
+                            Failure::Attempt(_) => error,
                         }
                     }
                 }
             }
             Err(rollback_error) => {
-                delivery.finish(Ending::DatabaseError);
+                delivery.finish(
+                    &key,
+                    Ending::DatabaseError {
+                        error: &rollback_error,
+                    },
+                );
                 report_after_failed_rollback(error, rollback_error)
                     .unwrap_or_else(into_handler_error)
             }
@@ -206,15 +214,24 @@ where
             // The panic matters more than a failed rollback, which marks
             // the connection broken anyway, or than a count that could not
             // be written.
-            if roll_back(conn, &scope).is_ok() {
-                let failure = Failure::of_panic(&*panic);
-                let recorded = record_failure(conn, &scope, &key, &failure, max_attempts);
-                delivery.finish(match recorded {
-                    Ok(Some(recorded)) => recorded.ending(),
-                    _ => Ending::Failed { attempts: None },
-                });
-            } else {
-                delivery.finish(Ending::DatabaseError);
+            match roll_back(conn, &scope) {
+                Ok(()) => {
+                    let failure = Failure::of_panic(&*panic);
+                    let recorded = record_failure(conn, &scope, &key, &failure, max_attempts);
+                    delivery.finish(
+                        &key,
+                        match &recorded {
+                            Ok(Some(recorded)) => recorded.ending(&failure),
+                            _ => Ending::Failed { attempts: None },
+                        },
+                    );
+                }
+                Err(rollback_error) => delivery.finish(
+                    &key,
+                    Ending::DatabaseError {
+                        error: &rollback_error,
+                    },
+                ),
             }
             panic::resume_unwind(panic)
         }
@@ -300,7 +317,7 @@ where
                     InboxError::Database(cause)
                         if scope.is_outermost() && tries.again(&cause).is_some() =>
                     {
-                        delivery.claim_retry(tries.made(), &cause);
+                        delivery.claim_retry(key, tries.made(), &cause);
                     }
                     error => return Err(error),
                 }

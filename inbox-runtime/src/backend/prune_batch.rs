@@ -169,6 +169,20 @@ impl<'p> PruneBatchStatement<'p> {
     pub fn limit(&self) -> u64 {
         self.limit.unsigned_abs()
     }
+
+    /// The table the batch deletes from, as reported (`inbox_pruned_rows_total`'s
+    /// `table` label).
+    pub(crate) fn table(&self) -> &'static str {
+        "inbox_messages"
+    }
+
+    /// The one handler the batch covers, if it covers one only.
+    pub(crate) fn single_handler(&self) -> Option<&'p str> {
+        match self.scope {
+            PruneScope::Handler(handler) => Some(handler.as_str()),
+            PruneScope::All | PruneScope::AllExcept(_) => None,
+        }
+    }
 }
 
 impl fmt::Display for PruneBatchStatement<'_> {
