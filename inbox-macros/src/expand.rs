@@ -17,10 +17,13 @@
 //!     Ok(transaction) => transaction,          // the id is claimed: run the body
 //!     Err(done) => return done,                // duplicate, invalid id, database failure
 //! };
-//! let __inbox_result = KRATE::__private::catch_unwind(typed::<RET, _>(async {
-//!     let conn = __inbox_transaction.conn();
-//!     body
-//! })).await;
+//! let __inbox_result = KRATE::__private::catch_unwind(
+//!     KRATE::__private::observed(&__inbox_transaction),   // the delivery's span
+//!     typed::<RET, _>(async {
+//!         let conn = __inbox_transaction.conn();
+//!         body
+//!     }),
+//! ).await;
 //! KRATE::__private::finish_async::<_, RET>(__inbox_transaction, __inbox_result).await
 //! ```
 //!
@@ -370,10 +373,13 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
                     ::core::result::Result::Ok(#transaction) => #transaction,
                     ::core::result::Result::Err(#done) => return #done,
                 };
-                let #result = #krate::__private::catch_unwind(#typed::<#output, _>(async {
-                    let #param = #transaction.conn();
-                    #body
-                }))
+                let #result = #krate::__private::catch_unwind(
+                    #krate::__private::observed(&#transaction),
+                    #typed::<#output, _>(async {
+                        let #param = #transaction.conn();
+                        #body
+                    }),
+                )
                 .await;
                 #finish::<_, #output> #finish_args.await
             }

@@ -189,14 +189,20 @@ impl Recorded {
         matches!(self, Recorded::Exhausted { .. } | Recorded::Rejected)
     }
 
-    /// How the delivery ended, as reported.
-    pub(crate) fn ending(&self) -> Ending {
+    /// How the delivery ended, as reported (`failure`: what was recorded).
+    pub(crate) fn ending<'a>(&'a self, failure: &'a Failure) -> Ending<'a> {
         match self {
             Recorded::Counted | Recorded::ProcessedMeanwhile => Ending::Failed { attempts: None },
-            Recorded::Exhausted { attempts, .. } => Ending::Dead {
+            Recorded::Exhausted {
+                attempts,
+                last_error,
+            } => Ending::Dead {
                 attempts: *attempts,
+                last_error,
             },
-            Recorded::Rejected => Ending::Rejected,
+            Recorded::Rejected => Ending::Rejected {
+                reason: failure.text(),
+            },
         }
     }
 
@@ -218,22 +224,36 @@ impl Recorded {
 
 /// How a delivery whose body failed ends, once its failure was recorded
 /// (`recorded`: `Ok(None)` when there was nothing to record at its level):
-/// what to report, and the inbox error the delivery fails with in place of
-/// the body's (`None`: the body's own error).
+/// `report` is told how it ended, and the result is the inbox error the
+/// delivery fails with in place of the body's (`None`: the body's own
+/// error).
 ///
 /// A rejection that could not be recorded is retried (the database error is
 /// returned), so that its redelivery records it; a count that could not be
 /// written is lost (the count is a lower bound) and the body's error stands.
-pub(crate) fn ending_after(
+pub(crate) fn conclude(
     failure: Option<&Failure>,
     recorded: Result<Option<Recorded>, InboxError>,
-) -> (Ending, Option<InboxError>) {
+    report: impl FnOnce(Ending<'_>),
+) -> Option<InboxError> {
     let not_recorded = Ending::Failed { attempts: None };
     match (failure, recorded) {
-        (None, _) | (Some(_), Ok(None)) => (not_recorded, None),
-        (Some(_), Ok(Some(recorded))) => (recorded.ending(), recorded.into_error()),
-        (Some(Failure::Rejection(_)), Err(record_error)) => (not_recorded, Some(record_error)),
-        (Some(Failure::Attempt(_)), Err(_)) => (not_recorded, None),
+        (None, _) | (Some(_), Ok(None)) => {
+            report(not_recorded);
+            None
+        }
+        (Some(failure), Ok(Some(recorded))) => {
+            report(recorded.ending(failure));
+            recorded.into_error()
+        }
+        (Some(Failure::Rejection(_)), Err(record_error)) => {
+            report(not_recorded);
+            Some(record_error)
+        }
+        (Some(Failure::Attempt(_)), Err(_)) => {
+            report(not_recorded);
+            None
+        }
     }
 }
 

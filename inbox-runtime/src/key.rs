@@ -71,6 +71,13 @@ impl HandlerName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The name as kept: borrowed for the `&'static str` names
+    /// `#[idempotent]` uses, so a metric label copies no text.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn as_cow(&self) -> &Cow<'static, str> {
+        &self.0
+    }
 }
 
 impl fmt::Display for HandlerName {

@@ -119,7 +119,10 @@
 //! `deadpool`, `bb8` (its pools),
 //! `tokio` (the background pruner as a tokio task), `partitioned`
 //! (PostgreSQL's generation layout, `prune::partitioned`), `log` (pruner
-//! runs through the `log` facade).
+//! runs through the `log` facade), `tracing` (a span per delivery and
+//! events through `tracing`) and `metrics` (counters and histograms through
+//! the `metrics` facade): see [`observe`] for every span field, event and
+//! metric.
 //!
 //! ## Retention
 //! [`RetentionPolicy`] and [`Prune`] forget ids older than a window in short
@@ -144,7 +147,7 @@ mod execution;
 mod failure;
 mod key;
 mod message_id;
-mod observe;
+pub mod observe;
 mod outcome;
 pub mod prune;
 mod recovery;

@@ -8,6 +8,7 @@ use crate::backend::InboxBackend;
 use crate::error::{HandlerError, InboxError};
 use crate::key::{ClaimKey, HandlerName};
 use crate::message_id::MessageId;
+use crate::observe::{self, BodyScope};
 use crate::outcome::OnDuplicate;
 
 /// Builds the claim key from the handler's name and its id expression.
@@ -75,7 +76,10 @@ where
         Ok(key) => crate::run_idempotent_with(conn, key, resolve(max_attempts), |conn| {
             body(conn).into_result()
         }),
-        Err(error) => Err(error.into()),
+        Err(error) => {
+            observe::invalid_key(&error);
+            Err(error.into())
+        }
     })
 }
 
@@ -95,7 +99,10 @@ where
     T::Ok: OnDuplicate,
     T::Err: HandlerError,
 {
-    let key = key.map_err(|error| T::from_result(Err(error.into())))?;
+    let key = key.map_err(|error| {
+        observe::invalid_key(&error);
+        T::from_result(Err(error.into()))
+    })?;
     match crate::transaction_async::claim_in_new_level(conn, key, resolve(max_attempts)).await {
         Ok(Some(claimed)) => Ok(claimed),
         Ok(None) => Err(T::from_result(Ok(T::Ok::on_duplicate()))),
@@ -109,14 +116,28 @@ pub fn typed<T, F: core::future::Future<Output = T>>(body: F) -> F {
     body
 }
 
-/// Runs the body's future, catching a panic so the transaction can be rolled
-/// back before it resumes.
+/// What the body runs in: the delivery's span (feature `tracing`). Taken
+/// before the body borrows the transaction's connection.
+#[cfg(feature = "async")]
+pub fn observed<C>(claimed: &crate::ClaimedTransaction<'_, C>) -> BodyScope
+where
+    C: diesel_async::AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    claimed.observed()
+}
+
+/// Runs the body's future inside the delivery's span, catching a panic so
+/// the transaction can be rolled back before it resumes.
 #[cfg(feature = "async")]
 pub async fn catch_unwind<F: core::future::Future>(
+    scope: BodyScope,
     body: F,
 ) -> Result<F::Output, Box<dyn core::any::Any + Send>> {
     use futures_util::FutureExt;
-    core::panic::AssertUnwindSafe(body).catch_unwind().await
+    scope
+        .instrument(core::panic::AssertUnwindSafe(body).catch_unwind())
+        .await
 }
 
 /// The last step of an async handler: commits or rolls back by the body's
@@ -167,9 +188,16 @@ impl<C> AsyncUnavailable<'_, C> {
     }
 }
 
+/// Stands in for `observed` without the `async` feature.
+#[cfg(not(feature = "async"))]
+pub fn observed<X>(_transaction: &X) -> BodyScope {
+    BodyScope::none()
+}
+
 /// Stands in for `catch_unwind` without the `async` feature.
 #[cfg(not(feature = "async"))]
 pub fn catch_unwind<F: core::future::Future>(
+    _scope: BodyScope,
     _body: F,
 ) -> core::future::Pending<Result<F::Output, Box<dyn core::any::Any + Send>>> {
     core::future::pending()

@@ -139,33 +139,35 @@ where
     F: FnOnce(&mut C) -> Result<R, E>,
 {
     let mut delivery = Delivery::start(&key);
+    // The whole delivery, the body included, runs inside its span.
+    let _entered = delivery.entered();
     let scope = match Scope::new::<C::Backend>(status(conn)) {
         Ok(scope) => scope,
         Err(error) => {
-            delivery.finish(Ending::DatabaseError);
+            delivery.finish(&key, Ending::DatabaseError { error: &error });
             return Err(error.into());
         }
     };
     let claim = match claim_with_retries(conn, &scope, &key, &delivery) {
         Ok(claim) => claim,
         Err(error) => {
-            delivery.finish(ending_of_inbox_error(&error));
+            delivery.finish(&key, ending_of_inbox_error(&error));
             return Err(into_handler_error(error));
         }
     };
     delivery.claimed();
     if claim == Claim::Duplicate {
-        delivery.finish(Ending::Duplicate);
+        delivery.finish(&key, Ending::Duplicate);
         return Ok(R::on_duplicate());
     }
     match panic::catch_unwind(AssertUnwindSafe(|| body(conn))) {
         Ok(Ok(value)) => match commit(conn, &scope) {
             Ok(()) => {
-                delivery.finish(Ending::Processed);
+                delivery.finish(&key, Ending::Processed);
                 Ok(value)
             }
             Err(error) => {
-                delivery.finish(Ending::DatabaseError);
+                delivery.finish(&key, Ending::DatabaseError { error: &error });
                 Err(into_handler_error(error))
             }
         },
@@ -176,12 +178,18 @@ where
                     Some(failure) => record_failure(conn, &scope, &key, failure, max_attempts),
                     None => Ok(None),
                 };
-                let (ending, replacement) = failure::ending_after(failure.as_ref(), recorded);
-                delivery.finish(ending);
+                let replacement = failure::conclude(failure.as_ref(), recorded, |ending| {
+                    delivery.finish(&key, ending)
+                });
                 replacement.map_or(error, into_handler_error)
             }
             Err(rollback_error) => {
-                delivery.finish(Ending::DatabaseError);
+                delivery.finish(
+                    &key,
+                    Ending::DatabaseError {
+                        error: &rollback_error,
+                    },
+                );
                 report_after_failed_rollback(error, rollback_error)
                     .unwrap_or_else(into_handler_error)
             }
@@ -190,15 +198,24 @@ where
             // The panic matters more than a failed rollback, which marks
             // the connection broken anyway, or than a count that could not
             // be written.
-            if roll_back(conn, &scope).is_ok() {
-                let failure = Failure::of_panic(&*panic);
-                let recorded = record_failure(conn, &scope, &key, &failure, max_attempts);
-                delivery.finish(match recorded {
-                    Ok(Some(recorded)) => recorded.ending(),
-                    _ => Ending::Failed { attempts: None },
-                });
-            } else {
-                delivery.finish(Ending::DatabaseError);
+            match roll_back(conn, &scope) {
+                Ok(()) => {
+                    let failure = Failure::of_panic(&*panic);
+                    let recorded = record_failure(conn, &scope, &key, &failure, max_attempts);
+                    delivery.finish(
+                        &key,
+                        match &recorded {
+                            Ok(Some(recorded)) => recorded.ending(&failure),
+                            _ => Ending::Failed { attempts: None },
+                        },
+                    );
+                }
+                Err(rollback_error) => delivery.finish(
+                    &key,
+                    Ending::DatabaseError {
+                        error: &rollback_error,
+                    },
+                ),
             }
             panic::resume_unwind(panic)
         }
@@ -284,7 +301,7 @@ where
                     InboxError::Database(cause)
                         if scope.is_outermost() && tries.again(&cause).is_some() =>
                     {
-                        delivery.claim_retry(tries.made(), &cause);
+                        delivery.claim_retry(key, tries.made(), &cause);
                     }
                     error => return Err(error),
                 }

@@ -21,7 +21,7 @@ use crate::error::{HandlerError, InboxError, into_handler_error};
 use crate::execution::{OpenTransactionGuard, RetryPolicy, require_transaction};
 use crate::failure::{self, Failure, Recorded};
 use crate::key::ClaimKey;
-use crate::observe::{Delivery, Ending, ending_of_inbox_error};
+use crate::observe::{BodyScope, Delivery, Ending, ending_of_inbox_error};
 use crate::outcome::OnDuplicate;
 use crate::recovery::{Recovery, recovery};
 use crate::scope::{Scope, either, report_after_failed_rollback};
@@ -230,7 +230,10 @@ where
     let Some(mut claimed) = claimed.map_err(into_handler_error::<E>)? else {
         return Ok(R::on_duplicate());
     };
-    let result = AssertUnwindSafe(body(claimed.conn())).catch_unwind().await;
+    let scope = claimed.observed();
+    let result = scope
+        .instrument(AssertUnwindSafe(body(claimed.conn())).catch_unwind())
+        .await;
     claimed.finish_or_resume(result).await
 }
 
@@ -287,7 +290,7 @@ where
     let scope = match Scope::bounded::<C::Backend>(status(conn), abandoned_transaction_timeout()) {
         Ok(scope) => scope,
         Err(error) => {
-            delivery.finish(Ending::DatabaseError);
+            delivery.finish(&key, Ending::DatabaseError { error: &error });
             return Err(error.into());
         }
     };
@@ -298,7 +301,11 @@ where
         max_attempts,
         delivery: None,
     };
-    match transaction.claim(&delivery).await {
+    let claim = delivery
+        .scope()
+        .instrument(transaction.claim(&delivery))
+        .await;
+    match claim {
         Ok(Claim::Claimed) => {
             delivery.claimed();
             transaction.delivery = Some(delivery);
@@ -306,11 +313,11 @@ where
         }
         Ok(Claim::Duplicate) => {
             delivery.claimed();
-            delivery.finish(Ending::Duplicate);
+            delivery.finish(&transaction.key, Ending::Duplicate);
             Ok(None)
         }
         Err(error) => {
-            delivery.finish(ending_of_inbox_error(&error));
+            delivery.finish(&transaction.key, ending_of_inbox_error(&error));
             Err(error)
         }
     }
@@ -366,7 +373,7 @@ where
                     if !(self.scope.is_outermost() && tries.again(&error).is_some()) {
                         return Err(refused_or_database(&self.key, error));
                     }
-                    delivery.claim_retry(tries.made(), &error);
+                    delivery.claim_retry(&self.key, tries.made(), &error);
                 }
             }
         }
@@ -401,7 +408,8 @@ where
     where
         E: From<diesel::result::Error> + std::error::Error + 'static,
     {
-        match self.end(result).await {
+        let scope = self.observed();
+        match scope.instrument(self.end(result)).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(Failed::Body(error))) => Err(error),
             Ok(Err(Failed::Inbox(error))) | Err(error) => Err(E::from(error.into())),
@@ -412,6 +420,25 @@ where
     /// rolls back, then resumes (even when the rollback fails, which marks
     /// the connection broken).
     pub(crate) async fn finish_or_resume<R, E>(
+        self,
+        result: Result<Result<R, E>, Box<dyn Any + Send>>,
+    ) -> Result<R, E>
+    where
+        E: HandlerError,
+    {
+        let scope = self.observed();
+        scope.instrument(self.end_or_resume(result)).await
+    }
+
+    /// What the delivery's parts after the claim run in: its span (feature
+    /// `tracing`).
+    pub(crate) fn observed(&self) -> BodyScope {
+        self.delivery
+            .as_ref()
+            .map_or_else(BodyScope::none, Delivery::scope)
+    }
+
+    async fn end_or_resume<R, E>(
         mut self,
         result: Result<Result<R, E>, Box<dyn Any + Send>>,
     ) -> Result<R, E>
@@ -428,15 +455,18 @@ where
                 // The panic matters more than a failed rollback, which marks
                 // the connection broken anyway, or than a count that could
                 // not be written.
-                if self.roll_back().await.is_ok() {
-                    let failure = Failure::of_panic(&*panic);
-                    let recorded = self.record_failure(&failure).await;
-                    self.report(match recorded {
-                        Ok(Some(recorded)) => recorded.ending(),
-                        _ => Ending::Failed { attempts: None },
-                    });
-                } else {
-                    self.report(Ending::DatabaseError);
+                match self.roll_back().await {
+                    Ok(()) => {
+                        let failure = Failure::of_panic(&*panic);
+                        let recorded = self.record_failure(&failure).await;
+                        self.report(match &recorded {
+                            Ok(Some(recorded)) => recorded.ending(&failure),
+                            _ => Ending::Failed { attempts: None },
+                        });
+                    }
+                    Err(rollback_error) => self.report(Ending::DatabaseError {
+                        error: &rollback_error,
+                    }),
                 }
                 panic::resume_unwind(panic)
             }
@@ -456,14 +486,16 @@ where
                     Ok(Ok(value))
                 }
                 Err(error) => {
-                    self.report(Ending::DatabaseError);
+                    self.report(Ending::DatabaseError { error: &error });
                     Err(error)
                 }
             },
             Err(error) => match self.roll_back().await {
                 Ok(()) => Ok(Err(self.after_failure(error).await)),
                 Err(rollback_error) => {
-                    self.report(Ending::DatabaseError);
+                    self.report(Ending::DatabaseError {
+                        error: &rollback_error,
+                    });
                     report_after_failed_rollback(error, rollback_error)
                         .map(|error| Err(Failed::Body(error)))
                 }
@@ -482,8 +514,8 @@ where
             Some(failure) => self.record_failure(failure).await,
             None => Ok(None),
         };
-        let (ending, replacement) = failure::ending_after(failure.as_ref(), recorded);
-        self.report(ending);
+        let replacement =
+            failure::conclude(failure.as_ref(), recorded, |ending| self.report(ending));
         match replacement {
             Some(replacement) => Failed::Inbox(replacement),
             None => Failed::Body(error),
@@ -552,9 +584,9 @@ where
     }
 
     /// Reports how the delivery ended (once).
-    fn report(&mut self, ending: Ending) {
+    fn report(&mut self, ending: Ending<'_>) {
         if let Some(delivery) = self.delivery.take() {
-            delivery.finish(ending);
+            delivery.finish(&self.key, ending);
         }
     }
 

@@ -306,11 +306,13 @@ fn expands_the_async_shape_without_a_closure() {
     assert_eq!(err_variant, "::core::result::Result::Err");
     let returned = named(&err_bound);
     assert_eq!(err_body, parse_quote!(return #returned));
-    // `let R = catch_unwind(typed::<RET, _>(async { let conn = T.conn(); { body } })).await`
+    // `let R = catch_unwind(observed(&T), typed::<RET, _>(async { let conn = T.conn(); { body } })).await`
     assert_eq!(
         run.catch_unwind.entry,
         runtime("::inbox_runtime", "catch_unwind")
     );
+    assert_eq!(run.observed.entry, runtime("::inbox_runtime", "observed"));
+    assert_eq!(run.observed.args, [parse_quote!(&#transaction)]);
     assert_eq!(run.typed.entry, runtime("::inbox_runtime", "typed"));
     assert_eq!(run.typed.types, [ret.clone(), parse_quote!(_)]);
     let [conn, syn::Stmt::Expr(Expr::Block(body), None)] = &run.body.stmts[..] else {

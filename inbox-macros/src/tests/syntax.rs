@@ -166,6 +166,8 @@ pub(super) struct RunAsync {
     pub(super) result: Ident,
     /// The call catching a panic of the body.
     pub(super) catch_unwind: Call,
+    /// The call taking the delivery's span for the body.
+    pub(super) observed: Call,
     /// The call pinning the body's output type.
     pub(super) typed: Call,
     /// The `async` block running the body.
@@ -254,8 +256,11 @@ impl Expanded {
         let (pat, value) = local(result);
         let (result, _) = binding(pat);
         let catch_unwind = call(awaited(value));
-        let [typed_call] = &catch_unwind.args[..] else {
-            panic!("`catch_unwind` takes one future: {}", text(value));
+        let [observed_call, typed_call] = &catch_unwind.args[..] else {
+            panic!(
+                "`catch_unwind` takes the span, then the future: {}",
+                text(value)
+            );
         };
         let typed = call(typed_call);
         let [Expr::Async(body)] = &typed.args[..] else {
@@ -272,6 +277,7 @@ impl Expanded {
                 types: catch_unwind.types,
                 args: Vec::new(),
             },
+            observed: call(observed_call),
             typed: Call {
                 entry: typed.entry,
                 types: typed.types,

@@ -228,6 +228,14 @@ impl<'p> PruneBatchStatement<'p> {
     pub fn limit(&self) -> u64 {
         self.limit.unsigned_abs()
     }
+
+    /// The one handler the batch covers, if it covers one only.
+    pub(crate) fn single_handler(&self) -> Option<&'p str> {
+        match self.scope {
+            PruneScope::Handler(handler) => Some(handler.as_str()),
+            PruneScope::All | PruneScope::AllExcept(_) => None,
+        }
+    }
 }
 
 impl fmt::Display for PruneBatchStatement<'_> {

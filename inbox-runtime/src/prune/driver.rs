@@ -20,6 +20,7 @@ use super::run_state::{RunState, Step};
 use super::{BatchProgress, Prune, PruneError, PruneReport};
 use crate::backend::{InboxBackend, NextHandler, PruneBatchStatement};
 use crate::execution::RetryPolicy;
+use crate::observe;
 
 /// How the steps of a run execute on one connection.
 pub(crate) trait Execute {
@@ -62,6 +63,7 @@ where
                 let rows = batch_with_retries(exec, &statement)
                     .await
                     .map_err(|error| run.fail(error))?;
+                observe::pruned(statement.table().name(), statement.single_handler(), rows);
                 if let Some(wait) = run.record(rows, batch_started, &mut progress) {
                     if exec.pause(wait).await.is_break() {
                         run.stop();

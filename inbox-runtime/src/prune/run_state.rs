@@ -131,7 +131,6 @@ impl<'p> RunState<'p> {
             PrunedTable::Claims => report.rows_deleted += rows,
             PrunedTable::Failures => report.failure_rows_deleted += rows,
         }
-        crate::observe::pruned(statement.table().name(), handler_of(&statement), rows);
         let flow = progress(&BatchProgress {
             table: statement.table(),
             scope: statement.scope(),
@@ -179,14 +178,6 @@ impl<'p> RunState<'p> {
         let mut report = self.tally.finish();
         report.caught_up = report.passes_caught_up == passes;
         report
-    }
-}
-
-/// The handler a batch pruned, when it pruned one only.
-fn handler_of<'s>(statement: &'s PruneBatchStatement<'_>) -> Option<&'s str> {
-    match statement.scope() {
-        PruneScope::Handler(handler) => Some(handler.as_str()),
-        PruneScope::All | PruneScope::AllExcept(_) => None,
     }
 }
 

@@ -359,4 +359,3 @@ inbox_tests::backend_tests!(
     success_after_failures_commits_once_and_keeps_the_count,
     a_lowered_limit_makes_the_next_failure_fatal,
 );
-

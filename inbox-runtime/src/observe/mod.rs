@@ -1,0 +1,449 @@
+//! What the runtime reports about its work: a span per delivery and a few
+//! events through [`tracing`](https://docs.rs/tracing) (feature `tracing`),
+//! counters and histograms through the [`metrics`](https://docs.rs/metrics)
+//! facade (feature `metrics`).
+//!
+//! Both features are off by default, and then nothing here costs anything:
+//! the runners' calls into this module are empty inlined functions, and no
+//! clock is read. With a feature on but no subscriber (or recorder)
+//! installed, the cost is the facade's check that nobody listens; the
+//! figures are in `BENCHMARKS.md` ("What observability costs").
+//!
+//! Everything is reported with the target [`TARGET`] (`inbox_runtime`), so
+//! `RUST_LOG=inbox_runtime=debug` (with `tracing-subscriber`'s `EnvFilter`)
+//! selects all of it.
+//!
+//! # Outcomes
+//!
+//! Every delivery ends with one outcome, the `inbox.outcome` field of its
+//! span and the `outcome` label of its metrics:
+//!
+//! | outcome | what happened |
+//! |---|---|
+//! | `processed` | the id was claimed, the body ran and its effects committed with the claim |
+//! | `duplicate` | the id was already claimed: the body did not run |
+//! | `failed` | the body returned an error or panicked; everything rolled back and the failed attempt was counted where it could be (the message may be delivered again) |
+//! | `rejected` | the body returned [`InboxError::rejected`](crate::InboxError::rejected): the message is recorded as dead |
+//! | `dead` | the failed attempt that used up the handler's [`MaxAttempts`](crate::MaxAttempts): the message is recorded as dead |
+//! | `invalid_id` | the message id cannot be stored (empty, too long, a NUL, refused by the database): nothing ran |
+//! | `database_error` | the inbox's own database work failed (begin, claim, commit, rollback): nothing committed |
+//!
+//! A delivery whose future is dropped before it ends (a cancelled async
+//! handler) reports no outcome: its span closes without one, and no counter
+//! moves.
+//!
+//! # Spans (feature `tracing`)
+//!
+//! One span per delivery, named [`SPAN_NAME`] (`inbox.process`), at `INFO`,
+//! a child of the span current when the handler is called (the consumer's
+//! own, for instance). The body runs inside it (an async body is
+//! instrumented with it), so what the handler logs and the spans it opens
+//! nest under the delivery. The span is opened before the claim and closed
+//! when the delivery ends; fields known only at the end are recorded then.
+//!
+//! | field | value |
+//! |---|---|
+//! | `messaging.operation.type` | `"process"`: OpenTelemetry's operation type for a consumer handling a message |
+//! | `messaging.operation.name` | `"process"`: the inbox is no messaging system with operation names of its own, so the operation type's |
+//! | `messaging.message.id` | the message id the handler deduplicates on, as stored (for an invalid id: its escaped, shortened form). It is the producer-assigned id of the `#[idempotent(id = …)]` expression, which can differ from the broker's own message id (Kafka has none but its offsets) |
+//! | `inbox.handler` | the handler name: the deduplication scope |
+//! | `inbox.outcome` | the outcome, at the end (table above) |
+//! | `inbox.attempt` | for `dead`: the attempts made, the limit. Not recorded when unknown (a failed attempt's count is not read back) |
+//! | `inbox.claim_wait_ms` | milliseconds (`f64`) from the start of the delivery until the claim was decided: a claim waits on a concurrent delivery of the same id |
+//! | `inbox.duration_ms` | milliseconds (`f64`) from the start of the delivery to its end: claim, body, commit or rollback, and recording a failure |
+//! | `error.type` | for the failing outcomes (`failed`, `rejected`, `dead`, `invalid_id`, `database_error`): the outcome; unset on success, as OpenTelemetry asks |
+//! | `otel.status_code` | `"error"` with `error.type` (`tracing-opentelemetry` sets the span's status from it) |
+//!
+//! Left out on purpose: `messaging.system`, `messaging.destination.name`
+//! and `messaging.consumer.group.name` are the broker's and the consumer's
+//! to say, not the inbox's (a handler name is a deduplication scope, not a
+//! consumer group); set them on the consumer's span around the handler.
+//! The span kind is left to that span as well (`otel.kind` is not set: the
+//! consumer's own span is the one OpenTelemetry expects to be `CONSUMER`).
+//!
+//! # Events (feature `tracing`)
+//!
+//! Each with the delivery's span as parent (so with its fields), target
+//! `inbox_runtime`:
+//!
+//! | event name | level | when | fields |
+//! |---|---|---|---|
+//! | `inbox.claim_retry` | `DEBUG` | a claim lost a lock conflict (a MySQL/MariaDB deadlock, a serialization failure) and is tried again at once | `inbox.claim_try` (the number of the try about to start: 2 for the first retry, at most [`CLAIM_ATTEMPTS`](crate::CLAIM_ATTEMPTS)), `error` |
+//! | `inbox.dead_lettered` | `WARN` | a message was recorded as dead: rejected, or its attempts used up | `inbox.handler`, `messaging.message.id`, `inbox.outcome` (`rejected` or `dead`), `inbox.attempt` (for `dead`), `inbox.reason` (the rejection's reason) or `inbox.last_error` (the last attempt's error) |
+//! | `inbox.database_error` | `WARN` | a delivery ended in `database_error` | `inbox.handler`, `messaging.message.id`, `error` |
+//! | `inbox.pruned` | `DEBUG` | a pruning batch committed (no delivery span) | `inbox.table`, `inbox.handler` (when the batch pruned one handler), `inbox.rows` |
+//!
+//! # Metrics (feature `metrics`)
+//!
+//! Recorded through whatever recorder is installed (none: nothing is kept).
+//! Call [`describe_metrics`] after installing it to give it the units and
+//! descriptions below.
+//!
+//! | name | kind | unit | labels | what |
+//! |---|---|---|---|---|
+//! | [`inbox_messages_total`](MESSAGES_TOTAL) | counter | deliveries | `handler`, `outcome` | deliveries by how they ended (outcomes above) |
+//! | [`inbox_handler_duration_seconds`](HANDLER_DURATION_SECONDS) | histogram | seconds | `handler`, `outcome` | a delivery from its start to its end, as `inbox.duration_ms` |
+//! | [`inbox_claim_wait_seconds`](CLAIM_WAIT_SECONDS) | histogram | seconds | `handler` | from a delivery's start until its claim was decided, claimed or duplicate (retries included), as `inbox.claim_wait_ms` |
+//! | [`inbox_claim_retries_total`](CLAIM_RETRIES_TOTAL) | counter | retries | `handler` | claims tried again after losing a lock conflict |
+//! | [`inbox_pruned_rows_total`](PRUNED_ROWS_TOTAL) | counter | rows | `table`, `handler` (only on batches that pruned one handler) | rows deleted by committed pruning batches (`Prune::run`, `run_async`, the background pruners; not the partitioned layout's dropped generations) |
+//!
+//! The `handler` label is the handler name, a handful of values per
+//! service; the message id is never a label. `table` is the table a batch
+//! deleted from (`inbox_messages`).
+//!
+//! # Example
+//!
+//! ```
+//! # #[cfg(all(feature = "sqlite", feature = "metrics"))] {
+//! use diesel::prelude::*;
+//! use inbox_runtime::{observe, run_idempotent, ClaimKey, HandlerName};
+//!
+//! // Install a recorder (here: none, so the counters go nowhere), then describe.
+//! observe::describe_metrics();
+//! let mut conn = SqliteConnection::establish(":memory:")?;
+//! inbox_runtime::setup(&mut conn)?;
+//! let key = ClaimKey::new(HandlerName::new("billing")?, "m-1")?;
+//! run_idempotent(&mut conn, key, |_| Ok::<(), diesel::result::Error>(()))?;
+//! assert_eq!(observe::MESSAGES_TOTAL, "inbox_messages_total");
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fmt;
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+use std::time::{Duration, Instant};
+
+use crate::error::InboxError;
+use crate::key::{ClaimKey, HandlerName};
+
+#[cfg(feature = "metrics")]
+mod metrics;
+#[cfg(feature = "tracing")]
+mod tracing;
+
+#[cfg(feature = "metrics")]
+pub use self::metrics::describe_metrics;
+
+/// The target of every span, event and metric the inbox reports.
+///
+/// ```
+/// assert_eq!(inbox_runtime::observe::TARGET, "inbox_runtime");
+/// ```
+pub const TARGET: &str = "inbox_runtime";
+
+/// The name of the span of one delivery (feature `tracing`).
+///
+/// ```
+/// assert_eq!(inbox_runtime::observe::SPAN_NAME, "inbox.process");
+/// ```
+pub const SPAN_NAME: &str = "inbox.process";
+
+/// Counter of deliveries, labels `handler` and `outcome` (feature `metrics`).
+///
+/// ```
+/// assert_eq!(inbox_runtime::observe::MESSAGES_TOTAL, "inbox_messages_total");
+/// ```
+pub const MESSAGES_TOTAL: &str = "inbox_messages_total";
+
+/// Histogram of a delivery's duration in seconds, labels `handler` and
+/// `outcome` (feature `metrics`).
+///
+/// ```
+/// assert_eq!(
+///     inbox_runtime::observe::HANDLER_DURATION_SECONDS,
+///     "inbox_handler_duration_seconds"
+/// );
+/// ```
+pub const HANDLER_DURATION_SECONDS: &str = "inbox_handler_duration_seconds";
+
+/// Histogram of the time until a delivery's claim was decided, in seconds,
+/// label `handler` (feature `metrics`).
+///
+/// ```
+/// assert_eq!(inbox_runtime::observe::CLAIM_WAIT_SECONDS, "inbox_claim_wait_seconds");
+/// ```
+pub const CLAIM_WAIT_SECONDS: &str = "inbox_claim_wait_seconds";
+
+/// Counter of claims tried again after a lock conflict, label `handler`
+/// (feature `metrics`).
+///
+/// ```
+/// assert_eq!(inbox_runtime::observe::CLAIM_RETRIES_TOTAL, "inbox_claim_retries_total");
+/// ```
+pub const CLAIM_RETRIES_TOTAL: &str = "inbox_claim_retries_total";
+
+/// Counter of rows deleted by pruning batches, labels `table` and (for a
+/// batch over one handler) `handler` (feature `metrics`).
+///
+/// ```
+/// assert_eq!(inbox_runtime::observe::PRUNED_ROWS_TOTAL, "inbox_pruned_rows_total");
+/// ```
+pub const PRUNED_ROWS_TOTAL: &str = "inbox_pruned_rows_total";
+
+/// How a delivery ended, as reported. The texts are read by the `tracing`
+/// events only.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+pub(crate) enum Ending<'a> {
+    /// The body ran and its effects committed.
+    Processed,
+    /// The id was already claimed: the body did not run.
+    Duplicate,
+    /// The body failed (or panicked); `attempts` is the failed-attempt count
+    /// recorded for the message, when it is known.
+    Failed { attempts: Option<u32> },
+    /// The body rejected the message (for `reason`); it is recorded as dead.
+    Rejected { reason: &'a str },
+    /// The attempt that exhausted the message's attempts (failing with
+    /// `last_error`); it is recorded as dead.
+    Dead { attempts: u32, last_error: &'a str },
+    /// The message id is invalid: nothing ran.
+    InvalidId,
+    /// The inbox's own database work failed (begin, claim, commit, rollback).
+    DatabaseError { error: &'a dyn fmt::Display },
+}
+
+impl Ending<'_> {
+    /// The outcome's name: the `inbox.outcome` field, the `outcome` label.
+    #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
+    pub(crate) fn outcome(&self) -> &'static str {
+        match self {
+            Ending::Processed => "processed",
+            Ending::Duplicate => "duplicate",
+            Ending::Failed { .. } => "failed",
+            Ending::Rejected { .. } => "rejected",
+            Ending::Dead { .. } => "dead",
+            Ending::InvalidId => "invalid_id",
+            Ending::DatabaseError { .. } => "database_error",
+        }
+    }
+
+    /// Whether the delivery failed (OpenTelemetry's `error.type` is set).
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    pub(crate) fn is_failure(&self) -> bool {
+        !matches!(self, Ending::Processed | Ending::Duplicate)
+    }
+
+    /// The failed attempts recorded for the message, when known.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    pub(crate) fn attempts(&self) -> Option<u32> {
+        match self {
+            Ending::Failed { attempts } => *attempts,
+            Ending::Dead { attempts, .. } => Some(*attempts),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Debug for Ending<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.outcome())
+    }
+}
+
+/// How long a delivery took, when a feature reads it.
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    /// From the start of the delivery to its end.
+    pub(crate) duration: Duration,
+    /// From the start of the delivery until its claim was decided.
+    pub(crate) claim_wait: Option<Duration>,
+}
+
+/// The clock of a delivery, started only when a feature reads it.
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+#[derive(Debug)]
+struct Clock {
+    started: Instant,
+    claim_wait: Option<Duration>,
+}
+
+/// One delivery being handled, from before the claim to its end. Without
+/// the features it is empty, and every method does nothing.
+#[derive(Debug)]
+pub(crate) struct Delivery {
+    /// `None` when nothing reads the time (only `tracing`, and no subscriber
+    /// wants the span).
+    #[cfg(any(feature = "tracing", feature = "metrics"))]
+    clock: Option<Clock>,
+    #[cfg(feature = "tracing")]
+    span: ::tracing::Span,
+}
+
+impl Delivery {
+    /// A delivery of `key` starts.
+    #[inline]
+    pub(crate) fn start(key: &ClaimKey) -> Delivery {
+        Delivery::begin(key.handler(), key.message_id())
+    }
+
+    #[inline]
+    fn begin(handler: &HandlerName, message_id: &str) -> Delivery {
+        let _ = (handler, message_id);
+        #[cfg(feature = "tracing")]
+        let span = tracing::span(handler, message_id);
+        Delivery {
+            #[cfg(any(feature = "tracing", feature = "metrics"))]
+            clock: {
+                #[cfg(feature = "tracing")]
+                let timed = cfg!(feature = "metrics") || !span.is_disabled();
+                #[cfg(not(feature = "tracing"))]
+                let timed = true;
+                timed.then(|| Clock {
+                    started: Instant::now(),
+                    claim_wait: None,
+                })
+            },
+            #[cfg(feature = "tracing")]
+            span,
+        }
+    }
+
+    /// A claim of `key` lost a lock conflict and is tried again: `next_try`
+    /// is the number of the try about to start (2 for the first retry).
+    #[inline]
+    pub(crate) fn claim_retry(&self, key: &ClaimKey, next_try: u32, error: &diesel::result::Error) {
+        let _ = (key, next_try, error);
+        #[cfg(feature = "tracing")]
+        tracing::claim_retry(&self.span, next_try, error);
+        #[cfg(feature = "metrics")]
+        metrics::claim_retry(key.handler());
+    }
+
+    /// The claim was decided (claimed or duplicate).
+    #[inline]
+    pub(crate) fn claimed(&mut self) {
+        #[cfg(any(feature = "tracing", feature = "metrics"))]
+        if let Some(clock) = &mut self.clock {
+            clock.claim_wait = Some(clock.started.elapsed());
+        }
+    }
+
+    /// Enters the delivery's span until the returned guard drops (blocking
+    /// runners only: never held across an `.await`).
+    #[inline]
+    pub(crate) fn entered(&self) -> Entered {
+        Entered {
+            #[cfg(feature = "tracing")]
+            _span: self.span.clone().entered(),
+        }
+    }
+
+    /// What runs an async part of the delivery (the claim, the body, the
+    /// commit) inside its span.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    #[inline]
+    pub(crate) fn scope(&self) -> BodyScope {
+        BodyScope {
+            #[cfg(feature = "tracing")]
+            span: self.span.clone(),
+        }
+    }
+
+    /// The delivery of `key` ended.
+    #[inline]
+    pub(crate) fn finish(self, key: &ClaimKey, ending: Ending<'_>) {
+        self.end(key.handler(), key.message_id(), ending);
+    }
+
+    #[inline]
+    fn end(self, handler: &HandlerName, message_id: &str, ending: Ending<'_>) {
+        let _ = (handler, message_id, ending);
+        #[cfg(any(feature = "tracing", feature = "metrics"))]
+        let timing = self.clock.map(|clock| Timing {
+            duration: clock.started.elapsed(),
+            claim_wait: clock.claim_wait,
+        });
+        #[cfg(feature = "tracing")]
+        tracing::finish(self.span, handler, message_id, &ending, timing);
+        #[cfg(feature = "metrics")]
+        metrics::delivered(handler, &ending, timing);
+    }
+}
+
+/// A delivery's span, entered (blocking runners); nothing without the
+/// `tracing` feature.
+#[must_use = "the span is exited when this is dropped"]
+pub(crate) struct Entered {
+    #[cfg(feature = "tracing")]
+    _span: ::tracing::span::EnteredSpan,
+}
+
+/// Runs futures inside a delivery's span (feature `tracing`); without it, a
+/// future runs as it is. The code `#[idempotent]` generates for an `async
+/// fn` runs the body with it (`__private::observed`); not an API of its own.
+///
+/// ```
+/// fn polled_in_the_span<F: Future>(scope: inbox_runtime::observe::BodyScope, body: F) -> impl Future<Output = F::Output> {
+///     scope.instrument(body)
+/// }
+/// ```
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct BodyScope {
+    #[cfg(feature = "tracing")]
+    span: ::tracing::Span,
+}
+
+impl BodyScope {
+    /// Outside any delivery's span.
+    pub(crate) fn none() -> BodyScope {
+        BodyScope {
+            #[cfg(feature = "tracing")]
+            span: ::tracing::Span::none(),
+        }
+    }
+
+    /// `future`, polled inside the delivery's span.
+    ///
+    /// ```
+    /// fn polled_in_the_span<F: Future>(scope: inbox_runtime::observe::BodyScope, body: F) -> impl Future<Output = F::Output> {
+    ///     scope.instrument(body)
+    /// }
+    /// ```
+    #[inline]
+    pub fn instrument<F: Future>(self, future: F) -> impl Future<Output = F::Output> {
+        #[cfg(feature = "tracing")]
+        let future = ::tracing::Instrument::instrument(future, self.span);
+        future
+    }
+}
+
+/// How a delivery that failed with the inbox's own `error` ended.
+pub(crate) fn ending_of_inbox_error(error: &InboxError) -> Ending<'_> {
+    match error {
+        InboxError::InvalidMessageId { .. } => Ending::InvalidId,
+        error => Ending::DatabaseError { error },
+    }
+}
+
+/// A handler was called with a message id (or handler name) that does not
+/// make a key: reported as an `invalid_id` delivery of the handler named in
+/// `error`, if it names a valid one.
+#[inline]
+pub(crate) fn invalid_key(error: &InboxError) {
+    let _ = error;
+    #[cfg(any(feature = "tracing", feature = "metrics"))]
+    if let InboxError::InvalidMessageId {
+        handler,
+        message_id,
+        ..
+    } = error
+    {
+        if let Ok(handler) = HandlerName::new(handler.clone()) {
+            Delivery::begin(&handler, message_id).end(&handler, message_id, Ending::InvalidId);
+        }
+    }
+}
+
+/// A pruning batch deleted `rows` rows of `table` (`inbox_messages` or
+/// `inbox_failures`); `handler` when the batch pruned one handler only.
+#[inline]
+pub(crate) fn pruned(table: &'static str, handler: Option<&str>, rows: u64) {
+    let _ = (table, handler, rows);
+    #[cfg(feature = "tracing")]
+    tracing::pruned(table, handler, rows);
+    #[cfg(feature = "metrics")]
+    metrics::pruned(table, handler, rows);
+}
