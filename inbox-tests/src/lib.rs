@@ -16,6 +16,12 @@
 //! its own: [`PgServer`] (PostgreSQL) and [`GaleraCluster`] (a 3-node
 //! MariaDB Galera cluster).
 //!
+//! The chaos tests on real brokers (feature `brokers`, `tests/brokers/`)
+//! need RabbitMQ and NATS with JetStream: an unreachable broker is a loud
+//! skip, or a failure with `INBOX_TEST_REQUIRE_BROKERS=1` (which `cargo
+//! xtask test` sets). Their consumer processes are the `chaos-consumer`
+//! binary.
+//!
 //! The suites are in `tests/<suite>/`; [`AppError`] is the application error
 //! type their handlers return.
 
@@ -60,6 +66,67 @@ pub use inbox_test_servers::unique_name;
 /// ```
 pub fn databases_required() -> bool {
     std::env::var(REQUIRE_DATABASES).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
+/// The environment variable that turns an unreachable broker (RabbitMQ,
+/// NATS) into a failure of the chaos tests.
+pub const REQUIRE_BROKERS: &str = "INBOX_TEST_REQUIRE_BROKERS";
+
+/// Whether `INBOX_TEST_REQUIRE_BROKERS` asks for every broker to be present.
+///
+/// ```
+/// let _required: bool = inbox_tests::brokers_required();
+/// ```
+pub fn brokers_required() -> bool {
+    std::env::var(REQUIRE_BROKERS).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
+/// Reports a broker that could not be reached: a loud `skipped:` line, or a
+/// panic when `INBOX_TEST_REQUIRE_BROKERS=1`.
+///
+/// ```no_run
+/// inbox_tests::report_unavailable_broker("RabbitMQ", "amqp://127.0.0.1:5672", &"connection refused");
+/// ```
+pub fn report_unavailable_broker(broker: &str, url: &str, error: &dyn std::fmt::Display) {
+    let message = format!("{broker} is not reachable at {}: {error}", redacted(url));
+    if brokers_required() {
+        panic!("{message} (and {REQUIRE_BROKERS}=1 requires it)");
+    }
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "skipped: {message}; set {REQUIRE_BROKERS}=1 to make this a failure"
+    );
+}
+
+/// `url` with the password of its user info, if any, replaced by `***`.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rsplit_once('@') {
+        Some((user_info, _)) if user_info.contains(':') => {
+            let user = user_info.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***{}", &rest[user_info.len()..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            super::redacted("amqp://guest:secret@127.0.0.1:5672/%2f"),
+            "amqp://guest:***@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(
+            super::redacted("nats://127.0.0.1:4222"),
+            "nats://127.0.0.1:4222"
+        );
+    }
 }
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
