@@ -10,7 +10,9 @@ usage: cargo xtask test [--backend postgres|mysql|sqlite]... [-- <cargo test arg
 test   installs what the chosen backends need (apt-get, as root or with sudo -n),
        starts throwaway PostgreSQL and MariaDB servers (unless INBOX_TEST_POSTGRES_URL
        or INBOX_TEST_MYSQL_URL name servers to use), runs the tests with
-       INBOX_REQUIRE_DATABASES=1, then stops and removes the servers.
+       INBOX_REQUIRE_DATABASES=1 and INBOX_TEST_REQUIRE_BROKERS=1 (the chaos
+       tests need RabbitMQ and NATS with JetStream running on 127.0.0.1),
+       then stops and removes the servers.
        No --backend: every backend, `cargo test --workspace --all-features`.
        --backend X: the quick loop, inbox-runtime and the suite with feature X alone.
 deps   only installs (or names) the system packages the chosen backends need.";

@@ -11,7 +11,9 @@
 //!    existing servers, starts throwaway PostgreSQL and MariaDB servers
 //!    (a temporary directory, a free port on 127.0.0.1, a random password)
 //!    and creates database `test` on each;
-//! 3. runs the suite with `INBOX_REQUIRE_DATABASES=1`: every backend is
+//! 3. runs the suite with `INBOX_REQUIRE_DATABASES=1` and
+//!    `INBOX_TEST_REQUIRE_BROKERS=1` (the chaos tests on RabbitMQ and NATS,
+//!    which must be running: xtask starts no broker): every backend is
 //!    `cargo test --workspace --all-features`, one backend the quick loop
 //!    of `inbox-runtime` and the suite with that backend's feature alone;
 //! 4. stops and removes the servers, also when the tests fail or on Ctrl-C

@@ -13,6 +13,10 @@ const TEST_PACKAGE: &str = "inbox-tests";
 const RUNTIME_PACKAGE: &str = "inbox-runtime";
 /// Set for the suite: a server that cannot be reached fails its tests.
 const REQUIRE_DATABASES: &str = "INBOX_REQUIRE_DATABASES";
+/// Set for the suite: the chaos tests (`inbox-tests/tests/brokers/`) fail
+/// when RabbitMQ or NATS cannot be reached. xtask starts no broker: they
+/// are the machine's (`.ci/run` starts them).
+const REQUIRE_BROKERS: &str = "INBOX_TEST_REQUIRE_BROKERS";
 
 /// Runs the suite for `backends` with `environment` set and `cargo_args`
 /// appended; returns cargo's exit code (128 + the signal when one ended it).
@@ -26,12 +30,16 @@ pub fn run(
         .args(cargo_args)
         .current_dir(workspace_root())
         .env(REQUIRE_DATABASES, "1")
+        .env(REQUIRE_BROKERS, "1")
         .envs(environment.iter().map(|(name, value)| (name, value)));
     let printable: Vec<String> = command
         .get_args()
         .map(|arg| arg.to_string_lossy().into_owned())
         .collect();
-    eprintln!("xtask: {REQUIRE_DATABASES}=1 cargo {}", printable.join(" "));
+    eprintln!(
+        "xtask: {REQUIRE_DATABASES}=1 {REQUIRE_BROKERS}=1 cargo {}",
+        printable.join(" ")
+    );
     let started = Instant::now();
     let status = command.status().map_err(|e| format!("{command:?}: {e}"))?;
     eprintln!(
