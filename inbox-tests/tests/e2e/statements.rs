@@ -23,8 +23,7 @@ fn statements_of<C: Connection>(conn: &mut C, deliver: impl FnOnce(&mut C)) -> V
     });
     deliver(conn);
     conn.set_instrumentation(|_: InstrumentationEvent<'_>| {});
-    let sent = sent.lock().unwrap().clone();
-    sent
+    sent.lock().unwrap().clone()
 }
 
 /// What each statement is: `BEGIN`, `claim`, `effect`, `COMMIT` (on
