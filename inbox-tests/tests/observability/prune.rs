@@ -36,7 +36,11 @@ pub fn pruned_rows_are_counted<B: TestBackend>() {
     assert_eq!(report.expect("pruned").rows_deleted, 3);
     assert_metrics(
         &metrics,
-        &[(pruned(&[("table", "inbox_messages"), ("handler", "a")]), 3)],
+        &[
+            (pruned(&[("table", "inbox_messages"), ("handler", "a")]), 3),
+            // The same pass over the failure records: nothing to prune.
+            (pruned(&[("table", "inbox_failures"), ("handler", "a")]), 0),
+        ],
         &[],
     );
     let batches: Vec<_> = seen
@@ -48,9 +52,9 @@ pub fn pruned_rows_are_counted<B: TestBackend>() {
             event.fields.clone()
         })
         .collect();
-    let batch = |rows: u64, handler: Option<&str>| {
+    let batch = |table: &str, rows: u64, handler: Option<&str>| {
         let mut fields = Fields::from([
-            ("inbox.table".to_owned(), s("inbox_messages")),
+            ("inbox.table".to_owned(), s(table)),
             ("inbox.rows".to_owned(), Value::U64(rows)),
             ("message".to_owned(), s("a pruning batch committed")),
         ]);
@@ -59,7 +63,14 @@ pub fn pruned_rows_are_counted<B: TestBackend>() {
         }
         fields
     };
-    assert_eq!(batches, [batch(2, Some("a")), batch(1, Some("a"))]);
+    assert_eq!(
+        batches,
+        [
+            batch("inbox_messages", 2, Some("a")),
+            batch("inbox_messages", 1, Some("a")),
+            batch("inbox_failures", 0, Some("a")),
+        ]
+    );
 
     // Every handler: a full batch of b's two rows, then an empty one.
     let all = Prune::new(policy()).batch_size(2);
@@ -67,7 +78,10 @@ pub fn pruned_rows_are_counted<B: TestBackend>() {
     assert_eq!(report.expect("pruned").rows_deleted, 2);
     assert_metrics(
         &metrics,
-        &[(pruned(&[("table", "inbox_messages")]), 2)],
+        &[
+            (pruned(&[("table", "inbox_messages")]), 2),
+            (pruned(&[("table", "inbox_failures")]), 0),
+        ],
         &[],
     );
     let batches: Vec<_> = seen
@@ -75,7 +89,14 @@ pub fn pruned_rows_are_counted<B: TestBackend>() {
         .into_iter()
         .map(|event| event.fields.clone())
         .collect();
-    assert_eq!(batches, [batch(2, None), batch(0, None)]);
+    assert_eq!(
+        batches,
+        [
+            batch("inbox_messages", 2, None),
+            batch("inbox_messages", 0, None),
+            batch("inbox_failures", 0, None),
+        ]
+    );
 }
 
 inbox_tests::backend_tests!(only [sqlite, postgres]: pruned_rows_are_counted);
