@@ -82,6 +82,12 @@
 //! [`ack_decision`] turns a handler's result into the broker's decision:
 //! ack, retry, or dead-letter.
 //!
+//! ## Batches
+//! [`run_idempotent_batch`] handles a batch of messages (what Kafka, NATS
+//! and SQS consumers receive) in one transaction, with one statement claiming
+//! every id, and reports a result per message; a failing message is split
+//! out and handled alone, so the others commit.
+//!
 //! ## Errors
 //! [`InboxError::recovery`] and [`recovery`] (for a plain
 //! `diesel::result::Error`) tell a consumer whether to redeliver on the same
