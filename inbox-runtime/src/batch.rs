@@ -486,7 +486,9 @@ impl<T, E: HandlerError> Run<T, E> {
         };
         let claims = match claim_all(conn, &scope, batch) {
             Ok(claims) => claims,
-            Err(ClaimFailure::Refused(position, error)) => return Attempt::Refused(position, error),
+            Err(ClaimFailure::Refused(position, error)) => {
+                return Attempt::Refused(position, error);
+            }
             Err(ClaimFailure::Trouble(error)) => {
                 return Attempt::Trouble(0, into_handler_error(error));
             }
@@ -598,9 +600,10 @@ where
                     ClaimFailure::Refused(_, error) | ClaimFailure::Trouble(error) => error,
                 },
             );
-            return Err(ClaimFailure::Trouble(either(
-                report_after_failed_rollback(cause, rollback_error),
-            )));
+            return Err(ClaimFailure::Trouble(either(report_after_failed_rollback(
+                cause,
+                rollback_error,
+            ))));
         }
         match error {
             // Mixed: claim them one by one.

@@ -193,9 +193,7 @@ pub use ack::{AckDecision, Acknowledge, ack_decision};
 pub use attempts::{MaxAttempts, default_max_attempts, set_default_max_attempts};
 pub use backend::InboxBackend;
 pub use backoff::Backoff;
-pub use batch::{
-    BatchReport, MAX_BATCH_MESSAGES, run_idempotent_batch, run_idempotent_batch_with,
-};
+pub use batch::{BatchReport, MAX_BATCH_MESSAGES, run_idempotent_batch, run_idempotent_batch_with};
 #[doc(hidden)]
 pub use claim::ClaimStatement;
 pub use claim::{Claim, claim};
