@@ -9,7 +9,7 @@ use futures_util::FutureExt;
 
 use super::{
     Attempt, BatchReport, ClaimFailure, ClaimMode, Execute, Pending, Run, claims_of, is_trouble,
-    next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions,
+    next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions, trouble_after_claims,
 };
 use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::{BatchClaimed, InboxBackend};
@@ -129,7 +129,7 @@ where
             Scope::bounded::<C::Backend>(status(self.conn), abandoned_transaction_timeout());
         let scope = match bound {
             Ok(scope) => scope,
-            Err(error) => return Attempt::Trouble(0, E::from(error)),
+            Err(error) => return Attempt::Trouble(0, E::from(error), Vec::new()),
         };
         let mut level = AsyncLevel::new(&mut *self.conn, scope);
         let claims = match claim_all(&mut level, batch).await {
@@ -138,7 +138,7 @@ where
                 return Attempt::Refused(position, error);
             }
             Err(ClaimFailure::Trouble(error)) => {
-                return Attempt::Trouble(0, into_handler_error(error));
+                return Attempt::Trouble(0, into_handler_error(error), Vec::new());
             }
         };
         deliveries.iter_mut().for_each(Delivery::claimed);
@@ -167,16 +167,17 @@ where
             if let Err(rollback_error) = level.roll_back().await {
                 let error = report_after_failed_rollback(error, rollback_error)
                     .unwrap_or_else(into_handler_error);
-                return Attempt::Trouble(position, error);
+                return trouble_after_claims(position, error, &claims);
             }
             return match is_trouble(&error) {
-                true => Attempt::Trouble(position, error),
+                true => trouble_after_claims(position, error, &claims),
                 false => Attempt::BodyFailed(position),
             };
         }
         if let Err(error) = level.commit().await {
             let first_claimed = claims.iter().position(|claim| *claim == Claim::Claimed);
-            return Attempt::Trouble(first_claimed.unwrap_or(0), into_handler_error(error));
+            let position = first_claimed.unwrap_or(0);
+            return trouble_after_claims(position, into_handler_error(error), &claims);
         }
         for ((delivery, pending), claim) in deliveries.into_iter().zip(batch).zip(&claims) {
             let ending = match claim {

@@ -7,7 +7,7 @@ use diesel::connection::LoadConnection;
 
 use super::{
     Attempt, BatchReport, ClaimFailure, ClaimMode, Execute, Pending, Run, claims_of, is_trouble,
-    next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions,
+    next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions, trouble_after_claims,
 };
 use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::{BatchClaimed, InboxBackend};
@@ -201,7 +201,7 @@ where
         let mut deliveries: Vec<Delivery> = batch.iter().map(|p| Delivery::start(&p.key)).collect();
         let scope = match Scope::new::<C::Backend>(status(conn)) {
             Ok(scope) => scope,
-            Err(error) => return Attempt::Trouble(0, E::from(error)),
+            Err(error) => return Attempt::Trouble(0, E::from(error), Vec::new()),
         };
         let claims = match claim_all(conn, &scope, batch) {
             Ok(claims) => claims,
@@ -209,7 +209,7 @@ where
                 return Attempt::Refused(position, error);
             }
             Err(ClaimFailure::Trouble(error)) => {
-                return Attempt::Trouble(0, into_handler_error(error));
+                return Attempt::Trouble(0, into_handler_error(error), Vec::new());
             }
         };
         deliveries.iter_mut().for_each(Delivery::claimed);
@@ -241,16 +241,17 @@ where
             if let Err(rollback_error) = roll_back(conn, &scope) {
                 let error = report_after_failed_rollback(error, rollback_error)
                     .unwrap_or_else(into_handler_error);
-                return Attempt::Trouble(position, error);
+                return trouble_after_claims(position, error, &claims);
             }
             return match is_trouble(&error) {
-                true => Attempt::Trouble(position, error),
+                true => trouble_after_claims(position, error, &claims),
                 false => Attempt::BodyFailed(position),
             };
         }
         if let Err(error) = commit(conn, &scope) {
             let first_claimed = claims.iter().position(|claim| *claim == Claim::Claimed);
-            return Attempt::Trouble(first_claimed.unwrap_or(0), into_handler_error(error));
+            let position = first_claimed.unwrap_or(0);
+            return trouble_after_claims(position, into_handler_error(error), &claims);
         }
         for ((delivery, pending), claim) in deliveries.into_iter().zip(batch).zip(&claims) {
             let ending = match claim {

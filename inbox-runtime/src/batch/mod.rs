@@ -174,8 +174,10 @@ pub(crate) enum Attempt<E> {
     /// transaction was rolled back, and this is the message's error.
     Refused(usize, InboxError),
     /// Database trouble, met with the message at this position; the
-    /// transaction was rolled back (or is lost).
-    Trouble(usize, E),
+    /// transaction was rolled back (or is lost). Then the positions of the
+    /// messages whose claims found their ids claimed before (committed by
+    /// other deliveries: still duplicates), if the claims were made.
+    Trouble(usize, E, Vec<usize>),
 }
 
 /// How the messages of a batch execute on one connection: blocking or
@@ -343,13 +345,25 @@ impl<T, E: HandlerError> Run<T, E> {
                     self.results[refused.index] = Some(Err(into_handler_error(error)));
                     segments.push(batch);
                 }
-                Attempt::Trouble(position, error) => {
-                    let pending = batch.remove(position);
+                Attempt::Trouble(position, error, duplicates) => {
+                    let pending = batch[position];
                     Delivery::start(&pending.key)
                         .finish(&pending.key, Ending::DatabaseError { error: &error });
                     self.stop(pending, &error);
                     self.results[pending.index] = Some(Err(error));
-                    segments.push(batch);
+                    for &duplicate in &duplicates {
+                        let pending = batch[duplicate];
+                        Delivery::start(&pending.key).finish(&pending.key, Ending::Duplicate);
+                        self.results[pending.index] = Some(Ok(Outcome::Duplicate));
+                    }
+                    // The others are aborted.
+                    let aborted = batch
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(at, _)| *at != position && !duplicates.contains(at))
+                        .map(|(_, pending)| pending)
+                        .collect();
+                    segments.push(aborted);
                 }
             }
         }
@@ -450,6 +464,15 @@ pub(crate) fn one_by_one_failure(position: usize, error: InboxError) -> ClaimFai
     } else {
         ClaimFailure::Trouble(error)
     }
+}
+
+/// Database trouble met with the message at `position`, once the claims of
+/// the transaction were made.
+pub(crate) fn trouble_after_claims<E>(position: usize, error: E, claims: &[Claim]) -> Attempt<E> {
+    let duplicates = (0..claims.len())
+        .filter(|at| *at != position && claims[*at] == Claim::Duplicate)
+        .collect();
+    Attempt::Trouble(position, error, duplicates)
 }
 
 /// Whether a body's error is database trouble, which says nothing about the
