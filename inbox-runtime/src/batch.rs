@@ -3,9 +3,11 @@
 //! NATS, SQS) runs instead of one transaction per message.
 
 use std::collections::HashSet;
+use std::error::Error as StdError;
 use std::panic::{self, AssertUnwindSafe};
 
 use diesel::connection::LoadConnection;
+use diesel::result::DatabaseErrorKind;
 
 use crate::ack::{Found, classify};
 use crate::attempts::{MaxAttempts, default_max_attempts};
@@ -18,7 +20,7 @@ use crate::key::{ClaimKey, HandlerName};
 use crate::message_id::MessageId;
 use crate::observe::{self, Delivery, Ending};
 use crate::outcome::Outcome;
-use crate::recovery::{Recovery, is_refused_key_text};
+use crate::recovery::{Recovery, is_database_trouble_text, is_refused_key_text, recovery};
 use crate::scope::{Scope, either, report_after_failed_rollback};
 use crate::transaction::{begin, claim_or_refuse, commit, roll_back, run_idempotent_with, status};
 
@@ -598,9 +600,10 @@ where
                     ClaimFailure::Refused(_, error) | ClaimFailure::Trouble(error) => error,
                 },
             );
-            return Err(ClaimFailure::Trouble(either(
-                report_after_failed_rollback(cause, rollback_error),
-            )));
+            return Err(ClaimFailure::Trouble(either(report_after_failed_rollback(
+                cause,
+                rollback_error,
+            ))));
         }
         match error {
             // Mixed: claim them one by one.
@@ -684,10 +687,33 @@ fn is_trouble<E: HandlerError>(error: &E) -> bool {
     Failure::of_error(error).is_none() && !matches!(classify(error), Found::Final)
 }
 
-/// What to do about database trouble: the error's own recovery.
+/// What to do about database trouble: the error's own recovery. An
+/// application error that forwards `Display` and `source()` to a Diesel
+/// error (`#[error(transparent)] Db(#[from] diesel::result::Error)`, the
+/// usual application error) hides the Diesel error from the source chain
+/// but shows its text, the server's message: that text is read as
+/// [`recovery`](crate::recovery()) reads a message, so a lost connection
+/// is [`Recovery::Reconnect`] through such a wrapper too.
 fn trouble_recovery<E: HandlerError>(error: &E) -> Recovery {
     match classify(error) {
         Found::Database(recovery) => recovery,
-        _ => Recovery::Retry,
+        _ => recovery_from_text(error),
     }
+}
+
+/// The recovery of the first error along `error`'s `source()` chain whose
+/// text is a server's message for database trouble; `Retry` if none is.
+fn recovery_from_text(error: &(dyn StdError + 'static)) -> Recovery {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        let text = error.to_string();
+        if is_database_trouble_text(&text) {
+            return recovery(&diesel::result::Error::DatabaseError(
+                DatabaseErrorKind::Unknown,
+                Box::new(text),
+            ));
+        }
+        next = error.source();
+    }
+    Recovery::Retry
 }
