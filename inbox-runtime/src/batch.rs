@@ -326,8 +326,10 @@ enum Attempt<E> {
     /// transaction was rolled back, and this is the message's error.
     Refused(usize, InboxError),
     /// Database trouble, met with the message at this position; the
-    /// transaction was rolled back (or is lost).
-    Trouble(usize, E),
+    /// transaction was rolled back (or is lost). The positions of the
+    /// messages its claims found claimed before (committed by other
+    /// deliveries: still duplicates), if the claims were made.
+    Trouble(usize, E, Vec<usize>),
 }
 
 impl<T, E: HandlerError> Run<T, E> {
@@ -436,13 +438,25 @@ impl<T, E: HandlerError> Run<T, E> {
                     observe::invalid_key(&error);
                     self.results[refused.index] = Some(Err(into_handler_error(error)));
                 }
-                Attempt::Trouble(position, error) => {
+                Attempt::Trouble(position, error, duplicates) => {
                     let recovery = trouble_recovery(&error);
-                    let pending = batch.remove(position);
+                    for &duplicate in &duplicates {
+                        let pending = batch[duplicate];
+                        let delivery = Delivery::start(&pending.key);
+                        delivery.finish(&pending.key, Ending::Duplicate);
+                        self.results[pending.index] = Some(Ok(Outcome::Duplicate));
+                    }
+                    let pending = batch[position];
                     let delivery = Delivery::start(&pending.key);
                     delivery.finish(&pending.key, Ending::DatabaseError { error: &error });
                     self.results[pending.index] = Some(Err(error));
                     self.stopped = Some((pending.key.message_id().to_owned(), recovery));
+                    batch = batch
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(at, _)| *at != position && !duplicates.contains(at))
+                        .map(|(_, pending)| pending)
+                        .collect();
                 }
             }
         }
@@ -484,13 +498,15 @@ impl<T, E: HandlerError> Run<T, E> {
         let mut deliveries: Vec<Delivery> = batch.iter().map(|p| Delivery::start(&p.key)).collect();
         let scope = match Scope::new::<C::Backend>(status(conn)) {
             Ok(scope) => scope,
-            Err(error) => return Attempt::Trouble(0, E::from(error)),
+            Err(error) => return Attempt::Trouble(0, E::from(error), Vec::new()),
         };
         let claims = match claim_all(conn, &scope, batch) {
             Ok(claims) => claims,
-            Err(ClaimFailure::Refused(position, error)) => return Attempt::Refused(position, error),
+            Err(ClaimFailure::Refused(position, error)) => {
+                return Attempt::Refused(position, error);
+            }
             Err(ClaimFailure::Trouble(error)) => {
-                return Attempt::Trouble(0, into_handler_error(error));
+                return Attempt::Trouble(0, into_handler_error(error), Vec::new());
             }
         };
         for delivery in &mut deliveries {
@@ -529,21 +545,23 @@ impl<T, E: HandlerError> Run<T, E> {
             if let Err(rollback_error) = roll_back(conn, &scope) {
                 let error = report_after_failed_rollback(error, rollback_error)
                     .unwrap_or_else(into_handler_error);
-                return Attempt::Trouble(position, error);
+                return Attempt::Trouble(position, error, duplicates(&claims, position));
             }
             return if is_trouble(&error) {
-                Attempt::Trouble(position, error)
+                Attempt::Trouble(position, error, duplicates(&claims, position))
             } else {
                 Attempt::BodyFailed(position)
             };
         }
         if let Err(error) = commit(conn, &scope) {
+            let position = claims
+                .iter()
+                .position(|claim| *claim == Claim::Claimed)
+                .unwrap_or(0);
             return Attempt::Trouble(
-                claims
-                    .iter()
-                    .position(|claim| *claim == Claim::Claimed)
-                    .unwrap_or(0),
+                position,
                 into_handler_error(error),
+                duplicates(&claims, position),
             );
         }
         for ((delivery, pending), claim) in deliveries.into_iter().zip(batch).zip(&claims) {
@@ -555,6 +573,14 @@ impl<T, E: HandlerError> Run<T, E> {
         }
         Attempt::Committed(outcomes)
     }
+}
+
+/// The positions of the claims that found their id claimed before, but
+/// `except` (the message that carries the transaction's error).
+fn duplicates(claims: &[Claim], except: usize) -> Vec<usize> {
+    (0..claims.len())
+        .filter(|at| *at != except && claims[*at] == Claim::Duplicate)
+        .collect()
 }
 
 /// Why the claims of a batch were not made.
