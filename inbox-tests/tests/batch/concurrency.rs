@@ -21,14 +21,15 @@ use inbox_tests::{SqlRows, TestBackend};
 
 use crate::support::*;
 
-/// The ids every thread delivers.
+/// The ids every thread delivers in a round (each round has new ids).
 const IDS: usize = 200;
 /// Threads delivering batches.
 const BATCH_THREADS: usize = 8;
 /// Threads delivering one message at a time.
 const SINGLE_THREADS: usize = 2;
-/// How often each thread delivers every id.
-const ROUNDS: usize = 2;
+/// Races, one after the other, each over ids of its own, all threads
+/// starting together.
+const ROUNDS: usize = 4;
 /// The most deliveries (batches or messages) one thread makes in a round
 /// before the test calls it a livelock.
 const MAX_DELIVERIES: usize = 2_000;
@@ -84,16 +85,21 @@ fn sort<T: std::fmt::Debug>(
     }
 }
 
-/// One thread of batches: every round, the ids in an order of its own, cut
-/// into batches of 20 to 50, each with up to five random ids more (overlap,
-/// copies) and the messages to redeliver.
+/// The ids of round `round`.
+fn round_ids(round: usize) -> Vec<String> {
+    ids(&format!("race-{round}"), IDS)
+}
+
+/// One thread of batches: every round, the round's ids in an order of its
+/// own, cut into batches of 20 to 50, each with up to five random ids more
+/// (overlap, copies) and the messages to redeliver.
 fn batch_thread<B: TestBackend>(db: &B, seed: u64, start: &Barrier) -> Seen {
     let mut conn = db.connect();
     let mut rng = Rng::new(seed);
-    let all = ids("race", IDS);
     let mut seen = Seen::default();
-    start.wait();
-    for _ in 0..ROUNDS {
+    for round in 0..ROUNDS {
+        let all = round_ids(round);
+        start.wait();
         let mut queue = all.clone();
         rng.shuffle(&mut queue);
         let mut redeliver: Vec<String> = Vec::new();
@@ -138,9 +144,9 @@ fn single_thread<B: TestBackend>(db: &B, seed: u64, start: &Barrier) -> Seen {
     let mut conn = db.connect();
     let mut rng = Rng::new(seed);
     let mut seen = Seen::default();
-    start.wait();
-    for _ in 0..ROUNDS {
-        let mut order = ids("race", IDS);
+    for round in 0..ROUNDS {
+        let mut order = round_ids(round);
+        start.wait();
         rng.shuffle(&mut order);
         for id in &order {
             for delivery in 0.. {
@@ -172,13 +178,13 @@ where
     })
 }
 
-/// The race: every id's counter ends at exactly 1, every id is claimed,
+/// The races: every id's counter ends at exactly 1, every id is claimed,
 /// and the deliveries that report `Processed` are exactly one per id.
 pub fn overlapping_batches_apply_each_effect_once<B: TestBackend>() {
     let Some((db, mut conn)) = fresh::<B>() else {
         return;
     };
-    let all = ids("race", IDS);
+    let all: Vec<String> = (0..ROUNDS).flat_map(round_ids).collect();
     let rows: Vec<String> = all
         .iter()
         .map(|id| format!("({}, 0)", literal(id)))
@@ -236,7 +242,7 @@ pub fn overlapping_batches_apply_each_effect_once<B: TestBackend>() {
     let mut observer = db.connect();
     assert_eq!(
         processed.values().map(Vec::len).sum::<usize>(),
-        IDS,
+        all.len(),
         "processed across all reports: one per id"
     );
     for id in &all {
@@ -253,9 +259,13 @@ pub fn overlapping_batches_apply_each_effect_once<B: TestBackend>() {
     );
     assert_eq!(
         observer.bigint("SELECT COUNT(*) AS value FROM batch_counters WHERE n = 1"),
-        IDS as i64
+        all.len() as i64
     );
-    assert_eq!(all_claims(&mut observer), IDS as i64, "every id claimed");
+    assert_eq!(
+        all_claims(&mut observer),
+        all.len() as i64,
+        "every id claimed"
+    );
     assert_eq!(all_failure_rows(&mut observer), 0, "nothing counted");
     // Every message was acknowledged: one more delivery of them all is all
     // duplicates.
