@@ -29,6 +29,8 @@ mod app_error;
 #[cfg(feature = "async")]
 mod async_rows;
 mod backend;
+#[cfg(feature = "async")]
+mod cancel;
 mod connections;
 mod macros;
 mod rows;
@@ -46,6 +48,8 @@ pub use self::backend::Sqlite;
 pub use self::backend::{DieselBackend, ServerBackend, TestBackend};
 #[cfg(feature = "postgres")]
 pub use self::backend::{PgEncodedDatabase, Postgres};
+#[cfg(feature = "async")]
+pub use self::cancel::CancelAfter;
 pub use self::connections::{connection_id, terminate};
 #[cfg(feature = "async")]
 pub use self::connections::{connection_id_async, terminate_async};

@@ -9,7 +9,9 @@
 //! the rest of its batch, counted only when it fails alone, up to dead and
 //! rejected (`failures`); panics (`panics`); a killed connection and lock
 //! conflicts in bodies (`trouble`); a batch inside the caller's transaction
-//! (`nested`); and PostgreSQL's generation layout (`partitioned`).
+//! (`nested`); PostgreSQL's generation layout (`partitioned`); and
+//! `run_idempotent_batch_async` on diesel-async connections
+//! (`asynchronous`).
 //!
 //! Every behaviour is a generic function over the backend, instantiated by
 //! `inbox_tests::backend_tests!`, so names read
@@ -22,6 +24,8 @@
 
 mod support;
 
+#[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
+mod asynchronous;
 mod basics;
 mod concurrency;
 mod failures;
