@@ -189,6 +189,10 @@ where
         Attempt::Committed(claims)
     }
 
+    fn is_broken(&mut self) -> bool {
+        status(self.conn).transaction_depth().is_err()
+    }
+
     async fn alone(&mut self, pending: &Pending<'_, M>) -> Result<Outcome<T>, E> {
         let body = &mut self.body;
         let message = pending.message;

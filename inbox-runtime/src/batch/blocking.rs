@@ -179,6 +179,10 @@ where
         self.attempt_now(batch, values)
     }
 
+    fn is_broken(&mut self) -> bool {
+        status(self.conn).transaction_depth().is_err()
+    }
+
     async fn alone(&mut self, pending: &Pending<'_, M>) -> Result<Outcome<T>, E> {
         let body = &mut self.body;
         run_idempotent_with(self.conn, pending.key.clone(), self.max_attempts, |conn| {

@@ -195,6 +195,11 @@ pub(crate) trait Execute<M, T, E> {
     /// One message on its own, exactly as the single form runs it (a panic
     /// is resumed).
     fn alone(&mut self, pending: &Pending<'_, M>) -> impl Future<Output = Result<Outcome<T>, E>>;
+
+    /// Whether the connection's transaction manager is broken (a lost
+    /// transaction, a failed rollback, a cancelled level): the connection
+    /// must be replaced, whatever an error shows through its wrappers.
+    fn is_broken(&mut self) -> bool;
 }
 
 /// A batch being handled: the results so far.
@@ -312,7 +317,7 @@ impl<T, E: HandlerError> Run<T, E> {
                 let result = exec.alone(pending).await;
                 if let Err(error) = &result {
                     if is_trouble(error) {
-                        self.stop(pending, error);
+                        self.stop(exec, pending, error);
                     }
                 }
                 self.results[pending.index] = Some(result);
@@ -349,7 +354,7 @@ impl<T, E: HandlerError> Run<T, E> {
                     let pending = batch[position];
                     Delivery::start(&pending.key)
                         .finish(&pending.key, Ending::DatabaseError { error: &error });
-                    self.stop(pending, &error);
+                    self.stop(exec, pending, &error);
                     self.results[pending.index] = Some(Err(error));
                     for &duplicate in &duplicates {
                         let pending = batch[duplicate];
@@ -369,9 +374,16 @@ impl<T, E: HandlerError> Run<T, E> {
         }
     }
 
-    /// Database trouble met with `pending` stops the run.
-    fn stop<M>(&mut self, pending: &Pending<'_, M>, error: &E) {
-        self.stopped = Some((pending.key.message_id().to_owned(), trouble_recovery(error)));
+    /// Database trouble met with `pending` stops the run. A broken
+    /// connection means `Reconnect`, also when a wrapper that forwards
+    /// `source()` (`#[error(transparent)]`) shows a lost transaction's
+    /// cause instead of the loss.
+    fn stop<M, X: Execute<M, T, E>>(&mut self, exec: &mut X, pending: &Pending<'_, M>, error: &E) {
+        let recovery = match exec.is_broken() {
+            true => Recovery::Reconnect,
+            false => trouble_recovery(error),
+        };
+        self.stopped = Some((pending.key.message_id().to_owned(), recovery));
     }
 }
 
