@@ -23,6 +23,7 @@
 mod support;
 
 mod basics;
+mod commit;
 mod concurrency;
 mod failures;
 mod mixed;
