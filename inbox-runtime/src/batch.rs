@@ -439,7 +439,7 @@ impl<T, E: HandlerError> Run<T, E> {
                     self.results[refused.index] = Some(Err(into_handler_error(error)));
                 }
                 Attempt::Trouble(position, error, duplicates) => {
-                    let recovery = trouble_recovery(&error);
+                    let recovery = trouble_recovery(conn, &error);
                     for &duplicate in &duplicates {
                         let pending = batch[duplicate];
                         let delivery = Delivery::start(&pending.key);
@@ -474,7 +474,7 @@ impl<T, E: HandlerError> Run<T, E> {
         });
         if let Err(error) = &result {
             if is_trouble(error) {
-                let recovery = trouble_recovery(error);
+                let recovery = trouble_recovery(conn, error);
                 self.stopped = Some((pending.key.message_id().to_owned(), recovery));
             }
         }
@@ -720,7 +720,15 @@ fn is_trouble<E: HandlerError>(error: &E) -> bool {
 /// but shows its text, the server's message: that text is read as
 /// [`recovery`](crate::recovery()) reads a message, so a lost connection
 /// is [`Recovery::Reconnect`] through such a wrapper too.
-fn trouble_recovery<E: HandlerError>(error: &E) -> Recovery {
+///
+/// A connection whose transaction manager is broken (a lost transaction, a
+/// failed rollback: see [`InboxError::TransactionLost`]) must be replaced
+/// whatever the error shows: a wrapper that forwards `source()` shows the
+/// `TransactionLost`'s source, not the `TransactionLost` itself.
+fn trouble_recovery<C: LoadConnection, E: HandlerError>(conn: &mut C, error: &E) -> Recovery {
+    if status(conn).transaction_depth().is_err() {
+        return Recovery::Reconnect;
+    }
     match classify(error) {
         Found::Database(recovery) => recovery,
         _ => recovery_from_text(error),
