@@ -7,6 +7,7 @@
 //! acknowledged.
 
 use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -33,8 +34,8 @@ const ROUNDS: usize = 4;
 /// The most deliveries (batches or messages) one thread makes in a round
 /// before the test calls it a livelock.
 const MAX_DELIVERIES: usize = 2_000;
-/// How long the whole race may take.
-const HANG: Duration = Duration::from_secs(300);
+/// How long one thread may take for all its rounds.
+const HANG: Duration = Duration::from_secs(120);
 
 /// What one thread saw.
 #[derive(Debug, Default)]
@@ -204,11 +205,14 @@ pub fn overlapping_batches_apply_each_effect_once<B: TestBackend>() {
         let (db, start, done) = (db.clone(), start.clone(), done.clone());
         std::thread::spawn(move || {
             let seed = 1 + thread as u64;
-            let seen = if thread < BATCH_THREADS {
-                batch_thread(&*db, seed, &start)
-            } else {
-                single_thread(&*db, seed, &start)
-            };
+            let seen = catch_unwind(AssertUnwindSafe(|| {
+                if thread < BATCH_THREADS {
+                    batch_thread(&*db, seed, &start)
+                } else {
+                    single_thread(&*db, seed, &start)
+                }
+            }))
+            .map_err(|payload| panic_text(&*payload));
             let _ = done.send((thread, seen));
         });
     }
@@ -218,9 +222,10 @@ pub fn overlapping_batches_apply_each_effect_once<B: TestBackend>() {
     let mut by_batches = 0;
     for _ in 0..threads {
         let (thread, seen) = match finished.recv_timeout(HANG) {
-            Ok(finished) => finished,
+            Ok((thread, Ok(seen))) => (thread, seen),
+            Ok((thread, Err(panic))) => panic!("thread {thread} failed: {panic}"),
             Err(RecvTimeoutError::Timeout) => panic!("a thread still runs after {HANG:?}"),
-            Err(RecvTimeoutError::Disconnected) => panic!("a thread panicked"),
+            Err(RecvTimeoutError::Disconnected) => panic!("a thread vanished"),
         };
         if thread < BATCH_THREADS {
             by_batches += seen.processed.len();

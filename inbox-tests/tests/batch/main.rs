@@ -27,6 +27,7 @@ mod support;
 #[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
 mod asynchronous;
 mod basics;
+mod commit;
 mod concurrency;
 mod failures;
 mod mixed;

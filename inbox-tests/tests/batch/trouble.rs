@@ -5,6 +5,8 @@
 //! retried, and nothing is counted against any message. Redelivered, the
 //! batch processes them all.
 
+use std::sync::{Arc, Barrier};
+
 use diesel::connection::SimpleConnection;
 use inbox_runtime::{
     AckDecision, InboxError, MaxAttempts, Outcome, Recovery, ack_decision,
@@ -203,9 +205,79 @@ pub fn a_lock_conflict_in_a_body_aborts_the_batch<B: ServerBackend>() {
     assert_eq!(all_effects(&mut observer), 6);
 }
 
+/// Two batches deadlock in their bodies: the first message of each locks
+/// one row, the second the other row, in opposite orders. The server ends
+/// one transaction (the victim): that batch is aborted, every message
+/// retried, nothing of it committed, nothing counted; the other batch is
+/// processed. Redelivered, the victim's batch is processed.
+pub fn a_deadlock_between_bodies_aborts_one_batch<B: ServerBackend>() {
+    let Some((db, _conn)) = fresh::<B>() else {
+        return;
+    };
+    let db = Arc::new(db);
+    let both_locked = Arc::new(Barrier::new(2));
+    let mut threads = Vec::new();
+    for (side, rows) in [("left", [1, 2]), ("right", [2, 1])] {
+        let (db, both_locked) = (db.clone(), both_locked.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut conn = db.connect();
+            let batch = ids(side, 2);
+            let mut waited = false;
+            let (report, _) = run_batch(&mut conn, &batch, MaxAttempts::limit(1), |conn, id| {
+                let row = if id == batch[0] { rows[0] } else { rows[1] };
+                exec(
+                    conn,
+                    format!("UPDATE batch_locks SET n = n + 1 WHERE id = {row}"),
+                )?;
+                if !waited {
+                    waited = true;
+                    both_locked.wait();
+                }
+                apply(conn, id)
+            });
+            (batch, report, conn)
+        }));
+    }
+    let ends: Vec<_> = threads
+        .into_iter()
+        .map(|thread| thread.join().expect("a batch thread"))
+        .collect();
+    let mut observer = db.connect();
+    let (victims, winners): (Vec<_>, Vec<_>) = ends
+        .into_iter()
+        .partition(|(_, report, _)| report.failed() > 0);
+    assert_eq!(
+        (victims.len(), winners.len()),
+        (1, 1),
+        "one victim: {:?}",
+        victims
+            .iter()
+            .map(|(_, r, _)| endings(r))
+            .collect::<Vec<_>>()
+    );
+    let (batch, report, mut conn) = victims.into_iter().next().unwrap();
+    assert!(decisions(&report).iter().all(|d| *d == AckDecision::Retry));
+    let error = report.results()[1].as_ref().expect_err("the deadlock");
+    assert!(error.recovery().is_retryable(), "{error:?}");
+    assert_aborted(&report.results()[0], &batch[1], error.recovery());
+    let (winner_batch, winner, _) = &winners[0];
+    assert_all_processed(winner, winner_batch);
+    for id in &batch {
+        assert_eq!(claims(&mut observer, id), 0, "{id}");
+        assert_eq!(effects(&mut observer, id), 0, "{id}");
+    }
+    assert_eq!(all_failure_rows(&mut observer), 0, "nothing counted");
+    if error.recovery() == Recovery::Reconnect {
+        conn = db.connect();
+    }
+    let (again, _) = apply_batch(&mut conn, &batch);
+    assert_all_processed(&again, &batch);
+}
+
 inbox_tests::backend_tests!(
     only [postgres, mysql]:
     a_killed_connection_aborts_the_batch,
     duplicates_stay_duplicates_when_the_batch_aborts,
     a_lock_conflict_in_a_body_aborts_the_batch,
+    a_deadlock_between_bodies_aborts_one_batch,
 );
