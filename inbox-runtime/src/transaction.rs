@@ -6,6 +6,7 @@ use diesel::connection::{Connection, TransactionManager, TransactionManagerStatu
 
 use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::InboxBackend;
+use crate::batch::current;
 use crate::claim::{Claim, claim_statement, refused_or_database};
 use crate::error::{HandlerError, InboxError, into_handler_error};
 use crate::execution::RetryPolicy;
@@ -288,6 +289,12 @@ where
         begin(conn, scope)?;
         match claim_or_refuse(conn, key) {
             Ok(Claim::Claimed) => return Ok(Claim::Claimed),
+            // The batch this handler runs in claimed the key for the very
+            // message whose body is running: the key is this
+            // transaction's, and the handler's body must run.
+            Ok(Claim::Duplicate) if !scope.is_outermost() && current::is_running(key) => {
+                return Ok(Claim::Claimed);
+            }
             Ok(Claim::Duplicate) => {
                 commit(conn, scope)?;
                 return Ok(Claim::Duplicate);

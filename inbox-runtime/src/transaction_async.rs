@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::InboxBackend;
+use crate::batch::current;
 use crate::claim::{Claim, ClaimStatement, claim_from_affected_rows, refused_or_database};
 use crate::error::{HandlerError, InboxError, into_handler_error};
 use crate::execution::{AsyncLevel, RetryPolicy, require_transaction};
@@ -357,6 +358,14 @@ where
             self.level.begin().await?;
             match claim_statement_async(self.level.conn(), &self.key).await {
                 Ok(Claim::Claimed) => return Ok(Claim::Claimed),
+                // The batch this handler runs in claimed the key for the
+                // very message whose body is running (see
+                // `run_idempotent_batch`): the handler's body must run.
+                Ok(Claim::Duplicate)
+                    if !self.level.scope.is_outermost() && current::is_running(&self.key) =>
+                {
+                    return Ok(Claim::Claimed);
+                }
                 Ok(Claim::Duplicate) => {
                     self.level.commit().await?;
                     return Ok(Claim::Duplicate);

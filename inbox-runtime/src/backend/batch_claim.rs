@@ -26,8 +26,10 @@ pub enum BatchClaimed {
 )]
 pub(crate) enum BatchReports {
     /// It returns them (`RETURNING message_id`).
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     Returning,
     /// It reports how many rows it inserted.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     Count,
 }
 
@@ -61,6 +63,7 @@ pub(crate) struct InsertedId {
     pub(crate) message_id: String,
 }
 
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 /// `head` followed by `rows` placeholder pairs `(?, ?)`, comma-separated,
 /// then `tail`: the multi-row `VALUES` of the SQLite and MySQL statements.
 pub(crate) fn values_sql(head: &str, rows: usize, tail: &str) -> String {
@@ -96,6 +99,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(any(feature = "sqlite", feature = "mysql"))]
     fn values_lists_one_pair_per_row() {
         assert_eq!(values_sql("V ", 2, ";"), "V (?, ?), (?, ?);");
         assert_eq!(values_sql("V ", 1, ""), "V (?, ?)");

@@ -33,8 +33,10 @@ pub(crate) mod prune_batch;
 pub(crate) mod sqlite;
 
 pub use batch_claim::BatchClaimed;
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) use batch_claim::values_sql;
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-pub(crate) use batch_claim::{BatchReports, InsertedId, values_sql};
+pub(crate) use batch_claim::{BatchReports, InsertedId};
 pub use failure_rows::{DeadLetterRow, Present, SummaryRow};
 pub(crate) use prune_batch::NextHandler;
 pub use prune_batch::{PruneBatchStatement, PruneScope, PrunedTable};

@@ -8,8 +8,9 @@ use diesel_async::{AsyncConnection, TransactionManager};
 use futures_util::FutureExt;
 
 use super::{
-    Attempt, BatchReport, ClaimFailure, ClaimMode, Execute, Pending, Run, claims_of, is_trouble,
-    next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions, trouble_after_claims,
+    Attempt, BatchReport, ClaimFailure, ClaimMode, Execute, Pending, Run, claims_of, current,
+    is_trouble, next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions,
+    trouble_after_claims,
 };
 use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::{BatchClaimed, InboxBackend};
@@ -146,7 +147,8 @@ where
             if *claim == Claim::Duplicate {
                 continue;
             }
-            let body = AssertUnwindSafe((self.body)(level.conn(), pending.message)).catch_unwind();
+            let body = (self.body)(level.conn(), pending.message);
+            let body = AssertUnwindSafe(current::running_future(&pending.key, body)).catch_unwind();
             let error = match deliveries[position].scope().instrument(body).await {
                 Ok(Ok(value)) => {
                     values.push(value);
@@ -200,7 +202,10 @@ where
             &mut *self.conn,
             pending.key.clone(),
             self.max_attempts,
-            async |conn: &mut C| body(conn, message).await.map(Outcome::Processed),
+            async |conn: &mut C| {
+                let body = current::running_future(&pending.key, body(conn, message));
+                body.await.map(Outcome::Processed)
+            },
         )
         .await
     }

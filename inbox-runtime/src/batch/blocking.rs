@@ -6,8 +6,9 @@ use std::panic::{self, AssertUnwindSafe};
 use diesel::connection::LoadConnection;
 
 use super::{
-    Attempt, BatchReport, ClaimFailure, ClaimMode, Execute, Pending, Run, claims_of, is_trouble,
-    next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions, trouble_after_claims,
+    Attempt, BatchReport, ClaimFailure, ClaimMode, Execute, Pending, Run, claims_of, current,
+    is_trouble, next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions,
+    trouble_after_claims,
 };
 use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::{BatchClaimed, InboxBackend};
@@ -223,7 +224,8 @@ where
             }
             let ran = {
                 let _entered = deliveries[position].entered();
-                panic::catch_unwind(AssertUnwindSafe(|| (self.body)(conn, pending.message)))
+                let body = || current::running(&pending.key, || (self.body)(conn, pending.message));
+                panic::catch_unwind(AssertUnwindSafe(body))
             };
             let error = match ran {
                 Ok(Ok(value)) => {

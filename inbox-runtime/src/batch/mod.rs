@@ -25,6 +25,7 @@ use crate::scope::Scope;
 #[cfg(feature = "async")]
 mod asynchronous;
 mod blocking;
+pub(crate) mod current;
 
 #[cfg(feature = "async")]
 pub use asynchronous::{run_idempotent_batch_async, run_idempotent_batch_async_with};

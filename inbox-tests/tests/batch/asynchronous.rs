@@ -374,6 +374,44 @@ pub async fn async_racing_batches_apply_each_effect_once<B: TestBackend>() {
     assert_eq!(all_claims(&mut observer), IDS as i64);
 }
 
+/// The batch's per-message handler, under the batch's scope.
+#[inbox_runtime::idempotent(id = id, handler = "batch.apply")]
+async fn apply_handler_async<C>(conn: &mut C, id: &String) -> Result<(), AppError>
+where
+    C: AsyncConnection<Backend: inbox_runtime::InboxBackend>,
+{
+    apply_async(conn, id).await
+}
+
+/// An async `#[idempotent]` function as the body of an async batch runs for
+/// its own message (the batch's claim is not a duplicate to it), once.
+pub async fn async_idempotent_handler_is_a_batch_body<B: TestBackend>() {
+    let Some((db, mut observer)) = fresh::<B>() else {
+        return;
+    };
+    let mut conn = db.connect_async().await;
+    let batch = ids("async-handler", 4);
+    let handler = handler();
+    for round in 0..2 {
+        let report = run_idempotent_batch_async_with(
+            &mut conn,
+            &handler,
+            &batch,
+            |id| id,
+            MaxAttempts::limit(3),
+            async |conn: &mut B::AsyncConnection, id: &String| apply_handler_async(conn, id).await,
+        )
+        .await;
+        match round {
+            0 => assert_eq!(report.processed(), 4, "{:?}", report.results()),
+            _ => assert_eq!(report.duplicates(), 4, "{:?}", report.results()),
+        }
+    }
+    for id in &batch {
+        assert_eq!(effects(&mut observer, id), 1, "{id}");
+    }
+}
+
 /// A batch's future can be spawned: it is `Send` when the connection, the
 /// messages and the body are (checked at compile time).
 #[cfg(feature = "postgres")]
@@ -400,5 +438,6 @@ inbox_tests::backend_tests! {
         async_panics_are_counted_and_resumed,
         async_killed_connection_aborts_the_batch,
         async_cancellation_at_every_await_point_leaves_nothing_half_done,
-        async_racing_batches_apply_each_effect_once;
+        async_racing_batches_apply_each_effect_once,
+        async_idempotent_handler_is_a_batch_body;
 }

@@ -9,7 +9,8 @@
 //! the rest of its batch, counted only when it fails alone, up to dead and
 //! rejected (`failures`); panics (`panics`); a killed connection and lock
 //! conflicts in bodies (`trouble`); a batch inside the caller's transaction
-//! (`nested`); PostgreSQL's generation layout (`partitioned`); and
+//! (`nested`); an `#[idempotent]` function as a batch's body (`handlers`);
+//! PostgreSQL's generation layout (`partitioned`); and
 //! `run_idempotent_batch_async` on diesel-async connections
 //! (`asynchronous`).
 //!
@@ -30,6 +31,7 @@ mod basics;
 mod commit;
 mod concurrency;
 mod failures;
+mod handlers;
 mod mixed;
 mod nested;
 mod panics;
