@@ -2,9 +2,6 @@
 //! counts of effects and claims, a deterministic cancellation, a shuffle,
 //! and lock waits.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use diesel_async::AsyncConnection;
