@@ -187,7 +187,7 @@ where
     async fn alone(&mut self, pending: &Pending<'_, M>) -> Result<Outcome<T>, E> {
         let body = &mut self.body;
         run_idempotent_with(self.conn, pending.key.clone(), self.max_attempts, |conn| {
-            body(conn, pending.message).map(Outcome::Processed)
+            current::running(&pending.key, || body(conn, pending.message)).map(Outcome::Processed)
         })
     }
 }

@@ -410,6 +410,33 @@ pub async fn async_idempotent_handler_is_a_batch_body<B: TestBackend>() {
     for id in &batch {
         assert_eq!(effects(&mut observer, id), 1, "{id}");
     }
+    // Alone: a batch of one, and a message split off after a failure.
+    let batch = ids("async-alone", 3);
+    let failed_once = std::sync::atomic::AtomicBool::new(false);
+    for sizes in [&batch[..1], &batch[..]] {
+        let report = run_idempotent_batch_async_with(
+            &mut conn,
+            &handler,
+            sizes,
+            |id| id,
+            MaxAttempts::limit(3),
+            async |conn: &mut B::AsyncConnection, id: &String| {
+                if *id == batch[1] && !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    return Err(AppError::Failed("once"));
+                }
+                apply_handler_async(conn, id).await
+            },
+        )
+        .await;
+        assert_eq!(report.failed(), 0, "{:?}", report.results());
+    }
+    for id in &batch {
+        assert_eq!(
+            effects(&mut observer, id),
+            1,
+            "{id}: the handler's body ran once"
+        );
+    }
 }
 
 /// A batch's future can be spawned: it is `Send` when the connection, the

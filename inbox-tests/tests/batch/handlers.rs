@@ -62,6 +62,51 @@ pub fn an_idempotent_handler_is_a_batch_body<B: TestBackend>() {
     assert_eq!(effects(&mut conn, &batch[0]), 1);
 }
 
+/// A message run on its own (a batch of one, or a message split off after
+/// a failure) runs the handler used as its body too.
+pub fn an_idempotent_handler_runs_when_its_message_runs_alone<B: TestBackend>() {
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let single = ids("alone", 1);
+    let report = run_idempotent_batch_with(
+        &mut conn,
+        &handler(),
+        &single,
+        |id| id,
+        MaxAttempts::limit(3),
+        |conn, id: &String| apply_handler(conn, id),
+    );
+    assert_eq!(report.processed(), 1, "{:?}", report.results());
+    assert_eq!(effects(&mut conn, &single[0]), 1, "the handler's body ran");
+
+    // Split off: fails in the batch, succeeds alone.
+    let batch = ids("split-off", 3);
+    let mut failed_once = false;
+    let report = run_idempotent_batch_with(
+        &mut conn,
+        &handler(),
+        &batch,
+        |id| id,
+        MaxAttempts::limit(3),
+        |conn, id: &String| {
+            if *id == batch[1] && !failed_once {
+                failed_once = true;
+                return Err(AppError::Failed("once"));
+            }
+            apply_handler(conn, id)
+        },
+    );
+    assert_eq!(report.processed(), 3, "{:?}", report.results());
+    for id in &batch {
+        assert_eq!(
+            effects(&mut conn, id),
+            1,
+            "{id}: the handler's body ran once"
+        );
+    }
+}
+
 pub fn a_handler_for_another_id_of_the_batch_is_a_duplicate<B: TestBackend>() {
     let Some((_db, mut conn)) = fresh::<B>() else {
         return;
@@ -97,5 +142,6 @@ pub fn a_handler_for_another_id_of_the_batch_is_a_duplicate<B: TestBackend>() {
 
 inbox_tests::backend_tests! {
     an_idempotent_handler_is_a_batch_body,
+    an_idempotent_handler_runs_when_its_message_runs_alone,
     a_handler_for_another_id_of_the_batch_is_a_duplicate;
 }
