@@ -8,21 +8,21 @@ use diesel_async::{AsyncConnection, TransactionManager};
 use futures_util::FutureExt;
 
 use super::{
-    Attempt, BatchReport, ClaimFailure, ClaimMode, Execute, Pending, Run, claims_of, current,
-    is_trouble, next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions,
-    trouble_after_claims,
+    Attempt, BatchReport, ClaimFailure, ClaimMode, Execute, Pending, Run, attempt_after_body_error,
+    attempt_after_claims_failed, attempt_after_commit, claims_of, current, lost_after_claims,
+    next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions,
 };
 use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::{BatchClaimed, InboxBackend};
 use crate::claim::Claim;
 use crate::claim::refused_or_database;
-use crate::error::{HandlerError, InboxError, into_handler_error};
+use crate::error::{HandlerError, InboxError};
 use crate::execution::{AsyncLevel, RetryPolicy, require_transaction};
 use crate::key::HandlerName;
 use crate::message_id::MessageId;
-use crate::observe::{Delivery, Ending};
+use crate::observe::Delivery;
 use crate::outcome::Outcome;
-use crate::scope::{Scope, either, report_after_failed_rollback};
+use crate::scope::Scope;
 use crate::transaction_async::{
     abandoned_transaction_timeout, claim_statement_async, run_idempotent_async_with,
 };
@@ -135,12 +135,7 @@ where
         let mut level = AsyncLevel::new(&mut *self.conn, scope);
         let claims = match claim_all(&mut level, batch).await {
             Ok(claims) => claims,
-            Err(ClaimFailure::Refused(position, error)) => {
-                return Attempt::Refused(position, error);
-            }
-            Err(ClaimFailure::Trouble(error)) => {
-                return Attempt::Trouble(0, into_handler_error(error), Vec::new());
-            }
+            Err(failure) => return attempt_after_claims_failed(failure),
         };
         deliveries.iter_mut().for_each(Delivery::claimed);
         for (position, (pending, claim)) in batch.iter().zip(&claims).enumerate() {
@@ -166,29 +161,11 @@ where
                     return Attempt::BodyFailed(position);
                 }
             };
-            if let Err(rollback_error) = level.roll_back().await {
-                let error = report_after_failed_rollback(error, rollback_error)
-                    .unwrap_or_else(into_handler_error);
-                return trouble_after_claims(position, error, &claims);
-            }
-            return match is_trouble(&error) {
-                true => trouble_after_claims(position, error, &claims),
-                false => Attempt::BodyFailed(position),
-            };
+            let rolled_back = level.roll_back().await;
+            return attempt_after_body_error(position, error, rolled_back, &claims);
         }
-        if let Err(error) = level.commit().await {
-            let first_claimed = claims.iter().position(|claim| *claim == Claim::Claimed);
-            let position = first_claimed.unwrap_or(0);
-            return trouble_after_claims(position, into_handler_error(error), &claims);
-        }
-        for ((delivery, pending), claim) in deliveries.into_iter().zip(batch).zip(&claims) {
-            let ending = match claim {
-                Claim::Claimed => Ending::Processed,
-                Claim::Duplicate => Ending::Duplicate,
-            };
-            delivery.finish(&pending.key, ending);
-        }
-        Attempt::Committed(claims)
+        let committed = level.commit().await;
+        attempt_after_commit(committed, deliveries, batch, claims)
     }
 
     fn is_broken(&mut self) -> bool {
@@ -236,12 +213,7 @@ where
             Err(failure) => Some(failure),
         };
         if let Err(rollback_error) = level.roll_back().await {
-            let cause = failure.map_or(
-                InboxError::Database(diesel::result::Error::RollbackTransaction),
-                ClaimFailure::into_error,
-            );
-            let lost = either(report_after_failed_rollback(cause, rollback_error));
-            return Err(ClaimFailure::Trouble(lost));
+            return Err(lost_after_claims(failure, rollback_error));
         }
         mode = next_claim_mode(failure, mode, &level.scope, &mut tries)?;
     }

@@ -6,20 +6,20 @@ use std::panic::{self, AssertUnwindSafe};
 use diesel::connection::LoadConnection;
 
 use super::{
-    Attempt, BatchReport, ClaimFailure, ClaimMode, Execute, Pending, Run, claims_of, current,
-    is_trouble, next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions,
-    trouble_after_claims,
+    Attempt, BatchReport, ClaimFailure, ClaimMode, Execute, Pending, Run, attempt_after_body_error,
+    attempt_after_claims_failed, attempt_after_commit, claims_of, current, lost_after_claims,
+    next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions,
 };
 use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::{BatchClaimed, InboxBackend};
 use crate::claim::Claim;
-use crate::error::{HandlerError, InboxError, into_handler_error};
+use crate::error::{HandlerError, InboxError};
 use crate::execution::{RetryPolicy, block_ready, require_transaction};
 use crate::key::HandlerName;
 use crate::message_id::MessageId;
-use crate::observe::{Delivery, Ending};
+use crate::observe::Delivery;
 use crate::outcome::Outcome;
-use crate::scope::{Scope, either, report_after_failed_rollback};
+use crate::scope::Scope;
 use crate::transaction::{begin, claim_or_refuse, commit, roll_back, run_idempotent_with, status};
 
 /// Handles a batch of messages exactly once each: one transaction, one
@@ -210,12 +210,7 @@ where
         };
         let claims = match claim_all(conn, &scope, batch) {
             Ok(claims) => claims,
-            Err(ClaimFailure::Refused(position, error)) => {
-                return Attempt::Refused(position, error);
-            }
-            Err(ClaimFailure::Trouble(error)) => {
-                return Attempt::Trouble(0, into_handler_error(error), Vec::new());
-            }
+            Err(failure) => return attempt_after_claims_failed(failure),
         };
         deliveries.iter_mut().for_each(Delivery::claimed);
         for (position, (pending, claim)) in batch.iter().zip(&claims).enumerate() {
@@ -244,29 +239,11 @@ where
                     return Attempt::BodyFailed(position);
                 }
             };
-            if let Err(rollback_error) = roll_back(conn, &scope) {
-                let error = report_after_failed_rollback(error, rollback_error)
-                    .unwrap_or_else(into_handler_error);
-                return trouble_after_claims(position, error, &claims);
-            }
-            return match is_trouble(&error) {
-                true => trouble_after_claims(position, error, &claims),
-                false => Attempt::BodyFailed(position),
-            };
+            let rolled_back = roll_back(conn, &scope);
+            return attempt_after_body_error(position, error, rolled_back, &claims);
         }
-        if let Err(error) = commit(conn, &scope) {
-            let first_claimed = claims.iter().position(|claim| *claim == Claim::Claimed);
-            let position = first_claimed.unwrap_or(0);
-            return trouble_after_claims(position, into_handler_error(error), &claims);
-        }
-        for ((delivery, pending), claim) in deliveries.into_iter().zip(batch).zip(&claims) {
-            let ending = match claim {
-                Claim::Claimed => Ending::Processed,
-                Claim::Duplicate => Ending::Duplicate,
-            };
-            delivery.finish(&pending.key, ending);
-        }
-        Attempt::Committed(claims)
+        let committed = commit(conn, &scope);
+        attempt_after_commit(committed, deliveries, batch, claims)
     }
 }
 
@@ -296,12 +273,7 @@ where
             Err(failure) => Some(failure),
         };
         if let Err(rollback_error) = roll_back(conn, scope) {
-            let cause = failure.map_or(
-                InboxError::Database(diesel::result::Error::RollbackTransaction),
-                ClaimFailure::into_error,
-            );
-            let lost = either(report_after_failed_rollback(cause, rollback_error));
-            return Err(ClaimFailure::Trouble(lost));
+            return Err(lost_after_claims(failure, rollback_error));
         }
         mode = next_claim_mode(failure, mode, scope, &mut tries)?;
     }

@@ -20,7 +20,7 @@ use crate::message_id::MessageId;
 use crate::observe::{self, Delivery, Ending};
 use crate::outcome::Outcome;
 use crate::recovery::{Recovery, is_refused_key_text};
-use crate::scope::Scope;
+use crate::scope::{Scope, either, report_after_failed_rollback};
 
 #[cfg(feature = "async")]
 mod asynchronous;
@@ -477,6 +477,72 @@ pub(crate) fn one_by_one_failure(position: usize, error: InboxError) -> ClaimFai
     } else {
         ClaimFailure::Trouble(error)
     }
+}
+
+/// How a try of the claims that could not claim ends the transaction's
+/// attempt.
+pub(crate) fn attempt_after_claims_failed<E: HandlerError>(failure: ClaimFailure) -> Attempt<E> {
+    match failure {
+        ClaimFailure::Refused(position, error) => Attempt::Refused(position, error),
+        ClaimFailure::Trouble(error) => Attempt::Trouble(0, into_handler_error(error), Vec::new()),
+    }
+}
+
+/// How the body's `error` on the message at `position` ends the
+/// transaction's attempt, once its level's rollback was tried
+/// (`rolled_back`).
+pub(crate) fn attempt_after_body_error<E: HandlerError>(
+    position: usize,
+    error: E,
+    rolled_back: Result<(), InboxError>,
+    claims: &[Claim],
+) -> Attempt<E> {
+    if let Err(rollback_error) = rolled_back {
+        let error =
+            report_after_failed_rollback(error, rollback_error).unwrap_or_else(into_handler_error);
+        return trouble_after_claims(position, error, claims);
+    }
+    match is_trouble(&error) {
+        true => trouble_after_claims(position, error, claims),
+        false => Attempt::BodyFailed(position),
+    }
+}
+
+/// How the transaction's attempt ends after its commit: reports every
+/// delivery when it committed.
+pub(crate) fn attempt_after_commit<M, E: HandlerError>(
+    committed: Result<(), InboxError>,
+    deliveries: Vec<Delivery>,
+    batch: &[&Pending<'_, M>],
+    claims: Vec<Claim>,
+) -> Attempt<E> {
+    if let Err(error) = committed {
+        let first_claimed = claims.iter().position(|claim| *claim == Claim::Claimed);
+        let position = first_claimed.unwrap_or(0);
+        return trouble_after_claims(position, into_handler_error(error), &claims);
+    }
+    for ((delivery, pending), claim) in deliveries.into_iter().zip(batch).zip(&claims) {
+        let ending = match claim {
+            Claim::Claimed => Ending::Processed,
+            Claim::Duplicate => Ending::Duplicate,
+        };
+        delivery.finish(&pending.key, ending);
+    }
+    Attempt::Committed(claims)
+}
+
+/// A try of the claims failed (`failure`; `None`: the statement could not
+/// tell which ids it inserted), then so did its rollback: the level is
+/// lost.
+pub(crate) fn lost_after_claims(
+    failure: Option<ClaimFailure>,
+    rollback_error: InboxError,
+) -> ClaimFailure {
+    let cause = failure.map_or(
+        InboxError::Database(diesel::result::Error::RollbackTransaction),
+        ClaimFailure::into_error,
+    );
+    ClaimFailure::Trouble(either(report_after_failed_rollback(cause, rollback_error)))
 }
 
 /// Database trouble met with the message at `position`, once the claims of
