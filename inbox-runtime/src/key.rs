@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use crate::error::{InboxError, KeyProblem};
-use crate::message_id::MessageId;
+use crate::message_id::{IdText, MessageId};
 
 /// The longest message id the inbox stores, in UTF-8 bytes.
 ///
@@ -110,7 +110,7 @@ impl fmt::Display for HandlerName {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ClaimKey {
     handler: HandlerName,
-    message_id: String,
+    message_id: IdText,
 }
 
 impl ClaimKey {
@@ -127,7 +127,7 @@ impl ClaimKey {
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
     pub fn new<M: MessageId + ?Sized>(handler: HandlerName, id: &M) -> Result<Self, InboxError> {
-        let message_id = match id.try_message_id() {
+        let message_id = match id.claim_text() {
             Ok(text) => text,
             // No text to check or to show: an absent id, bytes that are not UTF-8.
             Err(problem) => {
@@ -138,14 +138,14 @@ impl ClaimKey {
                 });
             }
         };
-        match check_text(&message_id, MAX_MESSAGE_ID_BYTES) {
+        match check_text(message_id.as_str(), MAX_MESSAGE_ID_BYTES) {
             None => Ok(ClaimKey {
                 handler,
-                message_id: message_id.into_owned(),
+                message_id,
             }),
             Some(problem) => Err(InboxError::InvalidMessageId {
                 handler: handler.as_str().to_owned(),
-                message_id: preview(&message_id),
+                message_id: preview(message_id.as_str()),
                 problem,
             }),
         }
@@ -156,7 +156,8 @@ impl ClaimKey {
     /// not (then the name is the text the server could not take).
     pub(crate) fn refused_by_database(&self) -> InboxError {
         let handler = self.handler.as_str();
-        if self.message_id.is_ascii() && !handler.is_ascii() {
+        let message_id = self.message_id.as_str();
+        if message_id.is_ascii() && !handler.is_ascii() {
             InboxError::InvalidHandlerName {
                 handler: preview(handler),
                 problem: KeyProblem::RefusedByDatabase,
@@ -164,7 +165,7 @@ impl ClaimKey {
         } else {
             InboxError::InvalidMessageId {
                 handler: handler.to_owned(),
-                message_id: preview(&self.message_id),
+                message_id: preview(message_id),
                 problem: KeyProblem::RefusedByDatabase,
             }
         }
@@ -191,7 +192,7 @@ impl ClaimKey {
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
     pub fn message_id(&self) -> &str {
-        &self.message_id
+        self.message_id.as_str()
     }
 }
 

@@ -222,7 +222,13 @@ impl Scope {
     /// [`left`](Self::left)).
     pub(crate) fn execute<C: Connection>(&self, conn: &mut C, sql: &str) -> QueryResult<()> {
         if self.prepared_sql && !sql.contains(';') && !PREPARING_REFUSED.load(Ordering::Relaxed) {
-            match diesel::RunQueryDsl::execute(TransactionStatement { sql }, conn) {
+            let executed = match sql {
+                "BEGIN" => diesel::RunQueryDsl::execute(Begin, conn),
+                "COMMIT" => diesel::RunQueryDsl::execute(Commit, conn),
+                "ROLLBACK" => diesel::RunQueryDsl::execute(Rollback, conn),
+                sql => diesel::RunQueryDsl::execute(TransactionStatement { sql }, conn),
+            };
+            match executed {
                 Err(diesel::result::Error::DatabaseError(_, info))
                     if info
                         .message()
@@ -261,6 +267,31 @@ impl QueryId for TransactionStatement<'_> {
 }
 
 impl<C> diesel::RunQueryDsl<C> for TransactionStatement<'_> {}
+
+/// The outermost level's statements, whose text never changes: cached
+/// under their type, so executing one builds no SQL text to look it up.
+macro_rules! fixed_statements {
+    ($($name:ident => $sql:literal,)*) => {$(
+        #[doc = concat!("`", $sql, "` as a prepared statement (see [`Scope::execute`]).")]
+        #[derive(Debug, Clone, Copy, QueryId)]
+        struct $name;
+
+        impl<DB: Backend> QueryFragment<DB> for $name {
+            fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+                out.push_sql($sql);
+                Ok(())
+            }
+        }
+
+        impl<C> diesel::RunQueryDsl<C> for $name {}
+    )*};
+}
+
+fixed_statements! {
+    Begin => "BEGIN",
+    Commit => "COMMIT",
+    Rollback => "ROLLBACK",
+}
 
 impl<DB: Backend> QueryFragment<DB> for TransactionStatement<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
