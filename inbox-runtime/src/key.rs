@@ -62,6 +62,14 @@ impl HandlerName {
         }
     }
 
+    /// A name checked when the handler was compiled (see
+    /// [`__private::claim_key`](crate::__private::claim_key)): kept as it
+    /// is, without checking it again on every delivery.
+    pub(crate) fn from_checked(name: &'static str) -> Self {
+        debug_assert!(check_text(name, MAX_HANDLER_BYTES).is_none(), "{name:?}");
+        HandlerName(Cow::Borrowed(name))
+    }
+
     /// The name as stored in the inbox's `handler` column.
     ///
     /// ```
@@ -196,6 +204,23 @@ impl ClaimKey {
     }
 }
 
+/// Whether `name` is a valid handler name ([`HandlerName::new`]'s checks),
+/// at compile time.
+pub(crate) const fn is_valid_handler_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() > MAX_HANDLER_BYTES {
+        return false;
+    }
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] == 0 {
+            return false;
+        }
+        at += 1;
+    }
+    true
+}
+
 /// What is wrong with a handler name or message id, if anything.
 fn check_text(text: &str, max_bytes: usize) -> Option<KeyProblem> {
     if text.is_empty() {
@@ -326,5 +351,11 @@ mod tests {
         assert!(HandlerName::new("x".repeat(256)).is_err());
         assert!(HandlerName::new("a\0").is_err());
         assert!(HandlerName::new("x".repeat(255)).is_ok());
+        // The compile-time check agrees.
+        assert!(!is_valid_handler_name(""));
+        assert!(!is_valid_handler_name(&"x".repeat(256)));
+        assert!(!is_valid_handler_name("a\0"));
+        assert!(is_valid_handler_name(&"x".repeat(255)));
+        const { assert!(is_valid_handler_name("billing.apply")) };
     }
 }
