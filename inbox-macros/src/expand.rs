@@ -6,6 +6,7 @@
 //! {
 //!     #![inner attributes]
 //!     let __inbox_key = KRATE::__private::claim_key(HANDLER, &ID);   // at the id's span
+//!     // HANDLER: the literal, or const { KRATE::__private::checked_handler(concat!(module_path!(), "::", NAME)) }
 //!     KRATE::__private::run_sync::<_, RET, _>(&mut *conn, __inbox_key, MAX_ATTEMPTS, |conn| -> RET { body })
 //! }
 //! ```
@@ -70,7 +71,7 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
     let stmts = &block.stmts;
 
     let key = Ident::new("__inbox_key", Span::mixed_site());
-    let name = handler_expr(handler_name.as_ref(), &sig.ident);
+    let name = handler_expr(&krate, handler_name.as_ref(), &sig.ident);
     let claim = claim_key(&krate, &key, &name, &id);
     let lent = lend(&connection);
     let run = run(
@@ -162,13 +163,21 @@ fn braced(span: Span, content: TokenStream) -> Group {
     group
 }
 
-/// The handler name: the literal given, or `module_path!()::fn_name`.
-fn handler_expr(explicit: Option<&LitStr>, fn_name: &Ident) -> TokenStream {
+/// The handler name, checked once, when the handler compiles: the literal
+/// given (checked by the attribute), or `module_path!()::fn_name` (checked
+/// by the runtime's `checked_handler` in a `const` block).
+fn handler_expr(krate: &Path, explicit: Option<&LitStr>, fn_name: &Ident) -> TokenStream {
     match explicit {
         Some(name) => name.to_token_stream(),
         None => {
             let fn_name = LitStr::new(&fn_name.unraw().to_string(), fn_name.span());
-            quote!(::core::concat!(::core::module_path!(), "::", #fn_name))
+            quote! {
+                const {
+                    #krate::__private::checked_handler(
+                        ::core::concat!(::core::module_path!(), "::", #fn_name)
+                    )
+                }
+            }
         }
     }
 }

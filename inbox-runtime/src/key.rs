@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use crate::error::{InboxError, KeyProblem};
-use crate::message_id::MessageId;
+use crate::message_id::{IdText, MessageId};
 
 /// The longest message id the inbox stores, in UTF-8 bytes.
 ///
@@ -62,6 +62,14 @@ impl HandlerName {
         }
     }
 
+    /// A name checked when the handler was compiled (see
+    /// [`__private::claim_key`](crate::__private::claim_key)): kept as it
+    /// is, without checking it again on every delivery.
+    pub(crate) fn from_checked(name: &'static str) -> Self {
+        debug_assert!(check_text(name, MAX_HANDLER_BYTES).is_none(), "{name:?}");
+        HandlerName(Cow::Borrowed(name))
+    }
+
     /// The name as stored in the inbox's `handler` column.
     ///
     /// ```
@@ -110,7 +118,7 @@ impl fmt::Display for HandlerName {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ClaimKey {
     handler: HandlerName,
-    message_id: String,
+    message_id: IdText,
 }
 
 impl ClaimKey {
@@ -127,7 +135,7 @@ impl ClaimKey {
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
     pub fn new<M: MessageId + ?Sized>(handler: HandlerName, id: &M) -> Result<Self, InboxError> {
-        let message_id = match id.try_message_id() {
+        let message_id = match id.claim_text() {
             Ok(text) => text,
             // No text to check or to show: an absent id, bytes that are not UTF-8.
             Err(problem) => {
@@ -138,14 +146,14 @@ impl ClaimKey {
                 });
             }
         };
-        match check_text(&message_id, MAX_MESSAGE_ID_BYTES) {
+        match check_text(message_id.as_str(), MAX_MESSAGE_ID_BYTES) {
             None => Ok(ClaimKey {
                 handler,
-                message_id: message_id.into_owned(),
+                message_id,
             }),
             Some(problem) => Err(InboxError::InvalidMessageId {
                 handler: handler.as_str().to_owned(),
-                message_id: preview(&message_id),
+                message_id: preview(message_id.as_str()),
                 problem,
             }),
         }
@@ -156,7 +164,8 @@ impl ClaimKey {
     /// not (then the name is the text the server could not take).
     pub(crate) fn refused_by_database(&self) -> InboxError {
         let handler = self.handler.as_str();
-        if self.message_id.is_ascii() && !handler.is_ascii() {
+        let message_id = self.message_id.as_str();
+        if message_id.is_ascii() && !handler.is_ascii() {
             InboxError::InvalidHandlerName {
                 handler: preview(handler),
                 problem: KeyProblem::RefusedByDatabase,
@@ -164,7 +173,7 @@ impl ClaimKey {
         } else {
             InboxError::InvalidMessageId {
                 handler: handler.to_owned(),
-                message_id: preview(&self.message_id),
+                message_id: preview(message_id),
                 problem: KeyProblem::RefusedByDatabase,
             }
         }
@@ -191,8 +200,25 @@ impl ClaimKey {
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
     pub fn message_id(&self) -> &str {
-        &self.message_id
+        self.message_id.as_str()
     }
+}
+
+/// Whether `name` is a valid handler name ([`HandlerName::new`]'s checks),
+/// at compile time.
+pub(crate) const fn is_valid_handler_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() > MAX_HANDLER_BYTES {
+        return false;
+    }
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] == 0 {
+            return false;
+        }
+        at += 1;
+    }
+    true
 }
 
 /// What is wrong with a handler name or message id, if anything.
@@ -325,5 +351,11 @@ mod tests {
         assert!(HandlerName::new("x".repeat(256)).is_err());
         assert!(HandlerName::new("a\0").is_err());
         assert!(HandlerName::new("x".repeat(255)).is_ok());
+        // The compile-time check agrees.
+        assert!(!is_valid_handler_name(""));
+        assert!(!is_valid_handler_name(&"x".repeat(256)));
+        assert!(!is_valid_handler_name("a\0"));
+        assert!(is_valid_handler_name(&"x".repeat(255)));
+        const { assert!(is_valid_handler_name("billing.apply")) };
     }
 }

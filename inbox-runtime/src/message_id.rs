@@ -144,6 +144,105 @@ pub trait MessageId {
     fn try_message_id(&self) -> Result<Cow<'_, str>, KeyProblem> {
         Ok(self.to_message_id())
     }
+
+    /// The id's text as a [`ClaimKey`](crate::ClaimKey) keeps it: what
+    /// [`try_message_id`](MessageId::try_message_id) returns, copied into
+    /// the key. Integers and UUIDs write their text straight into the key,
+    /// without a heap string. Not meant to be overridden.
+    #[doc(hidden)]
+    fn claim_text(&self) -> Result<IdText, KeyProblem> {
+        self.try_message_id().map(IdText::from)
+    }
+}
+
+/// The text of a message id inside a [`ClaimKey`](crate::ClaimKey): kept in
+/// the key itself up to [`IdText::INLINE_BYTES`] bytes (every integer, a
+/// UUID, most ids brokers assign), so building a key allocates nothing;
+/// longer ids are a `String`.
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct IdText(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Inline {
+        len: u8,
+        bytes: [u8; IdText::INLINE_BYTES],
+    },
+    Heap(String),
+}
+
+impl IdText {
+    /// The longest id kept inline.
+    pub const INLINE_BYTES: usize = 64;
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            // Copied from a `str` at a character boundary (see `inline`).
+            Repr::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)])
+                .expect("an inline id is the bytes of a str"),
+            Repr::Heap(text) => text,
+        }
+    }
+
+    /// `text`, inline when it fits.
+    fn inline(text: &str) -> Option<Self> {
+        let len = u8::try_from(text.len())
+            .ok()
+            .filter(|&len| usize::from(len) <= Self::INLINE_BYTES)?;
+        let mut bytes = [0; Self::INLINE_BYTES];
+        bytes[..text.len()].copy_from_slice(text.as_bytes());
+        Some(IdText(Repr::Inline { len, bytes }))
+    }
+
+    /// What `Display` writes, inline (`value`'s text is at most
+    /// [`INLINE_BYTES`](Self::INLINE_BYTES) long: an integer).
+    fn display(value: &dyn std::fmt::Display) -> Self {
+        use std::io::Write;
+        let mut bytes = [0; Self::INLINE_BYTES];
+        let mut cursor = std::io::Cursor::new(&mut bytes[..]);
+        match write!(cursor, "{value}") {
+            Ok(()) => {
+                let len = cursor.position() as usize;
+                match std::str::from_utf8(&bytes[..len]) {
+                    Ok(text) => Self::inline(text),
+                    Err(_) => None,
+                }
+            }
+            Err(_) => None,
+        }
+        .unwrap_or_else(|| IdText(Repr::Heap(value.to_string())))
+    }
+}
+
+impl From<Cow<'_, str>> for IdText {
+    fn from(text: Cow<'_, str>) -> Self {
+        match IdText::inline(&text) {
+            Some(inline) => inline,
+            None => IdText(Repr::Heap(text.into_owned())),
+        }
+    }
+}
+
+impl std::fmt::Debug for IdText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl PartialEq for IdText {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for IdText {}
+
+impl std::hash::Hash for IdText {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
 }
 
 impl MessageId for str {
@@ -172,6 +271,10 @@ impl<T: MessageId + ?Sized> MessageId for &T {
     fn try_message_id(&self) -> Result<Cow<'_, str>, KeyProblem> {
         (**self).try_message_id()
     }
+
+    fn claim_text(&self) -> Result<IdText, KeyProblem> {
+        (**self).claim_text()
+    }
 }
 
 impl<T: MessageId + ?Sized> MessageId for &mut T {
@@ -181,6 +284,10 @@ impl<T: MessageId + ?Sized> MessageId for &mut T {
 
     fn try_message_id(&self) -> Result<Cow<'_, str>, KeyProblem> {
         (**self).try_message_id()
+    }
+
+    fn claim_text(&self) -> Result<IdText, KeyProblem> {
+        (**self).claim_text()
     }
 }
 
@@ -192,6 +299,10 @@ impl<T: MessageId + ?Sized> MessageId for Box<T> {
     fn try_message_id(&self) -> Result<Cow<'_, str>, KeyProblem> {
         (**self).try_message_id()
     }
+
+    fn claim_text(&self) -> Result<IdText, KeyProblem> {
+        (**self).claim_text()
+    }
 }
 
 impl<T: MessageId + ?Sized> MessageId for Rc<T> {
@@ -202,6 +313,10 @@ impl<T: MessageId + ?Sized> MessageId for Rc<T> {
     fn try_message_id(&self) -> Result<Cow<'_, str>, KeyProblem> {
         (**self).try_message_id()
     }
+
+    fn claim_text(&self) -> Result<IdText, KeyProblem> {
+        (**self).claim_text()
+    }
 }
 
 impl<T: MessageId + ?Sized> MessageId for Arc<T> {
@@ -211,6 +326,10 @@ impl<T: MessageId + ?Sized> MessageId for Arc<T> {
 
     fn try_message_id(&self) -> Result<Cow<'_, str>, KeyProblem> {
         (**self).try_message_id()
+    }
+
+    fn claim_text(&self) -> Result<IdText, KeyProblem> {
+        (**self).claim_text()
     }
 }
 
@@ -230,6 +349,12 @@ impl<T: MessageId> MessageId for Option<T> {
     fn try_message_id(&self) -> Result<Cow<'_, str>, KeyProblem> {
         match self {
             Some(id) => id.try_message_id(),
+            None => Err(KeyProblem::Missing),
+        }
+    }
+    fn claim_text(&self) -> Result<IdText, KeyProblem> {
+        match self {
+            Some(id) => id.claim_text(),
             None => Err(KeyProblem::Missing),
         }
     }
@@ -270,6 +395,11 @@ macro_rules! integer_message_ids {
             fn to_message_id(&self) -> Cow<'_, str> {
                 Cow::Owned(self.to_string())
             }
+
+            /// Written into the key, no heap string.
+            fn claim_text(&self) -> Result<IdText, KeyProblem> {
+                Ok(IdText::display(self))
+            }
         }
     )*};
 }
@@ -301,6 +431,14 @@ impl MessageId for uuid::Uuid {
     fn to_message_id(&self) -> Cow<'_, str> {
         let mut buffer = uuid::Uuid::encode_buffer();
         Cow::Owned(self.hyphenated().encode_lower(&mut buffer).to_owned())
+    }
+
+    /// Written into the key, no heap string.
+    fn claim_text(&self) -> Result<IdText, KeyProblem> {
+        let mut buffer = uuid::Uuid::encode_buffer();
+        Ok(IdText::from(Cow::Borrowed(
+            &*self.hyphenated().encode_lower(&mut buffer),
+        )))
     }
 }
 
@@ -340,6 +478,38 @@ mod tests {
         assert_eq!((-5_i64).to_message_id(), "-5");
         assert_eq!(u128::MAX.to_message_id(), u128::MAX.to_string());
         assert_eq!(std::num::NonZeroU64::new(9).unwrap().to_message_id(), "9");
+    }
+
+    #[test]
+    fn claim_text_is_the_message_id_inline_or_not() {
+        assert_eq!(
+            u128::MAX.claim_text().unwrap().as_str(),
+            u128::MAX.to_string()
+        );
+        assert_eq!(
+            i64::MIN.claim_text().unwrap().as_str(),
+            i64::MIN.to_string()
+        );
+        let by_ref: &Option<u8> = &Some(7);
+        assert_eq!(
+            <&Option<u8> as MessageId>::claim_text(&by_ref)
+                .unwrap()
+                .as_str(),
+            "7"
+        );
+        let short = "é".repeat(IdText::INLINE_BYTES / 2);
+        let long = "x".repeat(IdText::INLINE_BYTES + 1);
+        for text in [short.as_str(), long.as_str(), ""] {
+            let id = text.claim_text().unwrap();
+            assert_eq!(id.as_str(), text);
+            assert_eq!(id, IdText::from(Cow::Owned(text.to_owned())));
+            assert_eq!(format!("{id:?}"), format!("{text:?}"));
+        }
+        assert_eq!(None::<u64>.claim_text(), Err(KeyProblem::Missing));
+        assert_eq!(
+            b"\xff".as_slice().claim_text(),
+            Err(KeyProblem::NotUtf8 { valid_up_to: 0 })
+        );
     }
 
     #[test]
@@ -406,5 +576,9 @@ mod tests {
     fn uuids_are_hyphenated_lowercase() {
         let id = uuid::Uuid::from_u128(0x67E5_5044_10B1_426F_9247_BB68_0E5F_E0C8);
         assert_eq!(id.to_message_id(), "67e55044-10b1-426f-9247-bb680e5fe0c8");
+        assert_eq!(
+            id.claim_text().unwrap().as_str(),
+            "67e55044-10b1-426f-9247-bb680e5fe0c8"
+        );
     }
 }

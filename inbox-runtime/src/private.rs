@@ -12,11 +12,30 @@ use crate::observe::{self, BodyScope};
 use crate::outcome::OnDuplicate;
 
 /// Builds the claim key from the handler's name and its id expression.
+///
+/// The name is not checked again here, on every delivery: the expansion
+/// checked it when the handler was compiled (a `handler = "…"` literal in
+/// the attribute, the default `module_path!()::name` through
+/// [`checked_handler`] in a `const` block).
 pub fn claim_key<M: MessageId + ?Sized>(
     handler: &'static str,
     id: &M,
 ) -> Result<ClaimKey, InboxError> {
-    ClaimKey::new(HandlerName::new(handler)?, id)
+    ClaimKey::new(HandlerName::from_checked(handler), id)
+}
+
+/// The default handler name (`module_path!()::name`), checked as
+/// [`HandlerName::new`] would: evaluated in a `const` block by the
+/// expansion, so a name the inbox cannot store (longer than
+/// [`MAX_HANDLER_BYTES`](crate::MAX_HANDLER_BYTES) bytes) fails the build.
+pub const fn checked_handler(name: &'static str) -> &'static str {
+    if !crate::key::is_valid_handler_name(name) {
+        panic!(
+            "the handler's default name (`module_path!()::name`) is longer than the 255 bytes \
+             the inbox stores: name the deduplication scope with `handler = \"…\"`"
+        );
+    }
+    name
 }
 
 /// A handler's return type: a `Result`, taken apart into its `Ok` and `Err`

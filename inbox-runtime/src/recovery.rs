@@ -14,9 +14,9 @@
 //! for 25006 and 1792; `ClosedConnection`; `UnableToSendCommand`) and reports
 //! everything else as [`DatabaseErrorKind::Unknown`] with the server's message
 //! only: blocking PostgreSQL connections do not expose the SQLSTATE, blocking
-//! MySQL connections do not expose the error number of plain statements
-//! (`BEGIN`, `COMMIT`, `SAVEPOINT`), and diesel-async's MySQL driver maps
-//! neither 1213 nor any connection error. For those, and only those, the
+//! MySQL connections do not expose the error number of plain statements (the
+//! transaction statements too, when a server refuses to prepare them), and
+//! diesel-async's MySQL driver maps neither 1213 nor any connection error. For those, and only those, the
 //! message is matched against the server's text for the code named beside
 //! it in each backend's table (`MESSAGES` in `backend/<backend>.rs`). PostgreSQL translates its messages when
 //! `lc_messages` is not English: keep the server's `lc_messages` at `C` or an

@@ -19,11 +19,14 @@
 //!   aborted (PostgreSQL answers `COMMIT` with a silent `ROLLBACK` then).
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use diesel::QueryResult;
+use diesel::backend::Backend;
 use diesel::connection::{
-    TransactionDepthChange, TransactionManagerStatus, ValidTransactionManagerStatus,
+    Connection, TransactionDepthChange, TransactionManagerStatus, ValidTransactionManagerStatus,
 };
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 
 use crate::backend::InboxBackend;
 use crate::error::InboxError;
@@ -39,6 +42,9 @@ pub(crate) struct Scope {
     /// The backend's probe for an aborted transaction
     /// ([`InboxBackend::ABORTED_TRANSACTION_PROBE_SQL`]).
     aborted_probe_sql: Option<&'static str>,
+    /// Whether a blocking connection sends the level's statements as
+    /// prepared statements ([`InboxBackend::PREPARED_TRANSACTION_SQL`]).
+    prepared_sql: bool,
 }
 
 /// The SQL of an outermost level, by backend and idle bound.
@@ -92,6 +98,7 @@ impl Scope {
             base,
             outermost,
             aborted_probe_sql: DB::ABORTED_TRANSACTION_PROBE_SQL,
+            prepared_sql: DB::PREPARED_TRANSACTION_SQL,
         })
     }
 
@@ -201,8 +208,95 @@ impl Scope {
         }
     }
 
+    /// Runs one of the level's statements ([`begin_sql`](Self::begin_sql),
+    /// [`commit_sql`](Self::commit_sql), [`rollback_sql`](Self::rollback_sql),
+    /// the aborted probe) on a blocking connection, in one round trip.
+    ///
+    /// On MySQL/MariaDB it goes as a prepared statement, which Diesel's
+    /// statement cache keeps by its text and executes again in one round
+    /// trip; `batch_execute` would cost three there. A server that refuses
+    /// to prepare it (nothing ran then) gets it through `batch_execute`, and
+    /// so do all later statements of the process. Several statements in one
+    /// text always go through `batch_execute`. Diesel's transaction depth is
+    /// not touched: the caller keeps it in step ([`entered`](Self::entered),
+    /// [`left`](Self::left)).
+    pub(crate) fn execute<C: Connection>(&self, conn: &mut C, sql: &str) -> QueryResult<()> {
+        if self.prepared_sql && !sql.contains(';') && !PREPARING_REFUSED.load(Ordering::Relaxed) {
+            let executed = match sql {
+                "BEGIN" => diesel::RunQueryDsl::execute(Begin, conn),
+                "COMMIT" => diesel::RunQueryDsl::execute(Commit, conn),
+                "ROLLBACK" => diesel::RunQueryDsl::execute(Rollback, conn),
+                sql => diesel::RunQueryDsl::execute(TransactionStatement { sql }, conn),
+            };
+            match executed {
+                Err(diesel::result::Error::DatabaseError(_, info))
+                    if info
+                        .message()
+                        .contains(crate::backend::mysql::PREPARED_STATEMENT_REFUSED) =>
+                {
+                    PREPARING_REFUSED.store(true, Ordering::Relaxed);
+                }
+                result => return result.map(drop),
+            }
+        }
+        conn.batch_execute(sql)
+    }
+
     fn savepoint(&self) -> String {
         format!("inbox_savepoint_{}", self.base)
+    }
+}
+
+/// Set once a server refused to prepare a transaction statement: the
+/// process sends them through `batch_execute` from then on.
+static PREPARING_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// A transaction statement as a prepared statement (see [`Scope::execute`]).
+///
+/// Its query id is not static, and it does not mark itself unsafe to cache:
+/// Diesel's statement cache then keys it by its SQL text, prepares each
+/// distinct text once per connection, and executes the cached statement
+/// afterwards (one round trip).
+struct TransactionStatement<'a> {
+    sql: &'a str,
+}
+
+impl QueryId for TransactionStatement<'_> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<C> diesel::RunQueryDsl<C> for TransactionStatement<'_> {}
+
+/// The outermost level's statements, whose text never changes: cached
+/// under their type, so executing one builds no SQL text to look it up.
+macro_rules! fixed_statements {
+    ($($name:ident => $sql:literal,)*) => {$(
+        #[doc = concat!("`", $sql, "` as a prepared statement (see [`Scope::execute`]).")]
+        #[derive(Debug, Clone, Copy, QueryId)]
+        struct $name;
+
+        impl<DB: Backend> QueryFragment<DB> for $name {
+            fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+                out.push_sql($sql);
+                Ok(())
+            }
+        }
+
+        impl<C> diesel::RunQueryDsl<C> for $name {}
+    )*};
+}
+
+fixed_statements! {
+    Begin => "BEGIN",
+    Commit => "COMMIT",
+    Rollback => "ROLLBACK",
+}
+
+impl<DB: Backend> QueryFragment<DB> for TransactionStatement<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql(self.sql);
+        Ok(())
     }
 }
 

@@ -329,7 +329,7 @@ pub(crate) fn begin<C>(conn: &mut C, scope: &Scope) -> Result<(), InboxError>
 where
     C: Connection,
 {
-    conn.batch_execute(&scope.begin_sql())?;
+    scope.execute(conn, &scope.begin_sql())?;
     scope.entered(status(conn))?;
     Ok(())
 }
@@ -340,13 +340,13 @@ pub(crate) fn commit<C: Connection>(conn: &mut C, scope: &Scope) -> Result<(), I
     if !scope.is_open(status(conn))? {
         return Err(ended_by_body(conn, scope));
     }
-    let Err(commit_error) = conn.batch_execute(&scope.commit_sql()) else {
+    let Err(commit_error) = scope.execute(conn, &scope.commit_sql()) else {
         return scope.left(status(conn)).map_err(Into::into);
     };
     let aborted = recovery(&commit_error) != Recovery::Reconnect
         && scope
             .aborted_probe_sql()
-            .is_some_and(|probe| conn.batch_execute(probe).is_err());
+            .is_some_and(|probe| scope.execute(conn, probe).is_err());
     let failed = scope.failed_commit(aborted, commit_error);
     Err(match roll_back(conn, scope) {
         Ok(()) => failed,
@@ -363,7 +363,7 @@ where
     if !scope.is_open(status(conn))? {
         return Err(ended_by_body(conn, scope));
     }
-    match conn.batch_execute(&scope.rollback_sql()) {
+    match scope.execute(conn, &scope.rollback_sql()) {
         Ok(()) => scope.left(status(conn)).map_err(Into::into),
         Err(error) => Err(scope.lose(status(conn), error)),
     }

@@ -109,10 +109,19 @@ fn expands_the_sync_shape() {
     assert_runs_sync(&out, "::inbox_runtime");
     let claim = out.claim();
     assert_eq!(claim.entry, runtime("::inbox_runtime", "claim_key"));
-    // The default scope: module path and function name.
+    // The default scope: module path and function name, checked when the
+    // handler compiles.
     assert_eq!(
         claim.handler,
-        parse_quote!(::core::concat!(::core::module_path!(), "::", "apply"))
+        parse_quote!(
+            const {
+                ::inbox_runtime::__private::checked_handler(::core::concat!(
+                    ::core::module_path!(),
+                    "::",
+                    "apply"
+                ))
+            }
+        )
     );
     assert_eq!(
         claim.id,

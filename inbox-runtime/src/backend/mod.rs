@@ -107,6 +107,17 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     #[doc(hidden)]
     const OUTERMOST_COMMIT_SQL: &'static str;
 
+    /// How a blocking connection sends the runner's transaction statements
+    /// (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE SAVEPOINT`,
+    /// `ROLLBACK TO SAVEPOINT`): `false` through `batch_execute`, `true` as
+    /// prepared statements that Diesel's statement cache keeps, executed
+    /// again in one round trip each. MySQL's blocking `batch_execute`
+    /// switches multi-statement mode on and off around every call (three
+    /// round trips); PostgreSQL's and SQLite's cost one already, and
+    /// PostgreSQL's commit is two statements in one round trip.
+    #[doc(hidden)]
+    const PREPARED_TRANSACTION_SQL: bool;
+
     /// After [`OUTERMOST_COMMIT_SQL`](Self::OUTERMOST_COMMIT_SQL) failed:
     /// a statement that fails again if the transaction is still open and
     /// aborted, and succeeds if the `COMMIT` itself failed (which ends the

@@ -6,15 +6,19 @@
 //!   missing). Ids are `VARBINARY`, so comparison is exact.
 //! - **Claim**: `INSERT IGNORE …` (ids are validated first, since `IGNORE`
 //!   would also silence truncation).
-//! - **Commit**: a plain `COMMIT`.
+//! - **Commit**: a plain `COMMIT`. On blocking connections `BEGIN`,
+//!   `COMMIT`, `ROLLBACK` and the savepoint statements go as prepared
+//!   statements, one round trip each (Diesel's `batch_execute` costs three:
+//!   it switches multi-statement mode on and off around the statement).
 //! - **Idle bound** of an async handler's transaction: the session's
 //!   `wait_timeout`, lowered for the transaction and restored at its end.
 //! - **Pruning batch**: a derived table of expired keys picked `FOR UPDATE
 //!   SKIP LOCKED` through a forced index, joined back by primary key; `READ
 //!   COMMITTED` is set before the transaction begins.
-//! - **Errors**: plain statements (`BEGIN`, `COMMIT`) on blocking
-//!   connections, and every error on diesel-async's driver, carry no error
-//!   number, so the server's messages are matched, see [`MESSAGES`].
+//! - **Errors**: plain statements on blocking connections (the schema's,
+//!   and the transaction statements when a server refuses to prepare them),
+//!   and every error on diesel-async's driver, carry no error number, so the
+//!   server's messages are matched, see [`MESSAGES`].
 
 use super::ServerMessages;
 
@@ -49,6 +53,13 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
     ],
     refused_text: &[],
 };
+
+/// What a server that does not take a statement as a prepared statement
+/// answers (1295 `ER_UNSUPPORTED_PS`): MySQL for some of the transaction
+/// statements the blocking runner prepares (MariaDB takes them all). The
+/// runner then sends them through `batch_execute`, as before.
+pub(crate) const PREPARED_STATEMENT_REFUSED: &str =
+    "not supported in the prepared statement protocol";
 
 #[cfg(all(feature = "mysql", feature = "migrations"))]
 pub(crate) use imp::MIGRATIONS;
@@ -198,6 +209,7 @@ mod imp {
         );
         const OUTERMOST_COMMIT_SQL: &'static str = "COMMIT";
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;
+        const PREPARED_TRANSACTION_SQL: bool = true;
         const BOUNDED_IDLE_END_SQL: &'static str =
             "; SET SESSION wait_timeout = @inbox_saved_wait_timeout";
 

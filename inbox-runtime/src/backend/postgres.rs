@@ -230,6 +230,7 @@ mod imp {
         const FAILURE_SQL: FailureSql = FAILURES;
         const OUTERMOST_COMMIT_SQL: &'static str = "SELECT 1; COMMIT";
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = Some("SELECT 1");
+        const PREPARED_TRANSACTION_SQL: bool = false;
         const BOUNDED_IDLE_END_SQL: &'static str = "";
 
         /// `SET LOCAL` ends with the transaction: nothing to restore.

@@ -203,6 +203,7 @@ mod imp {
         const FAILURE_SQL: FailureSql = FAILURES;
         const OUTERMOST_COMMIT_SQL: &'static str = "COMMIT";
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;
+        const PREPARED_TRANSACTION_SQL: bool = false;
         const BOUNDED_IDLE_END_SQL: &'static str = "";
 
         fn bounded_idle_begin_sql(_limit: std::time::Duration) -> Option<String> {

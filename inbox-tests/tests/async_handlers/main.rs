@@ -15,5 +15,6 @@ mod delivery;
 mod failure;
 mod handlers;
 mod race;
+mod roundtrips;
 mod support;
 mod waiters;

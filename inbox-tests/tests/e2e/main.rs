@@ -27,6 +27,7 @@ mod failure;
 mod fault;
 mod ids;
 mod nesting;
+mod roundtrips;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod server_faults;
 mod statements;

@@ -1,0 +1,106 @@
+//! A driver for counting what a delivery costs on the wire, from outside the
+//! process (`strace -f -c -e trace=sendto,write`): ignored, run on request.
+//!
+//! `INBOX_ROUNDTRIP_MESSAGES=N` messages are delivered once each
+//! (processed); with `INBOX_ROUNDTRIP_DUPLICATES=1` each is then delivered
+//! again (a duplicate). The difference between two runs, divided by `N`, is
+//! the cost of one delivery: setting up the database is the same in both.
+//!
+//! ```text
+//! INBOX_ROUNDTRIP_MESSAGES=200 strace -f -c -e trace=sendto,write \
+//!     target/debug/deps/e2e-… roundtrips::mysql --ignored --exact --test-threads=1
+//! ```
+
+use crate::handlers::apply;
+use crate::support::*;
+
+fn deliveries<B: E2e>() {
+    let count: usize = std::env::var("INBOX_ROUNDTRIP_MESSAGES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let duplicates = std::env::var("INBOX_ROUNDTRIP_DUPLICATES").is_ok_and(|v| v == "1");
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let messages: Vec<Msg> = (0..count).map(|i| Msg::new(format!("rt-{i}"))).collect();
+    for msg in &messages {
+        apply(&mut conn, msg).expect("processed");
+    }
+    if duplicates {
+        for msg in &messages {
+            apply(&mut conn, msg).expect("duplicate");
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+#[ignore = "a driver for strace, see the module docs"]
+fn postgres() {
+    deliveries::<inbox_tests::Postgres>();
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+#[ignore = "a driver for strace, see the module docs"]
+fn mysql() {
+    deliveries::<inbox_tests::Mysql>();
+}
+
+/// The server's counters of one session's commands (MariaDB/MySQL).
+fn commands<C: inbox_tests::SqlRows>(conn: &mut C) -> [i64; 3] {
+    ["COM_SET_OPTION", "COM_STMT_PREPARE", "COM_STMT_EXECUTE"].map(|name| {
+        conn.bigint(&format!(
+            "SELECT CAST(VARIABLE_VALUE AS SIGNED) AS value \
+             FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = '{name}'"
+        ))
+    })
+}
+
+/// On MariaDB/MySQL a delivery's transaction statements go as prepared
+/// statements, one round trip each: a processed message is `BEGIN`, the
+/// claim, the effect and `COMMIT`, four executions of statements the
+/// connection prepared once, and a duplicate three. Diesel's
+/// `batch_execute` would switch multi-statement mode on and off around
+/// each of them (`COM_SET_OPTION`, two round trips more per statement).
+pub fn mysql_transaction_statements_take_one_round_trip_each<B: E2e>() {
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    // The first delivery prepares the statements, a failed one the
+    // `ROLLBACK`.
+    apply(&mut conn, &Msg::new("warm-up")).expect("processed");
+    apply(&mut conn, &Msg::with_mode("warm-up-fails", Mode::Fail)).expect_err("the body fails");
+    // Each reading of the counters is one prepared statement itself.
+    let reading = {
+        let [_, prepared, executed] = commands(&mut conn);
+        let [_, prepared_after, executed_after] = commands(&mut conn);
+        (prepared_after - prepared, executed_after - executed)
+    };
+    let msg = Msg::new("m-1");
+    let before = commands(&mut conn);
+    apply(&mut conn, &msg).expect("processed");
+    let processed = commands(&mut conn);
+    apply(&mut conn, &msg).expect("duplicate");
+    let duplicate = commands(&mut conn);
+    let delta = |from: [i64; 3], to: [i64; 3]| {
+        [
+            to[0] - from[0],
+            to[1] - from[1] - reading.0,
+            to[2] - from[2] - reading.1,
+        ]
+    };
+    assert_eq!(
+        delta(before, processed),
+        [0, 0, 4],
+        "processed: set option, prepare, execute"
+    );
+    assert_eq!(
+        delta(processed, duplicate),
+        [0, 0, 3],
+        "duplicate: set option, prepare, execute"
+    );
+}
+
+inbox_tests::backend_tests!(only [mysql]: mysql_transaction_statements_take_one_round_trip_each);
