@@ -73,6 +73,17 @@ pub fn a_killed_connection_aborts_the_batch<B: ServerBackend>() {
     assert_eq!(all_effects(&mut observer), 0);
     assert_eq!(all_failure_rows(&mut observer), 0, "nothing counted");
 
+    // The dead connection runs no body: every message is retried, on a
+    // new connection.
+    let (dead, runs) = apply_batch(&mut conn, &batch);
+    assert!(runs.is_empty(), "{runs:?}");
+    assert_eq!(dead.failed(), 10);
+    for result in dead.results() {
+        let error = result.as_ref().expect_err("not processed");
+        assert_eq!(ack_decision(result), AckDecision::Retry);
+        assert_eq!(error.recovery(), Recovery::Reconnect, "{error:?}");
+    }
+
     let mut fresh_conn = db.connect();
     let (again, runs) = apply_batch(&mut fresh_conn, &batch);
     assert_all_processed(&again, &batch);
