@@ -4,7 +4,7 @@
 
 use inbox_runtime::{
     AckDecision, InboxError, KeyProblem, MAX_MESSAGE_ID_BYTES, MaxAttempts, Outcome, ack_decision,
-    run_idempotent_batch_with,
+    run_idempotent_batch, run_idempotent_batch_with,
 };
 use inbox_tests::{SqlRows, TestBackend};
 
@@ -49,7 +49,8 @@ pub fn new_ids_are_processed_and_redeliveries_are_duplicates<B: TestBackend>() {
 
 /// Results come in the order the messages were given, and the bodies run in
 /// that order too, whatever the order of the ids (the claim sorts them),
-/// with ids claimed before among them.
+/// with ids claimed before among them (`run_idempotent_batch`, the
+/// default limit of attempts).
 pub fn results_and_bodies_follow_the_input_order<B: TestBackend>() {
     let Some((db, mut conn)) = fresh::<B>() else {
         return;
@@ -63,12 +64,11 @@ pub fn results_and_bodies_follow_the_input_order<B: TestBackend>() {
         .map(String::from)
         .to_vec();
     let mut order = Vec::new();
-    let report = run_idempotent_batch_with(
+    let report = run_idempotent_batch(
         &mut conn,
         &handler(),
         &batch,
         |id| id,
-        MaxAttempts::limit(3),
         |conn, id: &String| -> Result<String, AppError> {
             order.push(id.clone());
             apply(conn, id)?;
