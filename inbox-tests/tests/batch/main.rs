@@ -27,6 +27,7 @@
 mod support;
 
 mod basics;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod commit;
 mod concurrency;
 mod failures;
