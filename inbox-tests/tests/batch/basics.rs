@@ -4,9 +4,9 @@
 
 use inbox_runtime::{
     AckDecision, InboxError, KeyProblem, MAX_MESSAGE_ID_BYTES, MaxAttempts, Outcome, ack_decision,
-    run_idempotent_batch_with,
+    run_idempotent_batch, run_idempotent_batch_with,
 };
-use inbox_tests::TestBackend;
+use inbox_tests::{SqlRows, TestBackend};
 
 use crate::support::*;
 
@@ -49,7 +49,8 @@ pub fn new_ids_are_processed_and_redeliveries_are_duplicates<B: TestBackend>() {
 
 /// Results come in the order the messages were given, and the bodies run in
 /// that order too, whatever the order of the ids (the claim sorts them),
-/// with ids claimed before among them.
+/// with ids claimed before among them (`run_idempotent_batch`, the
+/// default limit of attempts).
 pub fn results_and_bodies_follow_the_input_order<B: TestBackend>() {
     let Some((db, mut conn)) = fresh::<B>() else {
         return;
@@ -63,12 +64,11 @@ pub fn results_and_bodies_follow_the_input_order<B: TestBackend>() {
         .map(String::from)
         .to_vec();
     let mut order = Vec::new();
-    let report = run_idempotent_batch_with(
+    let report = run_idempotent_batch(
         &mut conn,
         &handler(),
         &batch,
         |id| id,
-        MaxAttempts::limit(3),
         |conn, id: &String| -> Result<String, AppError> {
             order.push(id.clone());
             apply(conn, id)?;
@@ -237,7 +237,54 @@ pub fn invalid_ids_fail_alone<B: TestBackend>() {
     assert_eq!(all_failure_rows(&mut observer), 0, "nothing counted");
 }
 
+/// Ids with the characters a claim statement could mistake (array and
+/// list syntax, quotes, backslashes, `NULL`, spaces, case, accents) are
+/// claimed as they are: each processed once, then each a duplicate.
+pub fn ids_are_claimed_as_written<B: TestBackend>() {
+    let Some((db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let mut observer = db.connect();
+    let batch: Vec<String> = [
+        "NULL",
+        "null",
+        "a,b",
+        "{x}",
+        "{\"y\"}",
+        "'single'",
+        "back\\slash",
+        " padded ",
+        "padded",
+        "Case",
+        "case",
+        "é",
+        "e\u{301}",
+        "tab\tin",
+        "(?, ?)",
+        "$1",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (report, runs) = apply_batch(&mut conn, &batch);
+    assert_all_processed(&report, &batch);
+    assert_eq!(runs.len(), batch.len(), "{runs:?}");
+    let stored = observer.texts(&format!(
+        "SELECT message_id AS value FROM inbox_messages WHERE handler = {}",
+        literal(HANDLER)
+    ));
+    let (mut stored, mut expected) = (stored, batch.clone());
+    stored.sort();
+    expected.sort();
+    assert_eq!(stored, expected, "stored as written");
+    let mut reversed = batch.clone();
+    reversed.reverse();
+    let (again, runs) = apply_batch(&mut conn, &reversed);
+    assert_all_duplicates(&again);
+    assert!(runs.is_empty(), "{runs:?}");
+}
+
 inbox_tests::backend_tests!(
+    ids_are_claimed_as_written,
     new_ids_are_processed_and_redeliveries_are_duplicates,
     results_and_bodies_follow_the_input_order,
     copies_of_an_id_in_one_batch_run_once,

@@ -279,4 +279,59 @@ pub fn overlapping_batches_apply_each_effect_once<B: TestBackend>() {
     assert!(runs.is_empty());
 }
 
-inbox_tests::backend_tests!(overlapping_batches_apply_each_effect_once);
+/// Another delivery has claimed one id of the batch and not committed yet:
+/// the batch's claim waits for it. If it commits, that id is a duplicate
+/// (its body never runs) and the others are processed; if it rolls back,
+/// the batch processes every id.
+fn waits_for_an_uncommitted_claim<B: TestBackend>(holder_commits: bool) {
+    let Some((db, _conn)) = fresh::<B>() else {
+        return;
+    };
+    let db = Arc::new(db);
+    let mut holder = db.connect();
+    holder
+        .batch_execute(&format!(
+            "BEGIN; INSERT INTO inbox_messages (handler, message_id) VALUES ({}, 'wait-x')",
+            literal(HANDLER)
+        ))
+        .expect("claim wait-x, uncommitted");
+    let batch: Vec<String> = ["wait-a", "wait-x", "wait-b"].map(String::from).to_vec();
+    let delivery = {
+        let (db, batch) = (db.clone(), batch.clone());
+        std::thread::spawn(move || {
+            let mut conn = db.connect();
+            run_batch(&mut conn, &batch, MaxAttempts::limit(3), |conn, id| {
+                apply(conn, id)
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    holder
+        .batch_execute(if holder_commits { "COMMIT" } else { "ROLLBACK" })
+        .unwrap();
+    let (report, runs) = delivery.join().expect("the batch");
+    if holder_commits {
+        assert_eq!(endings(&report), ["processed", "duplicate", "processed"]);
+        assert!(!runs.contains_key("wait-x"), "{runs:?}");
+    } else {
+        assert_all_processed(&report, &batch);
+        assert_eq!(runs.len(), 3);
+    }
+    let mut observer = db.connect();
+    assert_eq!(all_claims(&mut observer), 3);
+    assert_eq!(effects(&mut observer, "wait-x"), i64::from(!holder_commits));
+}
+
+pub fn a_claim_committed_meanwhile_is_a_duplicate<B: TestBackend>() {
+    waits_for_an_uncommitted_claim::<B>(true);
+}
+
+pub fn a_claim_rolled_back_meanwhile_is_processed<B: TestBackend>() {
+    waits_for_an_uncommitted_claim::<B>(false);
+}
+
+inbox_tests::backend_tests!(
+    overlapping_batches_apply_each_effect_once,
+    a_claim_committed_meanwhile_is_a_duplicate,
+    a_claim_rolled_back_meanwhile_is_processed,
+);

@@ -73,6 +73,17 @@ pub fn a_killed_connection_aborts_the_batch<B: ServerBackend>() {
     assert_eq!(all_effects(&mut observer), 0);
     assert_eq!(all_failure_rows(&mut observer), 0, "nothing counted");
 
+    // The dead connection runs no body: every message is retried, on a
+    // new connection.
+    let (dead, runs) = apply_batch(&mut conn, &batch);
+    assert!(runs.is_empty(), "{runs:?}");
+    assert_eq!(dead.failed(), 10);
+    for result in dead.results() {
+        let error = result.as_ref().expect_err("not processed");
+        assert_eq!(ack_decision(result), AckDecision::Retry);
+        assert_eq!(error.recovery(), Recovery::Reconnect, "{error:?}");
+    }
+
     let mut fresh_conn = db.connect();
     let (again, runs) = apply_batch(&mut fresh_conn, &batch);
     assert_all_processed(&again, &batch);
@@ -274,8 +285,58 @@ pub fn a_deadlock_between_bodies_aborts_one_batch<B: ServerBackend>() {
     assert_all_processed(&again, &batch);
 }
 
+/// Another delivery holds an uncommitted claim of one id and the batch's
+/// lock waits are short: the claim statement loses its lock conflict, is
+/// tried `CLAIM_ATTEMPTS` times (as `run_idempotent` tries its claim), then
+/// the batch is aborted: every message retried, no body run, nothing
+/// committed or counted. Once the other delivery rolls back, the batch is
+/// processed.
+pub fn a_claim_that_keeps_losing_a_lock_conflict_aborts_the_batch<B: ServerBackend>() {
+    let Some((db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let mut observer = db.connect();
+    let mut holder = db.connect();
+    holder
+        .batch_execute(&format!(
+            "BEGIN; INSERT INTO inbox_messages (handler, message_id) VALUES ({}, 'held-x')",
+            literal(HANDLER)
+        ))
+        .expect("claim held-x, uncommitted");
+    conn.batch_execute(short_lock_wait_sql::<B>()).unwrap();
+    let batch: Vec<String> = ["held-a", "held-x", "held-b"].map(String::from).to_vec();
+    let ((report, runs), sent) = statements_of(&mut conn, |conn| apply_batch(conn, &batch));
+    assert!(runs.is_empty(), "no body ran: {runs:?}");
+    let claims_sent = shape(&sent).iter().filter(|s| **s == "claim").count();
+    assert_eq!(
+        claims_sent,
+        inbox_runtime::CLAIM_ATTEMPTS as usize,
+        "{sent:#?}"
+    );
+    assert!(decisions(&report).iter().all(|d| *d == AckDecision::Retry));
+    let carrier = report
+        .results()
+        .iter()
+        .position(|r| !matches!(r, Err(AppError::Inbox(InboxError::BatchAborted { .. }))))
+        .expect("one message carries the lock conflict");
+    let error = report.results()[carrier].as_ref().expect_err("an error");
+    assert_eq!(error.recovery(), Recovery::Retry, "{error:?}");
+    for (at, result) in report.results().iter().enumerate() {
+        if at != carrier {
+            assert_aborted(result, &batch[carrier], Recovery::Retry);
+        }
+    }
+    assert_eq!(all_effects(&mut observer), 0);
+    assert_eq!(all_failure_rows(&mut observer), 0, "nothing counted");
+
+    holder.batch_execute("ROLLBACK").unwrap();
+    let (again, _) = apply_batch(&mut conn, &batch);
+    assert_all_processed(&again, &batch);
+}
+
 inbox_tests::backend_tests!(
     only [postgres, mysql]:
+    a_claim_that_keeps_losing_a_lock_conflict_aborts_the_batch,
     a_killed_connection_aborts_the_batch,
     duplicates_stay_duplicates_when_the_batch_aborts,
     a_lock_conflict_in_a_body_aborts_the_batch,
