@@ -12,7 +12,7 @@ use crate::recovery::{Recovery, recovery};
 /// | the handler returned | decision |
 /// |---|---|
 /// | `Ok` (processed, or a duplicate — also a redelivery of a dead message) | [`Ack`](AckDecision::Ack) |
-/// | a database failure, a lost transaction, an ignored failed statement | [`Retry`](AckDecision::Retry) |
+/// | a database failure, a lost transaction, an ignored failed statement, a batch aborted ([`InboxError::BatchAborted`]) | [`Retry`](AckDecision::Retry) |
 /// | its own error (a failed attempt, counted; see [`MaxAttempts`](crate::MaxAttempts)) | [`Retry`](AckDecision::Retry) |
 /// | an invalid or missing message id | [`DeadLetter`](AckDecision::DeadLetter) |
 /// | a rejection ([`InboxError::rejected`]) | [`DeadLetter`](AckDecision::DeadLetter) |

@@ -232,6 +232,17 @@ pub enum InboxError {
         /// The error of the statement that showed it.
         source: diesel::result::Error,
     },
+    /// The message was not processed: the transaction of its batch
+    /// ([`run_idempotent_batch`](crate::run_idempotent_batch)) met database
+    /// trouble with another message of the batch, whose result carries the
+    /// error, and nothing of that transaction committed. Deliver the
+    /// message again, after reconnecting when `recovery` says so.
+    BatchAborted {
+        /// The id of the message whose result carries the error.
+        cause_message_id: String,
+        /// What that error's [`InboxError::recovery`] says.
+        recovery: crate::Recovery,
+    },
     /// The handler rejected the message as permanently bad (built with
     /// [`InboxError::rejected`] and returned from the body): its effects were
     /// rolled back, and the id was recorded as dead, so later deliveries skip
@@ -321,6 +332,7 @@ impl InboxError {
                 Recovery::Retry
             }
             InboxError::TransactionLost { .. } => Recovery::Reconnect,
+            InboxError::BatchAborted { recovery, .. } => *recovery,
         }
     }
 
@@ -434,6 +446,14 @@ impl fmt::Display for InboxError {
                  COMMIT, when the outcome is unknown; the connection refuses further \
                  transactions: replace it, then redeliver (a committed delivery comes \
                  back as a duplicate)",
+            ),
+            InboxError::BatchAborted {
+                cause_message_id, ..
+            } => write!(
+                f,
+                "not processed: the batch's transaction failed on the database with message \
+                 id \"{cause_message_id}\" (its result has the error), and nothing of it \
+                 committed; deliver this message again"
             ),
             InboxError::Rejected { reason } => {
                 write!(f, "{REJECTED_PREFIX}{reason}{REJECTED_SUFFIX}")

@@ -82,6 +82,12 @@
 //! [`ack_decision`] turns a handler's result into the broker's decision:
 //! ack, retry, or dead-letter.
 //!
+//! ## Batches
+//! [`run_idempotent_batch`] handles a batch of messages (what Kafka, NATS
+//! and SQS consumers receive) in one transaction, with one statement claiming
+//! every id, and reports a result per message; a failing message is split
+//! out and handled alone, so the others commit.
+//!
 //! ## Errors
 //! [`InboxError::recovery`] and [`recovery`] (for a plain
 //! `diesel::result::Error`) tell a consumer whether to redeliver on the same
@@ -139,6 +145,7 @@ mod ack;
 mod attempts;
 mod backend;
 mod backoff;
+mod batch;
 mod claim;
 pub mod dead_letters;
 mod duration;
@@ -186,6 +193,7 @@ pub use ack::{AckDecision, Acknowledge, ack_decision};
 pub use attempts::{MaxAttempts, default_max_attempts, set_default_max_attempts};
 pub use backend::InboxBackend;
 pub use backoff::Backoff;
+pub use batch::{BatchReport, MAX_BATCH_MESSAGES, run_idempotent_batch, run_idempotent_batch_with};
 #[doc(hidden)]
 pub use claim::ClaimStatement;
 pub use claim::{Claim, claim};

@@ -310,7 +310,7 @@ where
     }
 }
 
-fn claim_or_refuse<C>(conn: &mut C, key: &ClaimKey) -> Result<Claim, InboxError>
+pub(crate) fn claim_or_refuse<C>(conn: &mut C, key: &ClaimKey) -> Result<Claim, InboxError>
 where
     C: Connection,
     C::Backend: InboxBackend,
@@ -318,7 +318,7 @@ where
     claim_statement(conn, key).map_err(|error| refused_or_database(key, error))
 }
 
-fn begin<C>(conn: &mut C, scope: &Scope) -> Result<(), InboxError>
+pub(crate) fn begin<C>(conn: &mut C, scope: &Scope) -> Result<(), InboxError>
 where
     C: Connection,
 {
@@ -329,7 +329,7 @@ where
 
 /// Commits the handler's level; on failure, rolls it back and says why it
 /// did not commit.
-fn commit<C: Connection>(conn: &mut C, scope: &Scope) -> Result<(), InboxError> {
+pub(crate) fn commit<C: Connection>(conn: &mut C, scope: &Scope) -> Result<(), InboxError> {
     if !scope.is_open(status(conn))? {
         return Err(ended_by_body(conn, scope));
     }
@@ -349,7 +349,7 @@ fn commit<C: Connection>(conn: &mut C, scope: &Scope) -> Result<(), InboxError> 
 
 /// Rolls back the handler's level and whatever the body left open above
 /// it. A rollback that fails marks the connection broken.
-fn roll_back<C>(conn: &mut C, scope: &Scope) -> Result<(), InboxError>
+pub(crate) fn roll_back<C>(conn: &mut C, scope: &Scope) -> Result<(), InboxError>
 where
     C: Connection,
 {
@@ -368,6 +368,6 @@ fn ended_by_body<C: Connection>(conn: &mut C, scope: &Scope) -> InboxError {
     scope.lose(status(conn), diesel::result::Error::NotInTransaction)
 }
 
-fn status<C: Connection>(conn: &mut C) -> &mut TransactionManagerStatus {
+pub(crate) fn status<C: Connection>(conn: &mut C) -> &mut TransactionManagerStatus {
     C::TransactionManager::transaction_manager_status_mut(conn)
 }

@@ -25,12 +25,16 @@ use diesel::sql_types::Text;
 
 use crate::key::ClaimKey;
 
+mod batch_claim;
 mod failure_rows;
 pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod prune_batch;
 pub(crate) mod sqlite;
 
+pub use batch_claim::BatchClaimed;
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) use batch_claim::{InsertedId, values_sql};
 pub use failure_rows::{DeadLetterRow, Present, SummaryRow};
 pub(crate) use prune_batch::NextHandler;
 pub use prune_batch::{PruneBatchStatement, PruneScope, PrunedTable};
@@ -124,6 +128,20 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// Writes the claim statement for `key` (used by `ClaimStatement`).
     #[doc(hidden)]
     fn walk_claim<'b>(key: &'b ClaimKey, out: AstPass<'_, 'b, Self>) -> QueryResult<()>;
+
+    /// The most ids one batch claim statement takes: what keeps its bound
+    /// parameters under the backend's limit (SQLite's is 999 on old builds).
+    #[doc(hidden)]
+    const MAX_CLAIMS_PER_STATEMENT: usize;
+
+    /// Claims the distinct `ids` of `handler` in one statement, inside the
+    /// transaction open on `conn`, and says which ones it inserted. A
+    /// statement over ids in one order (the caller sorts them) takes its row
+    /// locks in that order, so two batches never deadlock on their claims.
+    #[doc(hidden)]
+    fn claim_batch<C>(conn: &mut C, handler: &str, ids: &[&str]) -> QueryResult<BatchClaimed>
+    where
+        C: diesel::connection::LoadConnection<Backend = Self>;
 
     /// Writes one pruning batch (used by [`PruneBatchStatement`]).
     #[doc(hidden)]

@@ -110,7 +110,8 @@ mod imp {
 
     use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{
-        FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, migration_sql, sealed,
+        BatchClaimed, FailureSql, InboxBackend, InsertedId, PruneBatchStatement, PrunedTable,
+        migration_sql, sealed,
     };
     use crate::key::ClaimKey;
 
@@ -190,7 +191,31 @@ mod imp {
 
     impl sealed::Sealed for Pg {}
 
+    /// The batch claim: the ids travel as one array parameter, whatever
+    /// their number, and are inserted in the order given.
+    const CLAIM_BATCH_SQL: &str = "INSERT INTO inbox_messages (handler, message_id) \
+         SELECT $1, batch.id FROM unnest($2::text[]) WITH ORDINALITY AS batch(id, position) \
+         ORDER BY batch.position \
+         ON CONFLICT (handler, message_id) DO NOTHING RETURNING message_id";
+
     impl InboxBackend for Pg {
+        const MAX_CLAIMS_PER_STATEMENT: usize = 1000;
+
+        fn claim_batch<C>(conn: &mut C, handler: &str, ids: &[&str]) -> QueryResult<BatchClaimed>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            use diesel::RunQueryDsl;
+            use diesel::sql_types::{Array, Text};
+            let inserted: Vec<InsertedId> = diesel::sql_query(CLAIM_BATCH_SQL)
+                .bind::<Text, _>(handler)
+                .bind::<Array<Text>, _>(ids)
+                .load(conn)?;
+            Ok(BatchClaimed::Inserted(
+                inserted.into_iter().map(|row| row.message_id).collect(),
+            ))
+        }
+
         const CREATE_SCHEMA_SQL: &'static str = SCHEMA_SQL;
         const DROP_SCHEMA_SQL: &'static str = concat!(
             migration_sql!("postgres", "2026-12-05-000000_failures", "down.sql"),
