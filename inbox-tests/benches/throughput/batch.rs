@@ -2,26 +2,20 @@
 //! `inbox_runtime::run_idempotent_batch`, one transaction per batch (one
 //! claim statement for all ids, then the effect once per new message).
 
-use inbox_runtime::HandlerName;
+use inbox_runtime::{HandlerName, run_idempotent_batch};
 
 use crate::connections::BenchConnection;
 
-/// Whether this build has the batch API.
-pub const AVAILABLE: bool = false;
-
 /// Delivers `ids` as one batch, each message's effect on `account`.
-pub fn deliver<C: BenchConnection>(
-    _conn: &mut C,
-    _handler: &HandlerName,
-    _ids: &[u64],
-    _account: i64,
-) {
-    // TODO: `inbox_runtime::run_idempotent_batch` is not in this build yet:
-    // let report = inbox_runtime::run_idempotent_batch(conn, handler, ids, |id| id, |conn, _id| {
-    //     conn.effect(account)
-    // });
-    // for result in report.iter() {
-    //     result.as_ref().expect("a batch delivery");
-    // }
-    unreachable!("the batch variants are skipped without the batch API")
+pub fn deliver<C: BenchConnection>(conn: &mut C, handler: &HandlerName, ids: &[u64], account: i64) {
+    let report = run_idempotent_batch(
+        conn,
+        handler,
+        ids,
+        |id| id,
+        |conn: &mut C, _id| conn.effect(account),
+    );
+    if let Some(Err(error)) = report.results().iter().find(|result| result.is_err()) {
+        panic!("a batch delivery failed: {error}");
+    }
 }
