@@ -97,7 +97,12 @@
 
 mod batch;
 mod connections;
+#[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
+mod nonblocking;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod proxy;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod servers;
 
 use std::collections::BTreeMap;
 use std::sync::Barrier;
@@ -110,7 +115,6 @@ use inbox_runtime::{ClaimKey, ClaimStatement, HandlerName, run_idempotent};
 use inbox_tests::TestBackend;
 
 use self::connections::BenchConnection;
-use self::proxy::Proxy;
 
 const HANDLER: &str = "bench.throughput";
 
@@ -171,6 +175,8 @@ impl Variant {
     }
 }
 
+// Some settings only matter to the servers.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 struct Config {
     backends: Vec<String>,
     modes: Vec<String>,
@@ -259,9 +265,9 @@ fn main() {
     for backend in &config.backends {
         match backend.as_str() {
             #[cfg(feature = "postgres")]
-            "postgres" => server::<inbox_tests::Postgres>("PostgreSQL", &config),
+            "postgres" => servers::server::<inbox_tests::Postgres>("PostgreSQL", &config),
             #[cfg(feature = "mysql")]
-            "mysql" => server::<inbox_tests::Mysql>("MariaDB/MySQL", &config),
+            "mysql" => servers::server::<inbox_tests::Mysql>("MariaDB/MySQL", &config),
             #[cfg(feature = "sqlite")]
             "sqlite" => sqlite(&config),
             // The backends this build lacks.
@@ -509,11 +515,6 @@ fn rounds(
 /// Round trips per delivery and per message, by variant.
 type RoundTrips = BTreeMap<Variant, (f64, f64)>;
 
-/// Deliveries measured per variant in the round-trip pass.
-fn counted_deliveries(variant: Variant) -> usize {
-    (200 / variant.size()).clamp(2, 20)
-}
-
 fn print_table(title: &str, measured: &mut [Measured], round_trips: Option<&RoundTrips>) {
     println!("\n{title}");
     let baseline = measured
@@ -629,360 +630,4 @@ fn sqlite(config: &Config) {
         slice_sync(&mut workers, variant, length)
     });
     print_table(&title("SQLite (file, WAL)", "sync", 1), &mut measured, None);
-}
-
-/// What the bench needs of a server backend.
-trait Server: inbox_tests::ServerBackend<Connection: BenchConnection> {
-    #[cfg(feature = "async")]
-    type Async: connections::AsyncBenchConnection;
-}
-
-#[cfg(feature = "postgres")]
-impl Server for inbox_tests::Postgres {
-    #[cfg(feature = "async")]
-    type Async = diesel_async::AsyncPgConnection;
-}
-
-#[cfg(feature = "mysql")]
-impl Server for inbox_tests::Mysql {
-    #[cfg(feature = "async")]
-    type Async = diesel_async::AsyncMysqlConnection;
-}
-
-/// What every connection of the run sends first.
-fn session_sql<B: TestBackend>(config: &Config) -> Option<&'static str> {
-    (B::NAME == "postgres" && config.pg_synchronous_commit_off)
-        .then_some("SET synchronous_commit = off")
-}
-
-fn server<B: Server>(name: &str, config: &Config) {
-    let Some(db) = B::open() else {
-        println!("\n{name}: skipped (not reachable)");
-        return;
-    };
-    let name = match session_sql::<B>(config) {
-        Some(sql) => format!("{name} ({sql})"),
-        None => name.to_owned(),
-    };
-    let most = config.connections.iter().copied().max().unwrap_or(1);
-    db.connect()
-        .batch_execute(&connections::accounts_sql(most))
-        .expect("create the accounts");
-    let connect = || {
-        let mut conn = db.connect();
-        if let Some(sql) = session_sql::<B>(config) {
-            conn.batch_execute(sql).expect("configure the session");
-        }
-        conn
-    };
-    let proxy = if config.round_trips {
-        checked_proxy::<B>(&name, db.url())
-    } else {
-        None
-    };
-    if config.runs("sync") {
-        let sync_variants = &config.variants;
-        let trips = proxy.as_ref().map(|(proxy, url)| {
-            let mut conn = B::Connection::establish(url).expect("connect through the proxy");
-            if let Some(sql) = session_sql::<B>(config) {
-                conn.batch_execute(sql).expect("configure the session");
-            }
-            let mut worker = Worker::new(conn, 0);
-            let mut trips = RoundTrips::new();
-            for &variant in sync_variants {
-                worker.deliver(variant);
-                worker.deliver(variant);
-                let deliveries = counted_deliveries(variant);
-                let before = proxy.flights();
-                for _ in 0..deliveries {
-                    worker.deliver(variant);
-                }
-                let flights = (proxy.flights() - before) as f64;
-                trips.insert(
-                    variant,
-                    (
-                        flights / deliveries as f64,
-                        flights / (deliveries * variant.size()) as f64,
-                    ),
-                );
-            }
-            trips
-        });
-        for &connections in &config.connections {
-            let mut workers: Vec<_> = (0..connections)
-                .map(|account| Worker::new(connect(), account as i64))
-                .collect();
-            let mut measured = rounds(config, sync_variants, |variant, length| {
-                slice_sync(&mut workers, variant, length)
-            });
-            print_table(
-                &title(&name, "sync", connections),
-                &mut measured,
-                if connections == 1 {
-                    trips.as_ref()
-                } else {
-                    None
-                },
-            );
-        }
-    }
-    if config.runs("async") {
-        #[cfg(feature = "async")]
-        nonblocking::run::<B>(&name, config, &db, proxy.as_ref());
-        #[cfg(not(feature = "async"))]
-        println!("\n{name}, async: not in this build (add `--features async`)");
-    }
-}
-
-/// A round-trip counting proxy in front of `url`'s server and `url`
-/// through it, once the counter measured a known case right.
-fn checked_proxy<B: Server>(name: &str, url: &str) -> Option<(Proxy, String)> {
-    let (proxy, proxied) = match Proxy::in_front_of(url, B::DEFAULT_PORT) {
-        Ok(proxy) => proxy,
-        Err(error) => {
-            println!("\n{name}: no round trips (the proxy did not start: {error})");
-            return None;
-        }
-    };
-    let mut conn = B::Connection::establish(&proxied).expect("connect through the proxy");
-    conn.select_one().expect("SELECT 1");
-    let mut count = |statements: usize| {
-        let before = proxy.flights();
-        for _ in 0..statements {
-            conn.select_one().expect("SELECT 1");
-        }
-        proxy.flights() - before
-    };
-    let (one, three) = (count(1), count(3));
-    if (one, three) == (1, 3) {
-        let before = proxy.flights();
-        conn.batch_execute("SELECT 1").expect("SELECT 1");
-        println!(
-            "\n{name}: round-trip counter checked: a cached `SELECT 1` = {one} round trip, 3 of them = {three} \
-             (and `batch_execute(\"SELECT 1\")`, as Diesel sends `BEGIN` and `COMMIT`: {})",
-            proxy.flights() - before
-        );
-        Some((proxy, proxied))
-    } else {
-        println!(
-            "\n{name}: round trips left out: the counter measured {one} for a cached `SELECT 1` and {three} for 3 of them (expected 1 and 3)"
-        );
-        None
-    }
-}
-
-#[cfg(feature = "async")]
-mod nonblocking {
-    use std::time::{Duration, Instant};
-
-    use diesel_async::RunQueryDsl;
-    use inbox_runtime::{ClaimStatement, HandlerName, run_idempotent_async};
-
-    use super::connections::AsyncBenchConnection;
-    use super::proxy::Proxy;
-    use super::{
-        Config, HANDLER, REDELIVERED, RoundTrips, Sample, Server, Variant, counted_deliveries,
-        fresh_ids, key, print_table, rounds, session_sql, title,
-    };
-    use diesel::QueryResult;
-
-    /// One delivering diesel-async connection.
-    pub struct AsyncWorker<C> {
-        conn: C,
-        account: i64,
-        handler: HandlerName,
-        redeliver: Vec<u64>,
-        next_redelivery: usize,
-    }
-
-    impl<C: AsyncBenchConnection> AsyncWorker<C> {
-        async fn new(mut conn: C, account: i64) -> Self {
-            let handler = HandlerName::new(HANDLER).expect("a valid handler name");
-            let first = fresh_ids(REDELIVERED);
-            let redeliver: Vec<u64> = (first..first + REDELIVERED as u64).collect();
-            for &id in &redeliver {
-                run_idempotent_async(&mut conn, key(&handler, id), async |conn: &mut C| {
-                    conn.effect(account).await.map(drop)
-                })
-                .await
-                .expect("claim an id to redeliver");
-            }
-            AsyncWorker {
-                conn,
-                account,
-                handler,
-                redeliver,
-                next_redelivery: 0,
-            }
-        }
-
-        async fn deliver(&mut self, variant: Variant) {
-            let account = self.account;
-            let handler = &self.handler;
-            match variant {
-                Variant::NoDedup => {
-                    self.conn
-                        .transaction(async |conn| conn.effect(account).await)
-                        .await
-                        .expect("no-dedup");
-                }
-                Variant::ClaimCached => {
-                    let key = key(handler, fresh_ids(1));
-                    let key = &key;
-                    self.conn
-                        .transaction(async |conn| {
-                            if ClaimStatement::new(key).execute(conn).await? == 1 {
-                                conn.effect(account).await?;
-                            }
-                            QueryResult::Ok(())
-                        })
-                        .await
-                        .expect("claim-cached");
-                }
-                Variant::ClaimUncached => {
-                    let id = fresh_ids(1).to_string();
-                    let (handler, id) = (handler.as_str(), id.as_str());
-                    self.conn
-                        .transaction(async |conn| {
-                            if conn.claim_uncached(handler, id).await? == 1 {
-                                conn.effect(account).await?;
-                            }
-                            QueryResult::Ok(())
-                        })
-                        .await
-                        .expect("claim-uncached");
-                }
-                Variant::Handler => {
-                    run_idempotent_async(
-                        &mut self.conn,
-                        key(handler, fresh_ids(1)),
-                        async |conn: &mut C| conn.effect(account).await.map(drop),
-                    )
-                    .await
-                    .expect("handler");
-                }
-                Variant::Duplicate => {
-                    let id = self.redeliver[self.next_redelivery % self.redeliver.len()];
-                    self.next_redelivery += 1;
-                    run_idempotent_async(
-                        &mut self.conn,
-                        key(handler, id),
-                        async |_: &mut C| -> QueryResult<()> {
-                            unreachable!("a duplicate's body does not run")
-                        },
-                    )
-                    .await
-                    .expect("duplicate");
-                }
-                Variant::Batch(_) => unreachable!("no async batch API"),
-            }
-        }
-
-        async fn run(&mut self, variant: Variant, length: Duration) -> Sample {
-            let mut sample = Sample::starting();
-            let deadline = sample.start + length;
-            loop {
-                let before = Instant::now();
-                self.deliver(variant).await;
-                let after = Instant::now();
-                sample.record(before, after, variant.size());
-                if after >= deadline {
-                    return sample;
-                }
-            }
-        }
-    }
-
-    /// One slice of `variant` on every worker at once, each a task of its
-    /// own.
-    async fn slice<C: AsyncBenchConnection>(
-        workers: &mut Vec<AsyncWorker<C>>,
-        variant: Variant,
-        length: Duration,
-    ) -> Sample {
-        let tasks: Vec<_> = workers
-            .drain(..)
-            .map(|mut worker| {
-                tokio::spawn(async move {
-                    let sample = worker.run(variant, length).await;
-                    (worker, sample)
-                })
-            })
-            .collect();
-        let mut samples = Vec::new();
-        for task in tasks {
-            let (worker, sample) = task.await.expect("a worker task");
-            workers.push(worker);
-            samples.push(sample);
-        }
-        Sample::merge(samples)
-    }
-
-    async fn connect<C: AsyncBenchConnection>(url: &str, session_sql: Option<&str>) -> C {
-        let mut conn = C::establish(url).await.expect("connect (async)");
-        if let Some(sql) = session_sql {
-            conn.batch_execute(sql)
-                .await
-                .expect("configure the session");
-        }
-        conn
-    }
-
-    pub fn run<B: Server>(name: &str, config: &Config, db: &B, proxy: Option<&(Proxy, String)>) {
-        let runtime = inbox_tests::runtime::multi_thread(
-            std::thread::available_parallelism().map_or(2, |n| n.get()),
-        );
-        let variants: Vec<Variant> = config
-            .variants
-            .iter()
-            .copied()
-            .filter(|v| !matches!(v, Variant::Batch(_)))
-            .collect();
-        let session = session_sql::<B>(config);
-        let url = B::async_tcp_url(db.url());
-        let trips = proxy.map(|(proxy, proxied)| {
-            runtime.block_on(async {
-                let conn: B::Async = connect(&B::async_tcp_url(proxied), session).await;
-                let mut worker = AsyncWorker::new(conn, 0).await;
-                let mut trips = RoundTrips::new();
-                for &variant in &variants {
-                    worker.deliver(variant).await;
-                    worker.deliver(variant).await;
-                    let deliveries = counted_deliveries(variant);
-                    let before = proxy.flights();
-                    for _ in 0..deliveries {
-                        worker.deliver(variant).await;
-                    }
-                    let flights = (proxy.flights() - before) as f64;
-                    trips.insert(
-                        variant,
-                        (flights / deliveries as f64, flights / deliveries as f64),
-                    );
-                }
-                trips
-            })
-        });
-        for &connections in &config.connections {
-            let mut workers: Vec<AsyncWorker<B::Async>> = runtime.block_on(async {
-                let mut workers = Vec::new();
-                for account in 0..connections {
-                    let conn = connect(&url, session).await;
-                    workers.push(AsyncWorker::new(conn, account as i64).await);
-                }
-                workers
-            });
-            let mut measured = rounds(config, &variants, |variant, length| {
-                runtime.block_on(slice(&mut workers, variant, length))
-            });
-            print_table(
-                &title(name, "async", connections),
-                &mut measured,
-                if connections == 1 {
-                    trips.as_ref()
-                } else {
-                    None
-                },
-            );
-        }
-    }
 }
