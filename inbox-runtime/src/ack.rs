@@ -196,6 +196,25 @@ fn says_database_trouble(error: &(dyn StdError + 'static)) -> bool {
     false
 }
 
+/// What to do about a body's `error` that is database trouble: its
+/// recovery, also through a wrapper that hides the Diesel error from the
+/// `source()` chain but shows its text (`#[error(transparent)]`), whose
+/// server message is read as [`recovery`] reads it. `Retry` when nothing
+/// says more.
+pub(crate) fn trouble_recovery(error: &(dyn StdError + 'static)) -> Recovery {
+    if let Found::Database(recovery) = classify(error) {
+        return recovery;
+    }
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(recovery) = crate::recovery::recovery_of_text(&error.to_string()) {
+            return recovery;
+        }
+        next = error.source();
+    }
+    Recovery::Retry
+}
+
 fn carries_lock_conflict(error: &(dyn StdError + 'static)) -> bool {
     let mut next = Some(error);
     while let Some(error) = next {

@@ -87,6 +87,7 @@
 //! and SQS consumers receive) in one transaction, with one statement claiming
 //! every id, and reports a result per message; a failing message is split
 //! out and handled alone, so the others commit.
+//! [`run_idempotent_batch_async`] is the same on diesel-async connections.
 //!
 //! ## Errors
 //! [`InboxError::recovery`] and [`recovery`] (for a plain
@@ -194,6 +195,8 @@ pub use attempts::{MaxAttempts, default_max_attempts, set_default_max_attempts};
 pub use backend::InboxBackend;
 pub use backoff::Backoff;
 pub use batch::{BatchReport, MAX_BATCH_MESSAGES, run_idempotent_batch, run_idempotent_batch_with};
+#[cfg(feature = "async")]
+pub use batch::{run_idempotent_batch_async, run_idempotent_batch_async_with};
 #[doc(hidden)]
 pub use claim::ClaimStatement;
 pub use claim::{Claim, claim};

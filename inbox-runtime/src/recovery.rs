@@ -161,6 +161,20 @@ fn database_recovery(kind: &DatabaseErrorKind, message: &str) -> Recovery {
     }
 }
 
+/// What a message text of the backends' tables says to do: `Reconnect`
+/// for a lost connection, `Retry` for a lock conflict, `None` for any other
+/// text. For errors that show a server's message without carrying the
+/// Diesel error (an application error that forwards `Display`).
+pub(crate) fn recovery_of_text(text: &str) -> Option<Recovery> {
+    if matches_any(text, CONNECTION_LOST_MESSAGES) {
+        Some(Recovery::Reconnect)
+    } else if matches_any(text, LOCK_CONFLICT_MESSAGES) {
+        Some(Recovery::Retry)
+    } else {
+        None
+    }
+}
+
 /// Which table of the backends' [`ServerMessages`] a message is looked up
 /// in.
 type Table = fn(&ServerMessages) -> &'static [(&'static str, &'static str)];

@@ -18,12 +18,11 @@ use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::InboxBackend;
 use crate::claim::{Claim, ClaimStatement, claim_from_affected_rows, refused_or_database};
 use crate::error::{HandlerError, InboxError, into_handler_error};
-use crate::execution::{OpenTransactionGuard, RetryPolicy, require_transaction};
+use crate::execution::{AsyncLevel, RetryPolicy, require_transaction};
 use crate::failure::{self, Failure, Recorded};
 use crate::key::ClaimKey;
 use crate::observe::{BodyScope, Delivery, Ending, ending_of_inbox_error};
 use crate::outcome::OnDuplicate;
-use crate::recovery::{Recovery, recovery};
 use crate::scope::{Scope, either, report_after_failed_rollback};
 
 /// How long the server keeps the transaction of an async handler whose
@@ -122,7 +121,7 @@ where
         .map_err(|error| refused_or_database(key, error).into())
 }
 
-async fn claim_statement_async<C>(conn: &mut C, key: &ClaimKey) -> QueryResult<Claim>
+pub(crate) async fn claim_statement_async<C>(conn: &mut C, key: &ClaimKey) -> QueryResult<Claim>
 where
     C: AsyncConnection,
     C::Backend: InboxBackend,
@@ -295,8 +294,7 @@ where
         }
     };
     let mut transaction = ClaimedTransaction {
-        guard: OpenTransactionGuard::new(conn),
-        scope,
+        level: AsyncLevel::new(conn, scope),
         key,
         max_attempts,
         delivery: None,
@@ -333,12 +331,11 @@ where
 /// [`run_idempotent_async`](crate::run_idempotent_async#cancellation).
 #[must_use = "the claim's transaction stays open until `finish` commits or rolls it back"]
 pub struct ClaimedTransaction<'c, C: AsyncConnection> {
-    /// The connection, marked broken if this is dropped between the level's
-    /// `BEGIN` (or savepoint) and the end of its commit or rollback.
-    guard: OpenTransactionGuard<'c, C>,
-    /// The level open on it: the handler's, or the short transaction that
-    /// records a failure.
-    scope: Scope,
+    /// The connection and the level open on it (the handler's, or the
+    /// short transaction that records a failure), marked broken if this is
+    /// dropped between the level's `BEGIN` (or savepoint) and the end of its
+    /// commit or rollback.
+    level: AsyncLevel<'c, C>,
     key: ClaimKey,
     max_attempts: MaxAttempts,
     /// Reported when the delivery ends.
@@ -357,20 +354,20 @@ where
     async fn claim(&mut self, delivery: &Delivery) -> Result<Claim, InboxError> {
         let mut tries = RetryPolicy::CLAIM.tries();
         loop {
-            self.begin().await?;
-            match claim_statement_async(self.guard.conn(), &self.key).await {
+            self.level.begin().await?;
+            match claim_statement_async(self.level.conn(), &self.key).await {
                 Ok(Claim::Claimed) => return Ok(Claim::Claimed),
                 Ok(Claim::Duplicate) => {
-                    self.commit().await?;
+                    self.level.commit().await?;
                     return Ok(Claim::Duplicate);
                 }
                 Err(error) => {
-                    if let Err(rollback_error) = self.roll_back().await {
+                    if let Err(rollback_error) = self.level.roll_back().await {
                         let cause = refused_or_database(&self.key, error);
                         return Err(either(report_after_failed_rollback(cause, rollback_error)));
                     }
                     // Claims retry at once (the policy's wait is zero).
-                    if !(self.scope.is_outermost() && tries.again(&error).is_some()) {
+                    if !(self.level.scope.is_outermost() && tries.again(&error).is_some()) {
                         return Err(refused_or_database(&self.key, error));
                     }
                     delivery.claim_retry(&self.key, tries.made(), &error);
@@ -388,7 +385,7 @@ where
     /// # }
     /// ```
     pub fn conn(&mut self) -> &mut C {
-        self.guard.conn()
+        self.level.conn()
     }
 
     /// Ends the transaction by the body's result: commits the claim and the
@@ -455,7 +452,7 @@ where
                 // The panic matters more than a failed rollback, which marks
                 // the connection broken anyway, or than a count that could
                 // not be written.
-                match self.roll_back().await {
+                match self.level.roll_back().await {
                     Ok(()) => {
                         let failure = Failure::of_panic(&*panic);
                         let recorded = self.record_failure(&failure).await;
@@ -480,7 +477,7 @@ where
         E: std::error::Error + 'static,
     {
         match result {
-            Ok(value) => match self.commit().await {
+            Ok(value) => match self.level.commit().await {
                 Ok(()) => {
                     self.report(Ending::Processed);
                     Ok(Ok(value))
@@ -490,7 +487,7 @@ where
                     Err(error)
                 }
             },
-            Err(error) => match self.roll_back().await {
+            Err(error) => match self.level.roll_back().await {
                 Ok(()) => Ok(Err(self.after_failure(error).await)),
                 Err(rollback_error) => {
                     self.report(Ending::DatabaseError {
@@ -526,13 +523,13 @@ where
     /// its own (see `failure.rs`). `None`: nothing to record at this level (a
     /// nested handler: its caller's transaction is still open).
     async fn record_failure(&mut self, failure: &Failure) -> Result<Option<Recorded>, InboxError> {
-        if !self.scope.is_outermost() {
+        if !self.level.scope.is_outermost() {
             return Ok(None);
         }
-        let short = Scope::new::<C::Backend>(status(self.guard.conn()))?;
-        let handler_scope = std::mem::replace(&mut self.scope, short);
+        let short = Scope::new::<C::Backend>(status(self.level.conn()))?;
+        let handler_scope = std::mem::replace(&mut self.level.scope, short);
         let recorded = self.record_in_short_transaction(failure).await;
-        self.scope = handler_scope;
+        self.level.scope = handler_scope;
         recorded.map(Some)
     }
 
@@ -540,18 +537,18 @@ where
         &mut self,
         failure: &Failure,
     ) -> Result<Recorded, InboxError> {
-        self.begin().await?;
+        self.level.begin().await?;
         match self.write_failure(failure).await {
             Ok(Recorded::ProcessedMeanwhile) => {
-                self.roll_back().await?;
+                self.level.roll_back().await?;
                 Ok(Recorded::ProcessedMeanwhile)
             }
             Ok(recorded) => {
-                self.commit().await?;
+                self.level.commit().await?;
                 Ok(recorded)
             }
             Err(error) => {
-                self.roll_back().await?;
+                self.level.roll_back().await?;
                 Err(error)
             }
         }
@@ -560,20 +557,20 @@ where
     async fn write_failure(&mut self, failure: &Failure) -> Result<Recorded, InboxError> {
         let record = failure::record_attempt_binds(&self.key, failure);
         C::Backend::execute_bound_async(
-            self.guard.conn(),
+            self.level.conn(),
             C::Backend::FAILURE_SQL.record_attempt,
             &record,
         )
         .await?;
         let rows = match failure::mark_dead::<C::Backend>(&self.key, failure, self.max_attempts) {
             Some((sql, binds)) => {
-                Some(C::Backend::execute_bound_async(self.guard.conn(), sql, &binds).await?)
+                Some(C::Backend::execute_bound_async(self.level.conn(), sql, &binds).await?)
             }
             None => None,
         };
         let recorded = failure::recorded(failure, self.max_attempts, rows);
         if recorded.claims() {
-            let claim = claim_statement_async(self.guard.conn(), &self.key)
+            let claim = claim_statement_async(self.level.conn(), &self.key)
                 .await
                 .map_err(|error| refused_or_database(&self.key, error))?;
             if claim == Claim::Duplicate {
@@ -588,82 +585,6 @@ where
         if let Some(delivery) = self.delivery.take() {
             delivery.finish(&self.key, ending);
         }
-    }
-
-    /// Sends `BEGIN` (or the savepoint). Marked open first, so a
-    /// cancellation while it is in flight also marks the connection broken.
-    async fn begin(&mut self) -> Result<(), InboxError> {
-        self.guard.set_open(true);
-        let begun = self
-            .guard
-            .conn()
-            .batch_execute(&self.scope.begin_sql())
-            .await;
-        if let Err(error) = begun {
-            self.guard.set_open(false);
-            return Err(error.into());
-        }
-        self.scope.entered(status(self.guard.conn()))?;
-        Ok(())
-    }
-
-    /// Commits the level; on failure, rolls it back and says why it did not
-    /// commit (the blocking runner's rules).
-    async fn commit(&mut self) -> Result<(), InboxError> {
-        let committed = self.end_level(Scope::commit_sql).await?;
-        let Err(commit_error) = committed else {
-            self.guard.set_open(false);
-            return self
-                .scope
-                .left(status(self.guard.conn()))
-                .map_err(Into::into);
-        };
-        let mut aborted = false;
-        if recovery(&commit_error) != Recovery::Reconnect {
-            if let Some(probe) = self.scope.aborted_probe_sql() {
-                aborted = self.guard.conn().batch_execute(probe).await.is_err();
-            }
-        }
-        let failed = self.scope.failed_commit(aborted, commit_error);
-        Err(match self.roll_back().await {
-            Ok(()) => failed,
-            Err(rollback_error) => either(report_after_failed_rollback(failed, rollback_error)),
-        })
-    }
-
-    /// Rolls back the level and whatever the body left open above it; a
-    /// rollback that fails marks the connection broken.
-    async fn roll_back(&mut self) -> Result<(), InboxError> {
-        let rolled_back = self.end_level(Scope::rollback_sql).await?;
-        self.guard.set_open(false);
-        match rolled_back {
-            Ok(()) => self
-                .scope
-                .left(status(self.guard.conn()))
-                .map_err(Into::into),
-            Err(error) => Err(self.scope.lose(status(self.guard.conn()), error)),
-        }
-    }
-
-    /// Runs the statement `sql` writes (the level's commit or rollback):
-    /// its result, or `Err` if the body ended the level itself.
-    async fn end_level(
-        &mut self,
-        sql: fn(&Scope) -> std::borrow::Cow<'_, str>,
-    ) -> Result<QueryResult<()>, InboxError> {
-        if !self.scope.is_open(status(self.guard.conn()))? {
-            return Err(self.ended_by_body());
-        }
-        Ok(self.guard.conn().batch_execute(&sql(&self.scope)).await)
-    }
-
-    /// The body ended the handler's level itself.
-    fn ended_by_body(&mut self) -> InboxError {
-        self.guard.set_open(false);
-        self.scope.lose(
-            status(self.guard.conn()),
-            diesel::result::Error::NotInTransaction,
-        )
     }
 }
 

@@ -19,7 +19,28 @@ pub enum BatchClaimed {
     Mixed,
 }
 
+/// How a backend's batch claim statement tells which ids it inserted.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "sqlite", feature = "mysql")),
+    allow(dead_code)
+)]
+pub(crate) enum BatchReports {
+    /// It returns them (`RETURNING message_id`).
+    Returning,
+    /// It reports how many rows it inserted.
+    Count,
+}
+
 impl BatchClaimed {
+    /// The ids a statement's `RETURNING` reported.
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "sqlite", feature = "mysql")),
+        allow(dead_code)
+    )]
+    pub(crate) fn returned(rows: Vec<InsertedId>) -> BatchClaimed {
+        BatchClaimed::Inserted(rows.into_iter().map(|row| row.message_id).collect())
+    }
+
     /// What an affected-row count says about a statement that tried to
     /// insert `ids` (all distinct): all new, all present, or mixed.
     pub(crate) fn from_count(ids: &[&str], inserted: usize) -> BatchClaimed {

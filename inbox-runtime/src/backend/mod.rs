@@ -34,7 +34,7 @@ pub(crate) mod sqlite;
 
 pub use batch_claim::BatchClaimed;
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-pub(crate) use batch_claim::{InsertedId, values_sql};
+pub(crate) use batch_claim::{BatchReports, InsertedId, values_sql};
 pub use failure_rows::{DeadLetterRow, Present, SummaryRow};
 pub(crate) use prune_batch::NextHandler;
 pub use prune_batch::{PruneBatchStatement, PruneScope, PrunedTable};
@@ -142,6 +142,17 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     fn claim_batch<C>(conn: &mut C, handler: &str, ids: &[&str]) -> QueryResult<BatchClaimed>
     where
         C: diesel::connection::LoadConnection<Backend = Self>;
+
+    /// [`claim_batch`](Self::claim_batch) on a diesel-async connection.
+    #[cfg(feature = "async")]
+    #[doc(hidden)]
+    fn claim_batch_async<'c, C>(
+        conn: &'c mut C,
+        handler: &'c str,
+        ids: &'c [&'c str],
+    ) -> impl std::future::Future<Output = QueryResult<BatchClaimed>> + Send + 'c
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>;
 
     /// Writes one pruning batch (used by [`PruneBatchStatement`]).
     #[doc(hidden)]
@@ -440,6 +451,62 @@ macro_rules! bound_statement_fn {
 }
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub(crate) use bound_statement_fn;
+
+/// [`InboxBackend::claim_batch`] and [`InboxBackend::claim_batch_async`] as
+/// every backend implements them, from its `claim_batch_query(handler, ids)`
+/// (the statement, bound) and `CLAIM_BATCH_REPORTS` (how it tells which ids
+/// it inserted), both in the backend's file.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+macro_rules! claim_batch_fns {
+    () => {
+        fn claim_batch<C>(
+            conn: &mut C,
+            handler: &str,
+            ids: &[&str],
+        ) -> QueryResult<crate::backend::BatchClaimed>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            use diesel::RunQueryDsl;
+            let query = claim_batch_query(handler, ids);
+            match CLAIM_BATCH_REPORTS {
+                crate::backend::BatchReports::Returning => {
+                    let rows: Vec<crate::backend::InsertedId> = query.load(conn)?;
+                    Ok(crate::backend::BatchClaimed::returned(rows))
+                }
+                crate::backend::BatchReports::Count => Ok(
+                    crate::backend::BatchClaimed::from_count(ids, query.execute(conn)?),
+                ),
+            }
+        }
+
+        #[cfg(feature = "async")]
+        fn claim_batch_async<'c, C>(
+            conn: &'c mut C,
+            handler: &'c str,
+            ids: &'c [&'c str],
+        ) -> impl std::future::Future<Output = QueryResult<crate::backend::BatchClaimed>> + Send + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            use diesel_async::RunQueryDsl;
+            async move {
+                let query = claim_batch_query(handler, ids);
+                match CLAIM_BATCH_REPORTS {
+                    crate::backend::BatchReports::Returning => {
+                        let rows: Vec<crate::backend::InsertedId> = query.load(conn).await?;
+                        Ok(crate::backend::BatchClaimed::returned(rows))
+                    }
+                    crate::backend::BatchReports::Count => Ok(
+                        crate::backend::BatchClaimed::from_count(ids, query.execute(conn).await?),
+                    ),
+                }
+            }
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) use claim_batch_fns;
 
 /// What a backend's server (and its drivers) say when a statement fails in
 /// a way the error's kind does not tell: `(server code, message text)`

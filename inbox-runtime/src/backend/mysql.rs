@@ -76,11 +76,11 @@ pub mod table {
 mod imp {
     use diesel::QueryResult;
     use diesel::mysql::Mysql;
-    use diesel::query_builder::AstPass;
+    use diesel::query_builder::{AstPass, BoxedSqlQuery, SqlQuery};
 
     use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{
-        BatchClaimed, FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, migration_sql,
+        BatchReports, FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, migration_sql,
         push_key, sealed, values_sql,
     };
     use crate::key::ClaimKey;
@@ -152,34 +152,39 @@ mod imp {
 
     impl sealed::Sealed for Mysql {}
 
+    /// The batch claim, bound: a multi-row `INSERT IGNORE`, which reports
+    /// only how many rows it inserted (MySQL has no `RETURNING`): all of
+    /// them or none is an answer, in between is
+    /// [`BatchClaimed::Mixed`](crate::backend::BatchClaimed::Mixed). The
+    /// count is exact under concurrency: an id another transaction inserted
+    /// and has not committed makes this statement wait for that
+    /// transaction, and is then either present (it committed) or inserted
+    /// here (it rolled back).
+    fn claim_batch_query<'a>(
+        handler: &'a str,
+        ids: &'a [&'a str],
+    ) -> BoxedSqlQuery<'a, Mysql, SqlQuery> {
+        use diesel::sql_types::Text;
+        let sql = values_sql(
+            "INSERT IGNORE INTO inbox_messages (handler, message_id) VALUES ",
+            ids.len(),
+            "",
+        );
+        let mut query = diesel::sql_query(sql).into_boxed();
+        for id in ids {
+            query = query.bind::<Text, _>(handler).bind::<Text, _>(*id);
+        }
+        query
+    }
+
+    /// The affected-row count.
+    const CLAIM_BATCH_REPORTS: BatchReports = BatchReports::Count;
+
     impl InboxBackend for Mysql {
         /// Two parameters per id; the server's limit is 65,535.
         const MAX_CLAIMS_PER_STATEMENT: usize = 1000;
 
-        /// A multi-row `INSERT IGNORE`, which reports only how many rows it
-        /// inserted (MySQL has no `RETURNING`): all of them or none is an
-        /// answer; in between is [`BatchClaimed::Mixed`]. The count is exact
-        /// under concurrency: an id another transaction inserted and has not
-        /// committed makes this statement wait for that transaction, and is
-        /// then either present (it committed) or inserted here (it rolled
-        /// back).
-        fn claim_batch<C>(conn: &mut C, handler: &str, ids: &[&str]) -> QueryResult<BatchClaimed>
-        where
-            C: diesel::connection::LoadConnection<Backend = Self>,
-        {
-            use diesel::RunQueryDsl;
-            use diesel::sql_types::Text;
-            let sql = values_sql(
-                "INSERT IGNORE INTO inbox_messages (handler, message_id) VALUES ",
-                ids.len(),
-                "",
-            );
-            let mut query = diesel::sql_query(sql).into_boxed::<Self>();
-            for id in ids {
-                query = query.bind::<Text, _>(handler).bind::<Text, _>(*id);
-            }
-            Ok(BatchClaimed::from_count(ids, query.execute(conn)?))
-        }
+        crate::backend::claim_batch_fns!();
 
         const CREATE_SCHEMA_SQL: &'static str = SCHEMA_SQL;
         const FAILURE_SQL: FailureSql = FAILURES;

@@ -106,12 +106,12 @@ pub mod table {
 mod imp {
     use diesel::QueryResult;
     use diesel::pg::Pg;
-    use diesel::query_builder::AstPass;
+    use diesel::query_builder::{AstPass, BoxedSqlQuery, SqlQuery};
 
     use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{
-        BatchClaimed, FailureSql, InboxBackend, InsertedId, PruneBatchStatement, PrunedTable,
-        migration_sql, sealed,
+        BatchReports, FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, migration_sql,
+        sealed,
     };
     use crate::key::ClaimKey;
 
@@ -198,23 +198,25 @@ mod imp {
          ORDER BY batch.position \
          ON CONFLICT (handler, message_id) DO NOTHING RETURNING message_id";
 
+    /// The batch claim, bound.
+    fn claim_batch_query<'a>(
+        handler: &'a str,
+        ids: &'a [&'a str],
+    ) -> BoxedSqlQuery<'a, Pg, SqlQuery> {
+        use diesel::sql_types::{Array, Text};
+        diesel::sql_query(CLAIM_BATCH_SQL)
+            .into_boxed()
+            .bind::<Text, _>(handler)
+            .bind::<Array<Text>, _>(ids)
+    }
+
+    /// `RETURNING message_id`.
+    const CLAIM_BATCH_REPORTS: BatchReports = BatchReports::Returning;
+
     impl InboxBackend for Pg {
         const MAX_CLAIMS_PER_STATEMENT: usize = 1000;
 
-        fn claim_batch<C>(conn: &mut C, handler: &str, ids: &[&str]) -> QueryResult<BatchClaimed>
-        where
-            C: diesel::connection::LoadConnection<Backend = Self>,
-        {
-            use diesel::RunQueryDsl;
-            use diesel::sql_types::{Array, Text};
-            let inserted: Vec<InsertedId> = diesel::sql_query(CLAIM_BATCH_SQL)
-                .bind::<Text, _>(handler)
-                .bind::<Array<Text>, _>(ids)
-                .load(conn)?;
-            Ok(BatchClaimed::Inserted(
-                inserted.into_iter().map(|row| row.message_id).collect(),
-            ))
-        }
+        crate::backend::claim_batch_fns!();
 
         const CREATE_SCHEMA_SQL: &'static str = SCHEMA_SQL;
         const DROP_SCHEMA_SQL: &'static str = concat!(

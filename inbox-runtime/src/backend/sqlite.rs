@@ -43,13 +43,13 @@ pub mod table {
 mod imp {
     use diesel::QueryResult;
     use diesel::connection::Connection;
-    use diesel::query_builder::AstPass;
+    use diesel::query_builder::{AstPass, BoxedSqlQuery, SqlQuery};
     use diesel::sqlite::Sqlite;
 
     use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{
-        BatchClaimed, FailureSql, InboxBackend, InsertedId, PruneBatchStatement, PrunedTable,
-        migration_sql, sealed, values_sql,
+        BatchReports, FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, migration_sql,
+        sealed, values_sql,
     };
     use crate::key::ClaimKey;
 
@@ -161,33 +161,35 @@ mod imp {
 
     impl sealed::Sealed for Sqlite {}
 
+    /// The batch claim, bound: a multi-row `INSERT … ON CONFLICT DO
+    /// NOTHING RETURNING` (SQLite 3.35 or later), which returns the ids it
+    /// inserted.
+    fn claim_batch_query<'a>(
+        handler: &'a str,
+        ids: &'a [&'a str],
+    ) -> BoxedSqlQuery<'a, Sqlite, SqlQuery> {
+        use diesel::sql_types::Text;
+        let sql = values_sql(
+            "INSERT INTO inbox_messages (handler, message_id) VALUES ",
+            ids.len(),
+            " ON CONFLICT (handler, message_id) DO NOTHING RETURNING message_id",
+        );
+        let mut query = diesel::sql_query(sql).into_boxed();
+        for id in ids {
+            query = query.bind::<Text, _>(handler).bind::<Text, _>(*id);
+        }
+        query
+    }
+
+    /// `RETURNING message_id`.
+    const CLAIM_BATCH_REPORTS: BatchReports = BatchReports::Returning;
+
     impl InboxBackend for Sqlite {
         /// Two parameters per id, under the 999 of SQLite builds before
         /// 3.32.
         const MAX_CLAIMS_PER_STATEMENT: usize = 499;
 
-        /// A multi-row `INSERT … ON CONFLICT DO NOTHING RETURNING` (SQLite
-        /// 3.35 or later): the ids returned are the ones inserted.
-        fn claim_batch<C>(conn: &mut C, handler: &str, ids: &[&str]) -> QueryResult<BatchClaimed>
-        where
-            C: diesel::connection::LoadConnection<Backend = Self>,
-        {
-            use diesel::RunQueryDsl;
-            use diesel::sql_types::Text;
-            let sql = values_sql(
-                "INSERT INTO inbox_messages (handler, message_id) VALUES ",
-                ids.len(),
-                " ON CONFLICT (handler, message_id) DO NOTHING RETURNING message_id",
-            );
-            let mut query = diesel::sql_query(sql).into_boxed::<Self>();
-            for id in ids {
-                query = query.bind::<Text, _>(handler).bind::<Text, _>(*id);
-            }
-            let inserted: Vec<InsertedId> = query.load(conn)?;
-            Ok(BatchClaimed::Inserted(
-                inserted.into_iter().map(|row| row.message_id).collect(),
-            ))
-        }
+        crate::backend::claim_batch_fns!();
 
         const CREATE_SCHEMA_SQL: &'static str = SCHEMA_SQL;
         const DROP_SCHEMA_SQL: &'static str = concat!(

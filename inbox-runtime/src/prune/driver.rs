@@ -3,12 +3,11 @@
 //! retries after a lock conflict, pauses, progress) is written once, as an
 //! `async fn` generic over how a step executes ([`Execute`]). A blocking
 //! connection executes each step before its future is first polled, so
-//! [`block_ready`] runs the whole loop in one poll, without a runtime.
+//! [`block_ready`](crate::execution::block_ready) runs the whole loop in one
+//! poll, without a runtime.
 
 use std::future::Future;
 use std::ops::ControlFlow;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use diesel::connection::{
@@ -100,16 +99,6 @@ async fn batch_with_retries<X: Execute>(
             },
             done => return done,
         }
-    }
-}
-
-/// Runs a future all of whose awaits are ready at once (the [`Blocking`]
-/// executor's), on the calling thread.
-pub(crate) fn block_ready<F: Future>(future: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    match pin!(future).poll(&mut cx) {
-        Poll::Ready(output) => output,
-        Poll::Pending => unreachable!("a blocking run never waits on a future"),
     }
 }
 

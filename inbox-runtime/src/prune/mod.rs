@@ -413,7 +413,7 @@ impl Prune {
             std::thread::sleep(wait);
             ControlFlow::Continue(())
         };
-        driver::block_ready(driver::drive(
+        crate::execution::block_ready(driver::drive(
             self,
             &mut driver::Blocking { conn, pause },
             progress,

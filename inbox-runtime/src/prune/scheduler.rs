@@ -26,11 +26,12 @@ use diesel::r2d2::PoolError;
 #[cfg(feature = "r2d2")]
 use super::Prune;
 #[cfg(feature = "r2d2")]
-use super::driver::{Blocking, block_ready, drive};
+use super::driver::{Blocking, drive};
 use super::{PruneError, PruneReport};
 #[cfg(feature = "r2d2")]
 use crate::backend::InboxBackend;
 use crate::duration::format_duration;
+use crate::execution::block_ready;
 
 /// The longest a background pruner backs off after failed runs in a row.
 ///

@@ -11,11 +11,11 @@ use std::time::Duration;
 use diesel::r2d2::{ManageConnection, Pool};
 
 use super::PruneReport;
-use super::driver::block_ready;
 use super::scheduler::{
     BackgroundPruner, FrontEnd, PruneJob, PrunerRun, PrunerRunError, RunLog, Signals, StopSignal,
     schedule,
 };
+use crate::execution::block_ready;
 
 impl<J> BackgroundPruner<J> {
     /// Starts the thread. `on_run` receives every run's [`PrunerRun`]; with

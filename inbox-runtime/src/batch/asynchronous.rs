@@ -1,0 +1,294 @@
+//! The batch form on diesel-async connections.
+
+use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
+
+use diesel::connection::TransactionManagerStatus;
+use diesel_async::{AsyncConnection, TransactionManager};
+use futures_util::FutureExt;
+
+use super::{
+    Attempt, BatchReport, ClaimFailure, ClaimMode, Execute, Pending, Run, claims_of, is_trouble,
+    next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions, trouble_after_claims,
+};
+use crate::attempts::{MaxAttempts, default_max_attempts};
+use crate::backend::{BatchClaimed, InboxBackend};
+use crate::claim::Claim;
+use crate::claim::refused_or_database;
+use crate::error::{HandlerError, InboxError, into_handler_error};
+use crate::execution::{AsyncLevel, RetryPolicy, require_transaction};
+use crate::key::HandlerName;
+use crate::message_id::MessageId;
+use crate::observe::{Delivery, Ending};
+use crate::outcome::Outcome;
+use crate::scope::{Scope, either, report_after_failed_rollback};
+use crate::transaction_async::{
+    abandoned_transaction_timeout, claim_statement_async, run_idempotent_async_with,
+};
+
+/// [`run_idempotent_batch`](crate::run_idempotent_batch) on a diesel-async
+/// connection, with the same guarantees, and those of
+/// [`run_idempotent_async`](crate::run_idempotent_async) for a cancelled
+/// future: dropped while a transaction of the batch is open, it leaves the
+/// connection's transaction manager broken (a pool discards it) and the
+/// server rolls that transaction back when the connection closes, or when it
+/// sat idle for [`abandoned_transaction_timeout`].
+///
+/// ```no_run
+/// # #[cfg(feature = "postgres")]
+/// # async fn demo(conn: &mut diesel_async::AsyncPgConnection) -> Result<(), inbox_runtime::InboxError> {
+/// use inbox_runtime::{ack_decision, run_idempotent_batch_async, HandlerName};
+///
+/// let handler = HandlerName::new("greeter")?;
+/// let ids = ["m-1", "m-2", "m-3"];
+/// let report = run_idempotent_batch_async(conn, &handler, &ids, |id| *id, async |_conn, id| {
+///     Ok::<usize, inbox_runtime::InboxError>(id.len())
+/// })
+/// .await;
+/// for result in report.results() {
+///     let _decision = ack_decision(result);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub async fn run_idempotent_batch_async<C, M, I, T, E, F>(
+    conn: &mut C,
+    handler: &HandlerName,
+    messages: &[M],
+    id_of: impl Fn(&M) -> &I,
+    body: F,
+) -> BatchReport<T, E>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+    I: MessageId + ?Sized,
+    E: HandlerError,
+    F: AsyncFnMut(&mut C, &M) -> Result<T, E>,
+{
+    let max_attempts = default_max_attempts();
+    run_idempotent_batch_async_with(conn, handler, messages, id_of, max_attempts, body).await
+}
+
+/// [`run_idempotent_batch_async`] with the handler's own limit of failed
+/// attempts instead of [`default_max_attempts`].
+///
+/// ```no_run
+/// # #[cfg(feature = "postgres")]
+/// # async fn demo(conn: &mut diesel_async::AsyncPgConnection) -> Result<(), inbox_runtime::InboxError> {
+/// use inbox_runtime::{run_idempotent_batch_async_with, HandlerName, MaxAttempts};
+///
+/// let handler = HandlerName::new("greeter")?;
+/// let report = run_idempotent_batch_async_with(conn, &handler, &["m-1"], |id| *id, MaxAttempts::limit(3), async |_conn, _id| {
+///     Ok::<(), inbox_runtime::InboxError>(())
+/// })
+/// .await;
+/// assert_eq!(report.len(), 1);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn run_idempotent_batch_async_with<C, M, I, T, E, F>(
+    conn: &mut C,
+    handler: &HandlerName,
+    messages: &[M],
+    id_of: impl Fn(&M) -> &I,
+    max_attempts: MaxAttempts,
+    body: F,
+) -> BatchReport<T, E>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+    I: MessageId + ?Sized,
+    E: HandlerError,
+    F: AsyncFnMut(&mut C, &M) -> Result<T, E>,
+{
+    let mut exec = Async {
+        conn,
+        body,
+        max_attempts,
+    };
+    Run::drive(&mut exec, handler, messages, id_of).await
+}
+
+/// A batch on a diesel-async connection.
+struct Async<'c, C, F> {
+    conn: &'c mut C,
+    body: F,
+    max_attempts: MaxAttempts,
+}
+
+impl<C, M, T, E, F> Execute<M, T, E> for Async<'_, C, F>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+    E: HandlerError,
+    F: AsyncFnMut(&mut C, &M) -> Result<T, E>,
+{
+    async fn attempt(&mut self, batch: &[&Pending<'_, M>], values: &mut Vec<T>) -> Attempt<E> {
+        let mut deliveries: Vec<Delivery> = batch.iter().map(|p| Delivery::start(&p.key)).collect();
+        let bound =
+            Scope::bounded::<C::Backend>(status(self.conn), abandoned_transaction_timeout());
+        let scope = match bound {
+            Ok(scope) => scope,
+            Err(error) => return Attempt::Trouble(0, E::from(error), Vec::new()),
+        };
+        let mut level = AsyncLevel::new(&mut *self.conn, scope);
+        let claims = match claim_all(&mut level, batch).await {
+            Ok(claims) => claims,
+            Err(ClaimFailure::Refused(position, error)) => {
+                return Attempt::Refused(position, error);
+            }
+            Err(ClaimFailure::Trouble(error)) => {
+                return Attempt::Trouble(0, into_handler_error(error), Vec::new());
+            }
+        };
+        deliveries.iter_mut().for_each(Delivery::claimed);
+        for (position, (pending, claim)) in batch.iter().zip(&claims).enumerate() {
+            if *claim == Claim::Duplicate {
+                continue;
+            }
+            let body = AssertUnwindSafe((self.body)(level.conn(), pending.message)).catch_unwind();
+            let error = match deliveries[position].scope().instrument(body).await {
+                Ok(Ok(value)) => {
+                    values.push(value);
+                    continue;
+                }
+                Ok(Err(error)) => error,
+                Err(panic) => {
+                    if level.roll_back().await.is_err() {
+                        // The connection is lost: nothing more can run on
+                        // it, and the panic matters more.
+                        std::panic::resume_unwind(panic);
+                    }
+                    // Alone, the message panics again (or not), and is
+                    // counted as the single form counts it.
+                    return Attempt::BodyFailed(position);
+                }
+            };
+            if let Err(rollback_error) = level.roll_back().await {
+                let error = report_after_failed_rollback(error, rollback_error)
+                    .unwrap_or_else(into_handler_error);
+                return trouble_after_claims(position, error, &claims);
+            }
+            return match is_trouble(&error) {
+                true => trouble_after_claims(position, error, &claims),
+                false => Attempt::BodyFailed(position),
+            };
+        }
+        if let Err(error) = level.commit().await {
+            let first_claimed = claims.iter().position(|claim| *claim == Claim::Claimed);
+            let position = first_claimed.unwrap_or(0);
+            return trouble_after_claims(position, into_handler_error(error), &claims);
+        }
+        for ((delivery, pending), claim) in deliveries.into_iter().zip(batch).zip(&claims) {
+            let ending = match claim {
+                Claim::Claimed => Ending::Processed,
+                Claim::Duplicate => Ending::Duplicate,
+            };
+            delivery.finish(&pending.key, ending);
+        }
+        Attempt::Committed(claims)
+    }
+
+    async fn alone(&mut self, pending: &Pending<'_, M>) -> Result<Outcome<T>, E> {
+        let body = &mut self.body;
+        let message = pending.message;
+        run_idempotent_async_with(
+            &mut *self.conn,
+            pending.key.clone(),
+            self.max_attempts,
+            async |conn: &mut C| body(conn, message).await.map(Outcome::Processed),
+        )
+        .await
+    }
+}
+
+/// Begins the batch's level and claims every id in it (see
+/// [`next_claim_mode`] for the tries). Returns the claims in batch order,
+/// with the level open.
+async fn claim_all<C, M>(
+    level: &mut AsyncLevel<'_, C>,
+    batch: &[&Pending<'_, M>],
+) -> Result<Vec<Claim>, ClaimFailure>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    let mut tries = RetryPolicy::CLAIM.tries();
+    let mut mode = ClaimMode::Statements;
+    loop {
+        level.begin().await.map_err(ClaimFailure::Trouble)?;
+        let claimed = match mode {
+            ClaimMode::Statements => claim_in_statements(level.conn(), batch).await,
+            ClaimMode::OneByOne => claim_each(level.conn(), batch).await.map(Some),
+        };
+        let failure = match claimed {
+            Ok(Some(claims)) => return Ok(claims),
+            Ok(None) => None,
+            Err(failure) => Some(failure),
+        };
+        if let Err(rollback_error) = level.roll_back().await {
+            let cause = failure.map_or(
+                InboxError::Database(diesel::result::Error::RollbackTransaction),
+                ClaimFailure::into_error,
+            );
+            let lost = either(report_after_failed_rollback(cause, rollback_error));
+            return Err(ClaimFailure::Trouble(lost));
+        }
+        mode = next_claim_mode(failure, mode, &level.scope, &mut tries)?;
+    }
+}
+
+/// The claims of `batch` in as few statements as the backend's parameter
+/// limit allows; `None` when a statement could not tell which ids it
+/// inserted.
+async fn claim_in_statements<C, M>(
+    conn: &mut C,
+    batch: &[&Pending<'_, M>],
+) -> Result<Option<Vec<Claim>>, ClaimFailure>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    require_transaction(status(conn))
+        .map_err(|error| ClaimFailure::Trouble(InboxError::Database(error)))?;
+    let handler = batch[0].key.handler().as_str();
+    let ids = sorted_ids(batch);
+    let mut inserted = HashSet::with_capacity(ids.len());
+    for statement in ids.chunks(C::Backend::MAX_CLAIMS_PER_STATEMENT) {
+        match C::Backend::claim_batch_async(conn, handler, statement).await {
+            Ok(BatchClaimed::Inserted(new)) => inserted.extend(new),
+            Ok(BatchClaimed::Mixed) => return Ok(None),
+            Err(error) => return Err(ClaimFailure::Trouble(InboxError::Database(error))),
+        }
+    }
+    Ok(Some(claims_of(batch, &inserted)))
+}
+
+/// The claims of `batch`, one statement per id, in sorted order.
+async fn claim_each<C, M>(
+    conn: &mut C,
+    batch: &[&Pending<'_, M>],
+) -> Result<Vec<Claim>, ClaimFailure>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    let mut claims = vec![Claim::Duplicate; batch.len()];
+    for position in sorted_positions(batch) {
+        let key = &batch[position].key;
+        claims[position] = match claim_statement_async(conn, key).await {
+            Ok(claim) => claim,
+            Err(error) => {
+                return Err(one_by_one_failure(
+                    position,
+                    refused_or_database(key, error),
+                ));
+            }
+        };
+    }
+    Ok(claims)
+}
+
+fn status<C: AsyncConnection>(conn: &mut C) -> &mut TransactionManagerStatus {
+    C::TransactionManager::transaction_manager_status_mut(conn)
+}

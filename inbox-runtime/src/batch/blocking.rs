@@ -1,0 +1,342 @@
+//! The batch form on blocking Diesel connections.
+
+use std::collections::HashSet;
+use std::panic::{self, AssertUnwindSafe};
+
+use diesel::connection::LoadConnection;
+
+use super::{
+    Attempt, BatchReport, ClaimFailure, ClaimMode, Execute, Pending, Run, claims_of, is_trouble,
+    next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions, trouble_after_claims,
+};
+use crate::attempts::{MaxAttempts, default_max_attempts};
+use crate::backend::{BatchClaimed, InboxBackend};
+use crate::claim::Claim;
+use crate::error::{HandlerError, InboxError, into_handler_error};
+use crate::execution::{RetryPolicy, block_ready, require_transaction};
+use crate::key::HandlerName;
+use crate::message_id::MessageId;
+use crate::observe::{Delivery, Ending};
+use crate::outcome::Outcome;
+use crate::scope::{Scope, either, report_after_failed_rollback};
+use crate::transaction::{begin, claim_or_refuse, commit, roll_back, run_idempotent_with, status};
+
+/// Handles a batch of messages exactly once each: one transaction, one
+/// statement claiming every id, and `body` run on that transaction's
+/// connection once per message whose id was not claimed before, in the
+/// order given. The claims commit together with the bodies' effects.
+///
+/// The guarantees are those of [`run_idempotent`](crate::run_idempotent),
+/// message by message:
+///
+/// - **Duplicates**: an id claimed before (also by a batch committing
+///   concurrently) is `Ok(Outcome::Duplicate)` and its body does not run; a
+///   copy of an id earlier in the same batch is a duplicate too, the
+///   earlier copy carrying the outcome.
+/// - **Invalid ids** (empty, too long, missing, not UTF-8) are that
+///   message's [`InboxError::InvalidMessageId`](crate::InboxError::InvalidMessageId); the others proceed.
+/// - **A body that fails** (its own error or a panic) does not sink the
+///   others: the transaction rolls back, the messages before the failed one
+///   run again in a transaction of their own and commit, the failed one
+///   runs again **alone**, exactly as `run_idempotent_with` runs it (its
+///   failed attempt is counted, and at `max_attempts` or on a rejection it
+///   is dead), and the batch goes on with the messages after it. A failure
+///   is only ever counted when its message failed alone, so a message is
+///   never charged for another's fault. A panic is resumed once the messages
+///   before it committed and its attempt was counted; the messages after it
+///   are not run.
+/// - **Database trouble** (a lost connection, a lock conflict in a body, a
+///   failed commit): nothing of that transaction commits. The message that
+///   met it gets the error, and every message of the batch not committed
+///   yet gets [`InboxError::BatchAborted`](crate::InboxError::BatchAborted) (retryable, with the same
+///   [`Recovery`](crate::Recovery)); the run stops there. A claim that loses a lock conflict
+///   is retried first, as `run_idempotent` retries it. Duplicates keep
+///   `Ok(Outcome::Duplicate)`: their ids were committed by other deliveries.
+/// - **Size**: any number of messages. A transaction holds at most
+///   [`MAX_BATCH_MESSAGES`](crate::MAX_BATCH_MESSAGES); a longer batch is run as several, in order.
+///   Each claim statement stays under its backend's parameter limit.
+/// - **Concurrency**: the ids are claimed in one fixed order (sorted), so
+///   overlapping batches wait for each other instead of deadlocking on
+///   their claims, and an id two batches share is processed by one of them.
+/// - Nested in a transaction open on `conn`, the batch is a savepoint, as
+///   `run_idempotent` is, and failures are not counted.
+///
+/// On PostgreSQL and SQLite (3.35 or later) the claim is `INSERT …
+/// ON CONFLICT DO NOTHING RETURNING message_id`. On MySQL/MariaDB it is an
+/// `INSERT IGNORE`, whose affected-row count tells "all new" and "all
+/// claimed before" apart; a batch mixing both is rolled back and claimed id
+/// by id in a new transaction (one statement per id).
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::connection::SimpleConnection;
+/// use diesel::prelude::*;
+/// use inbox_runtime::{ack_decision, AckDecision, HandlerName, run_idempotent_batch};
+///
+/// struct Payment { id: String, cents: i64 }
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// inbox_runtime::setup(&mut conn)?;
+/// conn.batch_execute("CREATE TABLE ledger (id TEXT PRIMARY KEY, cents BIGINT NOT NULL)")?;
+/// let handler = HandlerName::new("billing.apply_payment")?;
+/// let batch = [
+///     Payment { id: "pay-1".into(), cents: 500 },
+///     Payment { id: "pay-2".into(), cents: 700 },
+/// ];
+/// let apply = |conn: &mut SqliteConnection, payment: &Payment| {
+///     diesel::sql_query("INSERT INTO ledger VALUES (?, ?)")
+///         .bind::<diesel::sql_types::Text, _>(&payment.id)
+///         .bind::<diesel::sql_types::BigInt, _>(payment.cents)
+///         .execute(conn)
+///         .map(|_| ())
+/// };
+/// let first = run_idempotent_batch(&mut conn, &handler, &batch, |p| &p.id, apply);
+/// assert_eq!(first.processed(), 2);
+/// // The broker redelivers the batch: nothing is applied twice.
+/// let again = run_idempotent_batch(&mut conn, &handler, &batch, |p| &p.id, apply);
+/// assert_eq!(again.duplicates(), 2);
+/// assert!(again.results().iter().all(|result| ack_decision(result) == AckDecision::Ack));
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn run_idempotent_batch<C, M, I, T, E, F>(
+    conn: &mut C,
+    handler: &HandlerName,
+    messages: &[M],
+    id_of: impl Fn(&M) -> &I,
+    body: F,
+) -> BatchReport<T, E>
+where
+    C: LoadConnection,
+    C::Backend: InboxBackend,
+    I: MessageId + ?Sized,
+    E: HandlerError,
+    F: FnMut(&mut C, &M) -> Result<T, E>,
+{
+    run_idempotent_batch_with(conn, handler, messages, id_of, default_max_attempts(), body)
+}
+
+/// [`run_idempotent_batch`] with the handler's own limit of failed attempts
+/// instead of [`default_max_attempts`](crate::default_max_attempts).
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use inbox_runtime::{ack_decision, AckDecision, HandlerName, InboxError, MaxAttempts, run_idempotent_batch_with};
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// inbox_runtime::setup(&mut conn)?;
+/// let handler = HandlerName::new("orders")?;
+/// let body = |_: &mut SqliteConnection, id: &&str| match *id {
+///     "bad" => Err(InboxError::rejected("unknown sku")),
+///     _ => Ok(()),
+/// };
+/// let report = run_idempotent_batch_with(&mut conn, &handler, &["a", "bad", "c"], |id| *id, MaxAttempts::limit(3), body);
+/// let decisions: Vec<_> = report.results().iter().map(ack_decision).collect();
+/// assert_eq!(decisions, [AckDecision::Ack, AckDecision::DeadLetter, AckDecision::Ack]);
+/// assert_eq!(report.processed(), 2, "the good messages committed");
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn run_idempotent_batch_with<C, M, I, T, E, F>(
+    conn: &mut C,
+    handler: &HandlerName,
+    messages: &[M],
+    id_of: impl Fn(&M) -> &I,
+    max_attempts: MaxAttempts,
+    body: F,
+) -> BatchReport<T, E>
+where
+    C: LoadConnection,
+    C::Backend: InboxBackend,
+    I: MessageId + ?Sized,
+    E: HandlerError,
+    F: FnMut(&mut C, &M) -> Result<T, E>,
+{
+    let mut exec = Blocking {
+        conn,
+        body,
+        max_attempts,
+    };
+    block_ready(Run::drive(&mut exec, handler, messages, id_of))
+}
+/// A batch on a blocking connection: every step is done before its future
+/// is first polled.
+struct Blocking<'c, C, F> {
+    conn: &'c mut C,
+    body: F,
+    max_attempts: MaxAttempts,
+}
+
+impl<C, M, T, E, F> Execute<M, T, E> for Blocking<'_, C, F>
+where
+    C: LoadConnection,
+    C::Backend: InboxBackend,
+    E: HandlerError,
+    F: FnMut(&mut C, &M) -> Result<T, E>,
+{
+    async fn attempt(&mut self, batch: &[&Pending<'_, M>], values: &mut Vec<T>) -> Attempt<E> {
+        self.attempt_now(batch, values)
+    }
+
+    async fn alone(&mut self, pending: &Pending<'_, M>) -> Result<Outcome<T>, E> {
+        let body = &mut self.body;
+        run_idempotent_with(self.conn, pending.key.clone(), self.max_attempts, |conn| {
+            body(conn, pending.message).map(Outcome::Processed)
+        })
+    }
+}
+
+impl<C, F> Blocking<'_, C, F>
+where
+    C: LoadConnection,
+    C::Backend: InboxBackend,
+{
+    fn attempt_now<M, T, E>(&mut self, batch: &[&Pending<'_, M>], values: &mut Vec<T>) -> Attempt<E>
+    where
+        E: HandlerError,
+        F: FnMut(&mut C, &M) -> Result<T, E>,
+    {
+        let conn = &mut *self.conn;
+        let mut deliveries: Vec<Delivery> = batch.iter().map(|p| Delivery::start(&p.key)).collect();
+        let scope = match Scope::new::<C::Backend>(status(conn)) {
+            Ok(scope) => scope,
+            Err(error) => return Attempt::Trouble(0, E::from(error), Vec::new()),
+        };
+        let claims = match claim_all(conn, &scope, batch) {
+            Ok(claims) => claims,
+            Err(ClaimFailure::Refused(position, error)) => {
+                return Attempt::Refused(position, error);
+            }
+            Err(ClaimFailure::Trouble(error)) => {
+                return Attempt::Trouble(0, into_handler_error(error), Vec::new());
+            }
+        };
+        deliveries.iter_mut().for_each(Delivery::claimed);
+        for (position, (pending, claim)) in batch.iter().zip(&claims).enumerate() {
+            if *claim == Claim::Duplicate {
+                continue;
+            }
+            let ran = {
+                let _entered = deliveries[position].entered();
+                panic::catch_unwind(AssertUnwindSafe(|| (self.body)(conn, pending.message)))
+            };
+            let error = match ran {
+                Ok(Ok(value)) => {
+                    values.push(value);
+                    continue;
+                }
+                Ok(Err(error)) => error,
+                Err(panic) => {
+                    if roll_back(conn, &scope).is_err() {
+                        // The connection is lost: nothing more can run on
+                        // it, and the panic matters more.
+                        panic::resume_unwind(panic);
+                    }
+                    // Alone, the message panics again (or not), and is
+                    // counted as the single form counts it.
+                    return Attempt::BodyFailed(position);
+                }
+            };
+            if let Err(rollback_error) = roll_back(conn, &scope) {
+                let error = report_after_failed_rollback(error, rollback_error)
+                    .unwrap_or_else(into_handler_error);
+                return trouble_after_claims(position, error, &claims);
+            }
+            return match is_trouble(&error) {
+                true => trouble_after_claims(position, error, &claims),
+                false => Attempt::BodyFailed(position),
+            };
+        }
+        if let Err(error) = commit(conn, &scope) {
+            let first_claimed = claims.iter().position(|claim| *claim == Claim::Claimed);
+            let position = first_claimed.unwrap_or(0);
+            return trouble_after_claims(position, into_handler_error(error), &claims);
+        }
+        for ((delivery, pending), claim) in deliveries.into_iter().zip(batch).zip(&claims) {
+            let ending = match claim {
+                Claim::Claimed => Ending::Processed,
+                Claim::Duplicate => Ending::Duplicate,
+            };
+            delivery.finish(&pending.key, ending);
+        }
+        Attempt::Committed(claims)
+    }
+}
+
+/// Begins the batch's level and claims every id in it (see
+/// [`next_claim_mode`] for the tries). Returns the claims in batch order,
+/// with the level open.
+fn claim_all<C, M>(
+    conn: &mut C,
+    scope: &Scope,
+    batch: &[&Pending<'_, M>],
+) -> Result<Vec<Claim>, ClaimFailure>
+where
+    C: LoadConnection,
+    C::Backend: InboxBackend,
+{
+    let mut tries = RetryPolicy::CLAIM.tries();
+    let mut mode = ClaimMode::Statements;
+    loop {
+        begin(conn, scope).map_err(ClaimFailure::Trouble)?;
+        let claimed = match mode {
+            ClaimMode::Statements => claim_in_statements(conn, batch),
+            ClaimMode::OneByOne => claim_each(conn, batch).map(Some),
+        };
+        let failure = match claimed {
+            Ok(Some(claims)) => return Ok(claims),
+            Ok(None) => None,
+            Err(failure) => Some(failure),
+        };
+        if let Err(rollback_error) = roll_back(conn, scope) {
+            let cause = failure.map_or(
+                InboxError::Database(diesel::result::Error::RollbackTransaction),
+                ClaimFailure::into_error,
+            );
+            let lost = either(report_after_failed_rollback(cause, rollback_error));
+            return Err(ClaimFailure::Trouble(lost));
+        }
+        mode = next_claim_mode(failure, mode, scope, &mut tries)?;
+    }
+}
+
+/// The claims of `batch` in as few statements as the backend's parameter
+/// limit allows, over the ids in sorted order; `None` when a statement
+/// could not tell which ids it inserted.
+fn claim_in_statements<C, M>(
+    conn: &mut C,
+    batch: &[&Pending<'_, M>],
+) -> Result<Option<Vec<Claim>>, ClaimFailure>
+where
+    C: LoadConnection,
+    C::Backend: InboxBackend,
+{
+    require_transaction(status(conn))
+        .map_err(|error| ClaimFailure::Trouble(InboxError::Database(error)))?;
+    let handler = batch[0].key.handler().as_str();
+    let ids = sorted_ids(batch);
+    let mut inserted = HashSet::with_capacity(ids.len());
+    for statement in ids.chunks(C::Backend::MAX_CLAIMS_PER_STATEMENT) {
+        match C::Backend::claim_batch(conn, handler, statement) {
+            Ok(BatchClaimed::Inserted(new)) => inserted.extend(new),
+            Ok(BatchClaimed::Mixed) => return Ok(None),
+            Err(error) => return Err(ClaimFailure::Trouble(InboxError::Database(error))),
+        }
+    }
+    Ok(Some(claims_of(batch, &inserted)))
+}
+
+/// The claims of `batch`, one statement per id, in sorted order.
+fn claim_each<C, M>(conn: &mut C, batch: &[&Pending<'_, M>]) -> Result<Vec<Claim>, ClaimFailure>
+where
+    C: LoadConnection,
+    C::Backend: InboxBackend,
+{
+    let mut claims = vec![Claim::Duplicate; batch.len()];
+    for position in sorted_positions(batch) {
+        claims[position] = claim_or_refuse(conn, &batch[position].key)
+            .map_err(|error| one_by_one_failure(position, error))?;
+    }
+    Ok(claims)
+}

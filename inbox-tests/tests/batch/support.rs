@@ -1,0 +1,401 @@
+//! What the batch tests share: a fresh database with the effects, counters
+//! and locks tables, a batch run that records how often each body ran,
+//! reads of effects, claims and `inbox_failures`, the statements a batch
+//! sends, a std-only shuffle, and quiet deliberate panics.
+
+#![allow(dead_code)]
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use diesel::connection::{InstrumentationEvent, SimpleConnection, TransactionManager};
+use diesel::prelude::*;
+use inbox_runtime::{
+    AckDecision, BatchReport, HandlerName, InboxBackend, MaxAttempts, Outcome, ack_decision,
+    run_idempotent_batch_with,
+};
+use inbox_tests::{SqlRows, TestBackend, statement};
+
+pub use inbox_tests::AppError;
+
+/// The handler every batch of these tests runs as.
+pub const HANDLER: &str = "batch.apply";
+
+/// What bodies write: one row per effect, no unique key, so an effect
+/// committed twice shows up twice. The name contains `effects`, which is
+/// how [`shape`] recognises a body's statement.
+pub const EFFECTS_DDL: &str = "CREATE TABLE batch_effects \
+     (message_id VARCHAR(255) NOT NULL, note VARCHAR(255) NOT NULL)";
+
+/// One counter row per id, incremented by the bodies of the races.
+pub const COUNTERS_DDL: &str =
+    "CREATE TABLE batch_counters (id VARCHAR(255) NOT NULL PRIMARY KEY, n INTEGER NOT NULL)";
+
+/// One row the lock tests hold and fight over.
+pub const LOCKS_DDL: &str =
+    "CREATE TABLE batch_locks (id INTEGER NOT NULL PRIMARY KEY, n INTEGER NOT NULL)";
+
+/// A fresh database (inbox, effects, counters and locks tables) and a
+/// connection to it, or `None` after the harness's `skipped:` line.
+pub fn fresh<B: TestBackend>() -> Option<(B, B::Connection)> {
+    quiet_deliberate_panics();
+    let (db, mut conn) = B::open_with_effects(EFFECTS_DDL)?;
+    conn.batch_execute(COUNTERS_DDL)
+        .expect("create batch_counters");
+    conn.batch_execute(LOCKS_DDL).expect("create batch_locks");
+    conn.batch_execute("INSERT INTO batch_locks (id, n) VALUES (1, 0), (2, 0)")
+        .expect("seed batch_locks");
+    Some((db, conn))
+}
+
+/// The handler name.
+pub fn handler() -> HandlerName {
+    HandlerName::new(HANDLER).expect("a valid handler name")
+}
+
+/// `n` ids `prefix-0000`, `prefix-0001`, …
+pub fn ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i:04}")).collect()
+}
+
+/// `text` as an SQL string literal (the ids of these tests are plain words).
+pub fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// Runs `sql` on any backend's connection.
+pub fn exec<C: Connection>(conn: &mut C, sql: impl Into<String>) -> QueryResult<usize> {
+    statement(sql).execute(conn)
+}
+
+/// The body's effect for message `id`: one row in `batch_effects`.
+pub fn apply<C: Connection>(conn: &mut C, id: &str) -> Result<(), AppError> {
+    exec(
+        conn,
+        format!(
+            "INSERT INTO batch_effects (message_id, note) VALUES ({}, 'applied')",
+            literal(id)
+        ),
+    )?;
+    Ok(())
+}
+
+/// The effects committed for message `id`.
+pub fn effects(conn: &mut impl SqlRows, id: &str) -> i64 {
+    conn.bigint(&format!(
+        "SELECT COUNT(*) AS value FROM batch_effects WHERE message_id = {}",
+        literal(id)
+    ))
+}
+
+/// Every effect committed.
+pub fn all_effects(conn: &mut impl SqlRows) -> i64 {
+    conn.bigint("SELECT COUNT(*) AS value FROM batch_effects")
+}
+
+/// The claims of `id` by [`HANDLER`]: 0 or 1.
+pub fn claims(conn: &mut impl SqlRows, id: &str) -> i64 {
+    conn.bigint(&format!(
+        "SELECT COUNT(*) AS value FROM inbox_messages WHERE handler = {} AND message_id = {}",
+        literal(HANDLER),
+        literal(id)
+    ))
+}
+
+/// Every claim in the inbox.
+pub fn all_claims(conn: &mut impl SqlRows) -> i64 {
+    conn.bigint("SELECT COUNT(*) AS value FROM inbox_messages")
+}
+
+/// Every row of `inbox_failures`.
+pub fn all_failure_rows(conn: &mut impl SqlRows) -> i64 {
+    conn.bigint("SELECT COUNT(*) AS value FROM inbox_failures")
+}
+
+/// The `inbox_failures` row of one message, as the tests compare it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureRow {
+    pub attempts: i64,
+    pub last_error: String,
+    pub dead: bool,
+    pub rejected: bool,
+}
+
+/// The `inbox_failures` row of `id` (handler [`HANDLER`]), if any.
+pub fn failure_row<B: TestBackend>(conn: &mut B::Connection, id: &str) -> Option<FailureRow> {
+    let integer = if B::NAME == "mysql" {
+        "SIGNED"
+    } else {
+        "BIGINT"
+    };
+    let row = format!(
+        "FROM inbox_failures WHERE handler = {} AND message_id = {}",
+        literal(HANDLER),
+        literal(id)
+    );
+    let attempts = conn.bigints(&format!(
+        "SELECT CAST(attempts AS {integer}) AS value {row}"
+    ));
+    let attempts = match attempts[..] {
+        [] => return None,
+        [attempts] => attempts,
+        _ => panic!("two failure rows for one message"),
+    };
+    let last_error = conn
+        .texts(&format!("SELECT last_error AS value {row}"))
+        .remove(0);
+    let dead = conn.bigint(&format!(
+        "SELECT COUNT(*) AS value {row} AND dead_at IS NOT NULL"
+    )) == 1;
+    let rejected = conn.bigint(&format!("SELECT COUNT(*) AS value {row} AND rejected")) == 1;
+    Some(FailureRow {
+        attempts,
+        last_error,
+        dead,
+        rejected,
+    })
+}
+
+/// A counted, not (yet) dead message's row.
+pub fn counted(attempts: i64, last_error: &str) -> Option<FailureRow> {
+    Some(FailureRow {
+        attempts,
+        last_error: last_error.to_owned(),
+        dead: false,
+        rejected: false,
+    })
+}
+
+/// A message dead after `attempts` failed attempts.
+pub fn exhausted(attempts: i64, last_error: &str) -> Option<FailureRow> {
+    Some(FailureRow {
+        attempts,
+        last_error: last_error.to_owned(),
+        dead: true,
+        rejected: false,
+    })
+}
+
+/// A rejected message's row.
+pub fn rejected(attempts: i64, reason: &str) -> Option<FailureRow> {
+    Some(FailureRow {
+        attempts,
+        last_error: reason.to_owned(),
+        dead: true,
+        rejected: true,
+    })
+}
+
+/// The report of a batch whose bodies return their message's id.
+pub type Report = BatchReport<String, AppError>;
+
+/// How often the body ran per id during one batch.
+pub type Runs = BTreeMap<String, u32>;
+
+/// Runs `ids` as one batch of [`HANDLER`] (at most `max_attempts` failed
+/// attempts per message); `act` is the body (it gets the id), and each
+/// processed message's value is its id. Returns the report and how often
+/// each body ran.
+pub fn run_batch<C>(
+    conn: &mut C,
+    ids: &[String],
+    max_attempts: MaxAttempts,
+    mut act: impl FnMut(&mut C, &str) -> Result<(), AppError>,
+) -> (Report, Runs)
+where
+    C: diesel::connection::LoadConnection<Backend: InboxBackend>,
+{
+    let mut runs = Runs::new();
+    let report = run_idempotent_batch_with(
+        conn,
+        &handler(),
+        ids,
+        |id| id,
+        max_attempts,
+        |conn, id: &String| {
+            *runs.entry(id.clone()).or_default() += 1;
+            act(conn, id)?;
+            Ok(id.clone())
+        },
+    );
+    (report, runs)
+}
+
+/// [`run_batch`] with a body that applies the effect and never fails.
+pub fn apply_batch<C>(conn: &mut C, ids: &[String]) -> (Report, Runs)
+where
+    C: diesel::connection::LoadConnection<Backend: InboxBackend>,
+{
+    run_batch(conn, ids, MaxAttempts::limit(3), |conn, id| apply(conn, id))
+}
+
+/// How each message ended, for comparing reports: `processed`,
+/// `duplicate`, or the error's text.
+pub fn endings(report: &Report) -> Vec<String> {
+    report
+        .results()
+        .iter()
+        .map(|result| match result {
+            Ok(Outcome::Processed(_)) => "processed".to_owned(),
+            Ok(Outcome::Duplicate) => "duplicate".to_owned(),
+            Err(error) => format!("error: {error}"),
+        })
+        .collect()
+}
+
+/// The broker decision of every message.
+pub fn decisions(report: &Report) -> Vec<AckDecision> {
+    report.results().iter().map(ack_decision).collect()
+}
+
+/// Asserts that every message was processed with its own id as the value,
+/// in the order given.
+pub fn assert_all_processed(report: &Report, ids: &[String]) {
+    assert_eq!(report.len(), ids.len());
+    for (position, (result, id)) in report.results().iter().zip(ids).enumerate() {
+        match result {
+            Ok(Outcome::Processed(value)) => assert_eq!(value, id, "position {position}"),
+            other => panic!("position {position} ({id}): {other:?}"),
+        }
+    }
+}
+
+/// Asserts that every message was a duplicate.
+pub fn assert_all_duplicates(report: &Report) {
+    for (position, result) in report.results().iter().enumerate() {
+        assert!(
+            matches!(result, Ok(Outcome::Duplicate)),
+            "position {position}: {result:?}"
+        );
+    }
+}
+
+/// Diesel's transaction depth on `conn` (0: none open).
+pub fn depth<C: Connection>(conn: &mut C) -> u32 {
+    C::TransactionManager::transaction_manager_status_mut(conn)
+        .transaction_depth()
+        .expect("the transaction manager is not broken")
+        .map_or(0, std::num::NonZeroU32::get)
+}
+
+/// Runs `deliver` on `conn` and returns the statements it sent (Diesel's
+/// instrumentation sees every one, `batch_execute` included).
+pub fn statements_of<C: Connection, T>(
+    conn: &mut C,
+    deliver: impl FnOnce(&mut C) -> T,
+) -> (T, Vec<String>) {
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let recorder = Arc::clone(&sent);
+    conn.set_instrumentation(move |event: InstrumentationEvent<'_>| {
+        if let InstrumentationEvent::StartQuery { query, .. } = event {
+            recorder.lock().unwrap().push(query.to_string());
+        }
+    });
+    let value = deliver(conn);
+    conn.set_instrumentation(|_: InstrumentationEvent<'_>| {});
+    let sent = sent.lock().unwrap().clone();
+    (value, sent)
+}
+
+/// What each statement is: `BEGIN`, `claim`, `effect`, `COMMIT` (on
+/// PostgreSQL `SELECT 1; COMMIT`), `ROLLBACK`, `count attempt`, `mark
+/// dead`; anything else as it was sent.
+pub fn shape(statements: &[String]) -> Vec<&str> {
+    statements
+        .iter()
+        .map(|sql| match sql.as_str() {
+            "BEGIN" => "BEGIN",
+            "ROLLBACK" => "ROLLBACK",
+            "COMMIT" | "SELECT 1; COMMIT" => "COMMIT",
+            sql if sql.starts_with("INSERT") && sql.contains("inbox_messages") => "claim",
+            sql if sql.starts_with("INSERT INTO inbox_failures") => "count attempt",
+            sql if sql.starts_with("UPDATE inbox_failures") => "mark dead",
+            sql if sql.starts_with("INSERT") && sql.contains("effects") => "effect",
+            sql => sql,
+        })
+        .collect()
+}
+
+/// Counts the transactions (and savepoints) begun on a connection, so a
+/// body can tell whether another body ran in the same transaction as it.
+#[derive(Clone, Default)]
+pub struct TransactionClock(Arc<AtomicU64>);
+
+impl TransactionClock {
+    /// Starts counting the transactions begun on `conn` (replacing its
+    /// instrumentation).
+    pub fn install<C: Connection>(conn: &mut C) -> TransactionClock {
+        let clock = TransactionClock::default();
+        let ticks = Arc::clone(&clock.0);
+        conn.set_instrumentation(move |event: InstrumentationEvent<'_>| {
+            if let InstrumentationEvent::StartQuery { query, .. } = event {
+                let sql = query.to_string();
+                if sql.starts_with("BEGIN") || sql.starts_with("SAVEPOINT") {
+                    ticks.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        clock
+    }
+
+    /// The number of the transaction running now.
+    pub fn now(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A small std-only generator (xorshift), seeded per thread.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// A number in `low..=high`.
+    pub fn between(&mut self, low: usize, high: usize) -> usize {
+        low + (self.next() % (high - low + 1) as u64) as usize
+    }
+
+    /// Shuffles `items` in place (Fisher–Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            items.swap(i, j);
+        }
+    }
+}
+
+/// The text of a panic's payload.
+pub fn panic_text(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "<not text>".to_owned())
+}
+
+/// Keeps the deliberate panics of the bodies (their text says
+/// `deliberate`) out of the output; every other panic is reported as usual.
+pub fn quiet_deliberate_panics() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let report = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !panic_text(info.payload()).contains("deliberate") {
+                report(info);
+            }
+        }));
+    });
+}

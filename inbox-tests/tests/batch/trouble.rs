@@ -1,0 +1,211 @@
+//! Database trouble inside a batch (a killed connection, a lock conflict
+//! in a body): nothing of the transaction commits, the message that met it
+//! gets the error, every other message not committed gets
+//! `InboxError::BatchAborted` with the same recovery, all of them are
+//! retried, and nothing is counted against any message. Redelivered, the
+//! batch processes them all.
+
+use diesel::connection::SimpleConnection;
+use inbox_runtime::{
+    AckDecision, InboxError, MaxAttempts, Outcome, Recovery, ack_decision,
+    run_idempotent_batch_with,
+};
+use inbox_tests::{ServerBackend, TestBackend, connection_id, terminate};
+
+use crate::support::*;
+
+/// Asserts that `result` is `BatchAborted` caused by `cause` with
+/// `recovery`, retried.
+fn assert_aborted(result: &Result<Outcome<String>, AppError>, cause: &str, recovery: Recovery) {
+    match result {
+        Err(AppError::Inbox(InboxError::BatchAborted {
+            cause_message_id,
+            recovery: found,
+        })) => {
+            assert_eq!(cause_message_id, cause);
+            assert_eq!(*found, recovery);
+        }
+        other => panic!("not aborted: {other:?}"),
+    }
+    assert_eq!(ack_decision(result), AckDecision::Retry);
+}
+
+/// The connection is killed (from another connection) inside the body of
+/// the fifth message: that message gets a `Reconnect` error, the other nine
+/// `BatchAborted` (Reconnect), nothing commits and nothing is counted; on
+/// a new connection the redelivered batch processes all ten.
+pub fn a_killed_connection_aborts_the_batch<B: ServerBackend>() {
+    let Some((db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let mut observer = db.connect();
+    let victim = connection_id::<B>(&mut conn);
+    let batch = ids("killed", 10);
+    let fifth = batch[4].clone();
+    let (report, runs) = run_batch(&mut conn, &batch, MaxAttempts::limit(1), |conn, id| {
+        if id == fifth {
+            terminate::<B>(&mut observer, victim);
+        }
+        apply(conn, id)
+    });
+    assert_eq!(
+        runs.len(),
+        5,
+        "the bodies after the fifth never ran: {runs:?}"
+    );
+    let result = &report.results()[4];
+    let error = result.as_ref().expect_err("the fifth message's error");
+    assert_eq!(error.recovery(), Recovery::Reconnect, "{error:?}");
+    assert!(
+        !matches!(error, AppError::Inbox(InboxError::BatchAborted { .. })),
+        "the message that met the trouble carries its error: {error:?}"
+    );
+    for (index, result) in report.results().iter().enumerate() {
+        if index != 4 {
+            assert_aborted(result, &fifth, Recovery::Reconnect);
+        }
+    }
+    assert!(decisions(&report).iter().all(|d| *d == AckDecision::Retry));
+    assert_eq!((report.processed(), report.failed()), (0, 10));
+    assert_eq!(all_claims(&mut observer), 0, "nothing committed");
+    assert_eq!(all_effects(&mut observer), 0);
+    assert_eq!(all_failure_rows(&mut observer), 0, "nothing counted");
+
+    let mut fresh_conn = db.connect();
+    let (again, runs) = apply_batch(&mut fresh_conn, &batch);
+    assert_all_processed(&again, &batch);
+    assert_eq!(runs.len(), 10);
+    assert_eq!(all_effects(&mut observer), 10);
+}
+
+/// The same, with ids claimed before in the batch: they keep
+/// `Ok(Outcome::Duplicate)` (their ids were committed by other
+/// deliveries); the others are aborted. The body's error type is Diesel's
+/// own: `InboxError::find_in` finds `BatchAborted` inside it.
+pub fn duplicates_stay_duplicates_when_the_batch_aborts<B: ServerBackend>() {
+    let Some((db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let mut observer = db.connect();
+    let batch = ids("dup-kill", 10);
+    let before = [batch[1].clone(), batch[6].clone(), batch[8].clone()];
+    let (report, _) = apply_batch(&mut conn, &before);
+    assert_all_processed(&report, &before);
+    let mut victim_conn = db.connect();
+    let victim = connection_id::<B>(&mut victim_conn);
+    let killed_at = batch[4].clone();
+    let report = run_idempotent_batch_with(
+        &mut victim_conn,
+        &handler(),
+        &batch,
+        |id| id,
+        MaxAttempts::limit(1),
+        |conn, id: &String| -> Result<(), diesel::result::Error> {
+            if *id == killed_at {
+                terminate::<B>(&mut observer, victim);
+            }
+            exec(
+                conn,
+                format!(
+                    "INSERT INTO batch_effects (message_id, note) VALUES ({}, 'x')",
+                    literal(id)
+                ),
+            )?;
+            Ok(())
+        },
+    );
+    for (index, (result, id)) in report.results().iter().zip(&batch).enumerate() {
+        if before.contains(id) {
+            assert!(
+                matches!(result, Ok(Outcome::Duplicate)),
+                "{id}: a duplicate stays one: {result:?}"
+            );
+            continue;
+        }
+        let error = result.as_ref().expect_err("not committed");
+        assert_eq!(ack_decision(result), AckDecision::Retry, "{id}");
+        if index == 4 {
+            assert_eq!(inbox_runtime::recovery(error), Recovery::Reconnect);
+            continue;
+        }
+        match InboxError::find_in(error) {
+            Some(InboxError::BatchAborted {
+                cause_message_id,
+                recovery,
+            }) => {
+                assert_eq!(cause_message_id, &killed_at);
+                assert_eq!(*recovery, Recovery::Reconnect);
+            }
+            other => panic!("{id}: {other:?} in {error:?}"),
+        }
+    }
+    assert_eq!(all_effects(&mut observer), 3, "only the earlier batch's");
+    assert_eq!(all_failure_rows(&mut observer), 0);
+}
+
+/// SQL that makes the connection's lock waits end soon with a lock
+/// conflict: PostgreSQL's `lock_timeout`, InnoDB's lock wait timeout (one
+/// second, its least).
+fn short_lock_wait_sql<B: TestBackend>() -> &'static str {
+    if B::NAME == "mysql" {
+        "SET SESSION innodb_lock_wait_timeout = 1"
+    } else {
+        "SET lock_timeout = '200ms'"
+    }
+}
+
+/// Another transaction holds a row the body of the third message updates:
+/// the lock wait ends in a lock conflict, retryable on the same
+/// connection; the batch is aborted (`Retry`), nothing commits, nothing is
+/// counted. Once the row is free, the same connection processes the batch.
+pub fn a_lock_conflict_in_a_body_aborts_the_batch<B: ServerBackend>() {
+    let Some((db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let mut observer = db.connect();
+    let mut holder = db.connect();
+    holder
+        .batch_execute("BEGIN; UPDATE batch_locks SET n = n + 1 WHERE id = 1")
+        .expect("hold the row");
+    conn.batch_execute(short_lock_wait_sql::<B>()).unwrap();
+    let batch = ids("locked", 6);
+    let third = batch[2].clone();
+    let body = |conn: &mut B::Connection, id: &str| {
+        apply(conn, id)?;
+        if id == third {
+            exec(conn, "UPDATE batch_locks SET n = n + 1 WHERE id = 1")?;
+        }
+        Ok(())
+    };
+    let (report, runs) = run_batch(&mut conn, &batch, MaxAttempts::limit(1), body);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    let error = report.results()[2].as_ref().expect_err("the lock conflict");
+    assert!(matches!(error, AppError::Db(_)), "{error:?}");
+    assert_eq!(error.recovery(), Recovery::Retry, "{error:?}");
+    assert!(inbox_runtime::is_lock_conflict(match error {
+        AppError::Db(e) => e,
+        _ => unreachable!(),
+    }));
+    for (index, result) in report.results().iter().enumerate() {
+        if index != 2 {
+            assert_aborted(result, &third, Recovery::Retry);
+        }
+    }
+    assert!(decisions(&report).iter().all(|d| *d == AckDecision::Retry));
+    assert_eq!(depth(&mut conn), 0);
+    assert_eq!(all_claims(&mut observer), 0);
+    assert_eq!(all_effects(&mut observer), 0);
+    assert_eq!(all_failure_rows(&mut observer), 0, "nothing counted");
+
+    holder.batch_execute("COMMIT").unwrap();
+    let (again, _) = run_batch(&mut conn, &batch, MaxAttempts::limit(1), body);
+    assert_all_processed(&again, &batch);
+    assert_eq!(all_effects(&mut observer), 6);
+}
+
+inbox_tests::backend_tests!(
+    only [postgres, mysql]:
+    a_killed_connection_aborts_the_batch,
+    duplicates_stay_duplicates_when_the_batch_aborts,
+    a_lock_conflict_in_a_body_aborts_the_batch,
+);
