@@ -1,6 +1,7 @@
-//! The batch variants: `n` messages delivered through
+//! The blocking batch variants: `n` messages delivered through
 //! `inbox_runtime::run_idempotent_batch`, one transaction per batch (one
-//! claim statement for all ids, then the effect once per new message).
+//! claim statement for all ids, then the effect once per new message). The
+//! async ones are in `nonblocking.rs`.
 
 use inbox_runtime::{HandlerName, run_idempotent_batch};
 

@@ -1,7 +1,8 @@
 //! What differs per connection type: the effect (a one-row `UPDATE` of the
-//! delivering connection's own account, through Diesel's DSL and its
-//! statement cache) and the hand-written claim sent as uncached SQL
-//! (`diesel::sql_query` with binds, which Diesel never caches).
+//! delivering connection's own account, through Diesel's DSL; Diesel never
+//! caches an `UPDATE`'s prepared statement) and the hand-written claim sent
+//! as uncached SQL (`diesel::sql_query` with binds, which Diesel never
+//! caches either).
 
 use diesel::connection::LoadConnection;
 use diesel::prelude::*;

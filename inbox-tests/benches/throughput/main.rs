@@ -12,8 +12,9 @@
 //! # Variants
 //!
 //! Every message's effect is a one-row `UPDATE` (of the delivering
-//! connection's own account row, through Diesel's DSL), every delivery a
-//! new id unless said otherwise:
+//! connection's own account row, through Diesel's DSL, which never caches
+//! an `UPDATE`'s prepared statement), every delivery a new id unless said
+//! otherwise:
 //!
 //! - `no-dedup`: a transaction with the effect alone: the baseline;
 //! - `claim-cached`: hand-written, `conn.transaction(..)` running
@@ -25,9 +26,9 @@
 //! - `handler`: `run_idempotent` (`run_idempotent_async`), what
 //!   `#[idempotent]` expands to;
 //! - `duplicate`: a redelivery of an id already claimed, through
-//!   `run_idempotent`: the body does not run;
-//! - `batch-N` (blocking only): `N` messages through
-//!   `run_idempotent_batch`, one transaction per batch.
+//!   `run_idempotent` (`run_idempotent_async`): the body does not run;
+//! - `batch-N`: `N` messages through `run_idempotent_batch`
+//!   (`run_idempotent_batch_async`), one transaction per batch.
 //!
 //! # Configurations
 //!
@@ -77,8 +78,8 @@
 //! trips are left out. (Diesel's `batch_execute` is no such case on
 //! MariaDB: it turns multi-statements on and off around the query, three
 //! commands.) Round trips per delivery are counted after two warm-up
-//! deliveries, so statements are already prepared, as in a long-running
-//! consumer.
+//! deliveries, so cached statements are already prepared, as in a
+//! long-running consumer.
 //!
 //! # Settings (environment)
 //!
@@ -92,7 +93,7 @@
 //! - `INBOX_BENCH_PG_SYNCHRONOUS_COMMIT=off`: PostgreSQL sessions without
 //!   waiting for the WAL flush at commit, where round trips weigh most.
 //!
-//! The default run takes about 5 minutes with every backend and mode. It
+//! The default run takes about 6 minutes with every backend and mode. It
 //! prints figures; it asserts nothing.
 
 mod batch;

@@ -4,7 +4,9 @@
 use std::time::{Duration, Instant};
 
 use diesel_async::RunQueryDsl;
-use inbox_runtime::{ClaimStatement, HandlerName, run_idempotent_async};
+use inbox_runtime::{
+    ClaimStatement, HandlerName, run_idempotent_async, run_idempotent_batch_async,
+};
 
 use crate::connections::AsyncBenchConnection;
 use crate::proxy::Proxy;
@@ -103,7 +105,21 @@ impl<C: AsyncBenchConnection> AsyncWorker<C> {
                 .await
                 .expect("duplicate");
             }
-            Variant::Batch(_) => unreachable!("no async batch API"),
+            Variant::Batch(size) => {
+                let first = fresh_ids(size);
+                let ids: Vec<u64> = (first..first + size as u64).collect();
+                let report = run_idempotent_batch_async(
+                    &mut self.conn,
+                    handler,
+                    &ids,
+                    |id| id,
+                    async move |conn: &mut C, _id: &u64| conn.effect(account).await,
+                )
+                .await;
+                if let Some(Err(error)) = report.results().iter().find(|result| result.is_err()) {
+                    panic!("a batch delivery failed: {error}");
+                }
+            }
         }
     }
 
@@ -161,12 +177,7 @@ pub fn run<B: Server>(name: &str, config: &Config, db: &B, proxy: Option<&(Proxy
     let runtime = inbox_tests::runtime::multi_thread(
         std::thread::available_parallelism().map_or(2, |n| n.get()),
     );
-    let variants: Vec<Variant> = config
-        .variants
-        .iter()
-        .copied()
-        .filter(|v| !matches!(v, Variant::Batch(_)))
-        .collect();
+    let variants = &config.variants;
     let session = session_sql::<B>(config);
     let url = B::async_tcp_url(db.url());
     let trips = proxy.map(|(proxy, proxied)| {
@@ -174,7 +185,7 @@ pub fn run<B: Server>(name: &str, config: &Config, db: &B, proxy: Option<&(Proxy
             let conn: B::Async = connect(&B::async_tcp_url(proxied), session).await;
             let mut worker = AsyncWorker::new(conn, 0).await;
             let mut trips = RoundTrips::new();
-            for &variant in &variants {
+            for &variant in variants {
                 worker.deliver(variant).await;
                 worker.deliver(variant).await;
                 let deliveries = counted_deliveries(variant);
@@ -185,7 +196,10 @@ pub fn run<B: Server>(name: &str, config: &Config, db: &B, proxy: Option<&(Proxy
                 let flights = (proxy.flights() - before) as f64;
                 trips.insert(
                     variant,
-                    (flights / deliveries as f64, flights / deliveries as f64),
+                    (
+                        flights / deliveries as f64,
+                        flights / (deliveries * variant.size()) as f64,
+                    ),
                 );
             }
             trips
@@ -200,7 +214,7 @@ pub fn run<B: Server>(name: &str, config: &Config, db: &B, proxy: Option<&(Proxy
             }
             workers
         });
-        let mut measured = rounds(config, &variants, |variant, length| {
+        let mut measured = rounds(config, variants, |variant, length| {
             runtime.block_on(slice(&mut workers, variant, length))
         });
         print_table(
