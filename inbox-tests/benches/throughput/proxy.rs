@@ -1,0 +1,122 @@
+//! A loopback TCP proxy that counts round trips: the bench's server
+//! connections for the round-trip pass go through it.
+//!
+//! One thread per direction of every proxied connection. A *flight* is
+//! what the client writes before the server answers: a read from the client
+//! socket that follows data the server sent (or that is the connection's
+//! first) starts a new flight. Statements the client pipelines without
+//! waiting (a MariaDB `COM_STMT_CLOSE`, which has no reply, written before
+//! the next command; tokio-postgres' pipelined messages) count as the one
+//! flight they travel in, which is what a round trip costs: one wait for
+//! the network and the server.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+
+pub struct Proxy {
+    port: u16,
+    flights: Arc<AtomicU64>,
+}
+
+impl Proxy {
+    /// A proxy to `upstream` (`host:port`) on a free port of 127.0.0.1. Its
+    /// threads end with the connections they serve; the acceptor lives as
+    /// long as the process.
+    pub fn start(upstream: &str) -> std::io::Result<Proxy> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        let flights = Arc::new(AtomicU64::new(0));
+        let upstream = upstream.to_owned();
+        let counter = Arc::clone(&flights);
+        thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let _ = splice(client, server, Arc::clone(&counter));
+            }
+        });
+        Ok(Proxy { port, flights })
+    }
+
+    /// Client→server flights so far, over every connection.
+    pub fn flights(&self) -> u64 {
+        self.flights.load(Ordering::SeqCst)
+    }
+
+    /// A proxy in front of the server `url` names, and `url` pointed at
+    /// it (`scheme://[user[:password]@]host[:port]/…`, `default_port` when
+    /// it names none).
+    pub fn in_front_of(url: &str, default_port: u16) -> std::io::Result<(Proxy, String)> {
+        let scheme_end = url.find("://").expect("a URL with a scheme") + 3;
+        let rest = &url[scheme_end..];
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let authority = &rest[..authority_end];
+        let host_start = authority.rfind('@').map_or(0, |at| at + 1);
+        let host = &authority[host_start..];
+        let upstream = if host.contains(':') {
+            host.to_owned()
+        } else {
+            format!("{host}:{default_port}")
+        };
+        let proxy = Proxy::start(&upstream)?;
+        let proxied = format!(
+            "{}127.0.0.1:{}{}",
+            &url[..scheme_end + host_start],
+            proxy.port,
+            &rest[authority_end..]
+        );
+        Ok((proxy, proxied))
+    }
+}
+
+/// Copies both ways between `client` and `server`, counting the client's
+/// flights into `flights`.
+fn splice(client: TcpStream, server: TcpStream, flights: Arc<AtomicU64>) -> std::io::Result<()> {
+    client.set_nodelay(true)?;
+    server.set_nodelay(true)?;
+    // Whether the server has spoken since the client's last write: the
+    // client's next read starts a new flight. The connection's first write
+    // is a flight too.
+    let server_spoke = Arc::new(AtomicBool::new(true));
+    let (mut client_in, mut server_out) = (client.try_clone()?, server.try_clone()?);
+    let spoke = Arc::clone(&server_spoke);
+    thread::spawn(move || {
+        let mut buf = vec![0_u8; 64 * 1024];
+        loop {
+            let n = match client_in.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if spoke.swap(false, Ordering::SeqCst) {
+                flights.fetch_add(1, Ordering::SeqCst);
+            }
+            if server_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = server_out.shutdown(Shutdown::Write);
+    });
+    let (mut server_in, mut client_out) = (server, client);
+    thread::spawn(move || {
+        let mut buf = vec![0_u8; 64 * 1024];
+        loop {
+            let n = match server_in.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            // Marked before the client can see the data: its answer must
+            // find the mark set.
+            server_spoke.store(true, Ordering::SeqCst);
+            if client_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = client_out.shutdown(Shutdown::Write);
+    });
+    Ok(())
+}
