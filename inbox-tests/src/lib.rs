@@ -32,10 +32,12 @@ mod backend;
 #[cfg(feature = "async")]
 mod cancel;
 mod connections;
+pub mod failure_rows;
 mod macros;
 mod rows;
 #[cfg(feature = "async")]
 pub mod runtime;
+mod sent;
 mod statement;
 
 pub use self::app_error::AppError;
@@ -54,6 +56,7 @@ pub use self::connections::{connection_id, terminate};
 #[cfg(feature = "async")]
 pub use self::connections::{connection_id_async, terminate_async};
 pub use self::rows::SqlRows;
+pub use self::sent::{statement_shapes, statements_of};
 pub use self::statement::{Statement, statement};
 
 /// The environment variable that turns an unreachable server into a failure.

@@ -165,7 +165,8 @@ where
             return attempt_after_body_error(position, error, rolled_back, &claims);
         }
         let committed = level.commit().await;
-        attempt_after_commit(committed, deliveries, batch, claims)
+        let broken = status(level.conn()).transaction_depth().is_err();
+        attempt_after_commit(committed, broken, deliveries, batch, claims)
     }
 
     fn is_broken(&mut self) -> bool {

@@ -243,7 +243,8 @@ where
             return attempt_after_body_error(position, error, rolled_back, &claims);
         }
         let committed = commit(conn, &scope);
-        attempt_after_commit(committed, deliveries, batch, claims)
+        let broken = status(conn).transaction_depth().is_err();
+        attempt_after_commit(committed, broken, deliveries, batch, claims)
     }
 }
 

@@ -171,6 +171,11 @@ pub(crate) enum Attempt<E> {
     /// The body failed (or panicked) on the message at this position, and
     /// the transaction was rolled back.
     BodyFailed(usize),
+    /// The commit failed for a reason that belongs to one of the messages
+    /// but does not say which (a body ignored a failed statement; a
+    /// deferred constraint), and the transaction was rolled back on a
+    /// connection that is still sound: the batch is split in two.
+    CommitRefused,
     /// The database refused the text of the id at this position: the
     /// transaction was rolled back, and this is the message's error.
     Refused(usize, InboxError),
@@ -345,6 +350,13 @@ impl<T, E: HandlerError> Run<T, E> {
                     let failed = batch.pop().expect("the failed message");
                     segments.extend([after, vec![failed], batch]);
                 }
+                Attempt::CommitRefused => {
+                    // Halves, until the message whose body broke the commit
+                    // runs alone (the single form's rules); the others
+                    // commit.
+                    let second = batch.split_off(batch.len() / 2);
+                    segments.extend([second, batch]);
+                }
                 Attempt::Refused(position, error) => {
                     let refused = batch.remove(position);
                     observe::invalid_key(&error);
@@ -509,14 +521,23 @@ pub(crate) fn attempt_after_body_error<E: HandlerError>(
 }
 
 /// How the transaction's attempt ends after its commit: reports every
-/// delivery when it committed.
+/// delivery when it committed. A commit refused on a connection that is
+/// still sound (`broken`: whether its transaction manager is broken now),
+/// neither for a lost connection nor for a lock conflict, is the batch's
+/// to split.
 pub(crate) fn attempt_after_commit<M, E: HandlerError>(
     committed: Result<(), InboxError>,
+    broken: bool,
     deliveries: Vec<Delivery>,
     batch: &[&Pending<'_, M>],
     claims: Vec<Claim>,
 ) -> Attempt<E> {
     if let Err(error) = committed {
+        let lock_conflict =
+            matches!(&error, InboxError::Database(cause) if crate::is_lock_conflict(cause));
+        if !broken && !lock_conflict && error.recovery() == Recovery::Retry {
+            return Attempt::CommitRefused;
+        }
         let first_claimed = claims.iter().position(|claim| *claim == Claim::Claimed);
         let position = first_claimed.unwrap_or(0);
         return trouble_after_claims(position, into_handler_error(error), &claims);

@@ -8,7 +8,7 @@
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use diesel::connection::{InstrumentationEvent, SimpleConnection, TransactionManager};
 use diesel::prelude::*;
@@ -109,83 +109,11 @@ pub fn all_claims(conn: &mut impl SqlRows) -> i64 {
     conn.bigint("SELECT COUNT(*) AS value FROM inbox_messages")
 }
 
-/// Every row of `inbox_failures`.
-pub fn all_failure_rows(conn: &mut impl SqlRows) -> i64 {
-    conn.bigint("SELECT COUNT(*) AS value FROM inbox_failures")
-}
-
-/// The `inbox_failures` row of one message, as the tests compare it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FailureRow {
-    pub attempts: i64,
-    pub last_error: String,
-    pub dead: bool,
-    pub rejected: bool,
-}
+pub use inbox_tests::failure_rows::{FailureRow, all_failure_rows, counted, exhausted, rejected};
 
 /// The `inbox_failures` row of `id` (handler [`HANDLER`]), if any.
 pub fn failure_row<B: TestBackend>(conn: &mut B::Connection, id: &str) -> Option<FailureRow> {
-    let integer = if B::NAME == "mysql" {
-        "SIGNED"
-    } else {
-        "BIGINT"
-    };
-    let row = format!(
-        "FROM inbox_failures WHERE handler = {} AND message_id = {}",
-        literal(HANDLER),
-        literal(id)
-    );
-    let attempts = conn.bigints(&format!(
-        "SELECT CAST(attempts AS {integer}) AS value {row}"
-    ));
-    let attempts = match attempts[..] {
-        [] => return None,
-        [attempts] => attempts,
-        _ => panic!("two failure rows for one message"),
-    };
-    let last_error = conn
-        .texts(&format!("SELECT last_error AS value {row}"))
-        .remove(0);
-    let dead = conn.bigint(&format!(
-        "SELECT COUNT(*) AS value {row} AND dead_at IS NOT NULL"
-    )) == 1;
-    let rejected = conn.bigint(&format!("SELECT COUNT(*) AS value {row} AND rejected")) == 1;
-    Some(FailureRow {
-        attempts,
-        last_error,
-        dead,
-        rejected,
-    })
-}
-
-/// A counted, not (yet) dead message's row.
-pub fn counted(attempts: i64, last_error: &str) -> Option<FailureRow> {
-    Some(FailureRow {
-        attempts,
-        last_error: last_error.to_owned(),
-        dead: false,
-        rejected: false,
-    })
-}
-
-/// A message dead after `attempts` failed attempts.
-pub fn exhausted(attempts: i64, last_error: &str) -> Option<FailureRow> {
-    Some(FailureRow {
-        attempts,
-        last_error: last_error.to_owned(),
-        dead: true,
-        rejected: false,
-    })
-}
-
-/// A rejected message's row.
-pub fn rejected(attempts: i64, reason: &str) -> Option<FailureRow> {
-    Some(FailureRow {
-        attempts,
-        last_error: reason.to_owned(),
-        dead: true,
-        rejected: true,
-    })
+    inbox_tests::failure_rows::failure_row::<B>(conn, HANDLER, id)
 }
 
 /// The report of a batch whose bodies return their message's id.
@@ -280,43 +208,7 @@ pub fn depth<C: Connection>(conn: &mut C) -> u32 {
         .map_or(0, std::num::NonZeroU32::get)
 }
 
-/// Runs `deliver` on `conn` and returns the statements it sent (Diesel's
-/// instrumentation sees every one, `batch_execute` included).
-pub fn statements_of<C: Connection, T>(
-    conn: &mut C,
-    deliver: impl FnOnce(&mut C) -> T,
-) -> (T, Vec<String>) {
-    let sent = Arc::new(Mutex::new(Vec::new()));
-    let recorder = Arc::clone(&sent);
-    conn.set_instrumentation(move |event: InstrumentationEvent<'_>| {
-        if let InstrumentationEvent::StartQuery { query, .. } = event {
-            recorder.lock().unwrap().push(query.to_string());
-        }
-    });
-    let value = deliver(conn);
-    conn.set_instrumentation(|_: InstrumentationEvent<'_>| {});
-    let sent = sent.lock().unwrap().clone();
-    (value, sent)
-}
-
-/// What each statement is: `BEGIN`, `claim`, `effect`, `COMMIT` (on
-/// PostgreSQL `SELECT 1; COMMIT`), `ROLLBACK`, `count attempt`, `mark
-/// dead`; anything else as it was sent.
-pub fn shape(statements: &[String]) -> Vec<&str> {
-    statements
-        .iter()
-        .map(|sql| match sql.as_str() {
-            "BEGIN" => "BEGIN",
-            "ROLLBACK" => "ROLLBACK",
-            "COMMIT" | "SELECT 1; COMMIT" => "COMMIT",
-            sql if sql.starts_with("INSERT") && sql.contains("inbox_messages") => "claim",
-            sql if sql.starts_with("INSERT INTO inbox_failures") => "count attempt",
-            sql if sql.starts_with("UPDATE inbox_failures") => "mark dead",
-            sql if sql.starts_with("INSERT") && sql.contains("effects") => "effect",
-            sql => sql,
-        })
-        .collect()
-}
+pub use inbox_tests::{statement_shapes as shape, statements_of};
 
 /// Counts the transactions (and savepoints) begun on a connection, so a
 /// body can tell whether another body ran in the same transaction as it.

@@ -4,50 +4,10 @@
 //! counted (no statement touches `inbox_failures`), and only a failed
 //! attempt adds the short transaction that counts it.
 
-use std::sync::{Arc, Mutex};
-
-use diesel::Connection;
-use diesel::connection::InstrumentationEvent;
+use inbox_tests::{statement_shapes as shape, statements_of};
 
 use crate::handlers::apply;
 use crate::support::*;
-
-/// Runs `deliver` on `conn` and returns the statements it sent.
-fn statements_of<C: Connection>(conn: &mut C, deliver: impl FnOnce(&mut C)) -> Vec<String> {
-    let sent = Arc::new(Mutex::new(Vec::new()));
-    let recorder = Arc::clone(&sent);
-    conn.set_instrumentation(move |event: InstrumentationEvent<'_>| {
-        if let InstrumentationEvent::StartQuery { query, .. } = event {
-            recorder.lock().unwrap().push(query.to_string());
-        }
-    });
-    deliver(conn);
-    conn.set_instrumentation(|_: InstrumentationEvent<'_>| {});
-    sent.lock().unwrap().clone()
-}
-
-/// What each statement is: `BEGIN`, `claim`, `effect`, `COMMIT` (on
-/// PostgreSQL `SELECT 1; COMMIT`), `ROLLBACK`, `count attempt`, `mark dead`;
-/// anything else as it was sent. A statement sent as a prepared statement
-/// (MySQL's transaction statements) reads with its binds, none: `BEGIN --
-/// binds: []`.
-fn shape(statements: &[String]) -> Vec<&str> {
-    statements
-        .iter()
-        .map(
-            |sql| match sql.strip_suffix(" -- binds: []").unwrap_or(sql) {
-                "BEGIN" => "BEGIN",
-                "ROLLBACK" => "ROLLBACK",
-                "COMMIT" | "SELECT 1; COMMIT" => "COMMIT",
-                sql if sql.starts_with("INSERT") && sql.contains("inbox_messages") => "claim",
-                sql if sql.starts_with("INSERT INTO inbox_failures") => "count attempt",
-                sql if sql.starts_with("UPDATE inbox_failures") => "mark dead",
-                sql if sql.starts_with("INSERT") && sql.contains("effects") => "effect",
-                sql => sql,
-            },
-        )
-        .collect()
-}
 
 /// A processed message: `BEGIN`, the claim, the body's statement, the
 /// commit; a duplicate: `BEGIN`, the claim, the commit. Four and three
@@ -58,13 +18,13 @@ pub fn a_message_that_never_fails_sends_the_same_statements<B: E2e>() {
         return;
     };
     let msg = Msg::new("never-fails");
-    let processed = statements_of(&mut conn, |conn| apply(conn, &msg).expect("processed"));
+    let ((), processed) = statements_of(&mut conn, |conn| apply(conn, &msg).expect("processed"));
     assert_eq!(
         shape(&processed),
         ["BEGIN", "claim", "effect", "COMMIT"],
         "a processed message: {processed:#?}"
     );
-    let duplicate = statements_of(&mut conn, |conn| apply(conn, &msg).expect("duplicate"));
+    let ((), duplicate) = statements_of(&mut conn, |conn| apply(conn, &msg).expect("duplicate"));
     assert_eq!(
         shape(&duplicate),
         ["BEGIN", "claim", "COMMIT"],
@@ -86,7 +46,7 @@ pub fn a_failed_attempt_adds_one_short_transaction<B: E2e>() {
         return;
     };
     let msg = Msg::with_mode("fails-once", Mode::Fail);
-    let failed = statements_of(&mut conn, |conn| {
+    let ((), failed) = statements_of(&mut conn, |conn| {
         apply(conn, &msg).expect_err("the body fails");
     });
     assert_eq!(
