@@ -35,6 +35,14 @@ use crate::transaction_async::{
 /// server rolls that transaction back when the connection closes, or when it
 /// sat idle for [`abandoned_transaction_timeout`].
 ///
+/// The future is `Send` when the connection, the messages and the body's
+/// futures are, so it can be spawned. A body that borrows what it captures
+/// (`async |conn, msg| apply(conn, &account, msg).await`) may fail
+/// `tokio::spawn`'s check with "implementation of `Send` is not general
+/// enough", a limit of the compiler's reasoning about borrowed captures:
+/// move the captures in (`async move |conn, msg| …`, cloning what the body
+/// needs).
+///
 /// ```no_run
 /// # #[cfg(feature = "postgres")]
 /// # async fn demo(conn: &mut diesel_async::AsyncPgConnection) -> Result<(), inbox_runtime::InboxError> {

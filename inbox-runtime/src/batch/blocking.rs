@@ -46,13 +46,21 @@ use crate::transaction::{begin, claim_or_refuse, commit, roll_back, run_idempote
 ///   never charged for another's fault. A panic is resumed once the messages
 ///   before it committed and its attempt was counted; the messages after it
 ///   are not run.
+/// - **A refused commit** on a connection that stays sound (a body ignored
+///   a failed statement, so PostgreSQL cannot commit; a deferred constraint
+///   on SQLite) belongs to one message without saying which: the batch is
+///   halved, and halved again, until that message runs alone and gets the
+///   single form's error; the others commit.
 /// - **Database trouble** (a lost connection, a lock conflict in a body, a
-///   failed commit): nothing of that transaction commits. The message that
-///   met it gets the error, and every message of the batch not committed
-///   yet gets [`InboxError::BatchAborted`](crate::InboxError::BatchAborted) (retryable, with the same
-///   [`Recovery`](crate::Recovery)); the run stops there. A claim that loses a lock conflict
-///   is retried first, as `run_idempotent` retries it. Duplicates keep
-///   `Ok(Outcome::Duplicate)`: their ids were committed by other deliveries.
+///   commit that fails for either, or that loses the connection — a
+///   deferred constraint failing PostgreSQL's `COMMIT` does): nothing of
+///   that transaction commits. The message that met it gets the error, and
+///   every message of the batch not committed yet gets
+///   [`InboxError::BatchAborted`](crate::InboxError::BatchAborted)
+///   (retryable, with the same [`Recovery`](crate::Recovery)); the run
+///   stops there. A claim that loses a lock conflict is retried first, as
+///   `run_idempotent` retries it. Duplicates keep `Ok(Outcome::Duplicate)`:
+///   their ids were committed by other deliveries.
 /// - **Size**: any number of messages. A transaction holds at most
 ///   [`MAX_BATCH_MESSAGES`](crate::MAX_BATCH_MESSAGES); a longer batch is run as several, in order.
 ///   Each claim statement stays under its backend's parameter limit.
