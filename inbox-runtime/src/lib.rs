@@ -194,9 +194,15 @@ pub use ack::{AckDecision, Acknowledge, ack_decision};
 pub use attempts::{MaxAttempts, default_max_attempts, set_default_max_attempts};
 pub use backend::InboxBackend;
 pub use backoff::Backoff;
-pub use batch::{BatchReport, MAX_BATCH_MESSAGES, run_idempotent_batch, run_idempotent_batch_with};
+pub use batch::{
+    BatchReport, MAX_BATCH_MESSAGES, run_idempotent_batch, run_idempotent_batch_bulk,
+    run_idempotent_batch_bulk_with, run_idempotent_batch_with,
+};
 #[cfg(feature = "async")]
-pub use batch::{run_idempotent_batch_async, run_idempotent_batch_async_with};
+pub use batch::{
+    run_idempotent_batch_async, run_idempotent_batch_async_with, run_idempotent_batch_bulk_async,
+    run_idempotent_batch_bulk_async_with,
+};
 #[doc(hidden)]
 pub use claim::ClaimStatement;
 pub use claim::{Claim, claim};

@@ -8,9 +8,10 @@ use diesel_async::{AsyncConnection, TransactionManager};
 use futures_util::FutureExt;
 
 use super::{
-    Attempt, BatchReport, ClaimFailure, ClaimMode, Execute, Pending, Run, attempt_after_body_error,
-    attempt_after_claims_failed, attempt_after_commit, claims_of, current, lost_after_claims,
-    next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions,
+    Attempt, BatchReport, BodyFailure, ClaimFailure, ClaimMode, Execute, Pending, Run,
+    attempt_after_body_failure, attempt_after_claims_failed, attempt_after_commit, claimed,
+    claims_of, current, lost_after_claims, next_claim_mode, one_by_one_failure, sorted_ids,
+    sorted_positions,
 };
 use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::{BatchClaimed, InboxBackend};
@@ -112,25 +113,194 @@ where
 {
     let mut exec = Async {
         conn,
-        body,
+        bodies: Each(body),
+        max_attempts,
+    };
+    Run::drive(&mut exec, handler, messages, id_of).await
+}
+
+/// [`run_idempotent_batch_bulk`](crate::run_idempotent_batch_bulk) on a
+/// diesel-async connection: one `async` body for all the new messages of a
+/// transaction, with the guarantees of [`run_idempotent_batch_async`].
+///
+/// ```no_run
+/// # #[cfg(feature = "postgres")]
+/// # async fn demo(conn: &mut diesel_async::AsyncPgConnection) -> Result<(), inbox_runtime::InboxError> {
+/// use inbox_runtime::{run_idempotent_batch_bulk_async, HandlerName};
+///
+/// let handler = HandlerName::new("ledger.record")?;
+/// let report = run_idempotent_batch_bulk_async(conn, &handler, &["m-1", "m-2"], |id| *id, async |_conn, ids: &[&&str]| {
+///     // One statement writing the effects of every id in `ids`.
+///     Ok::<(), inbox_runtime::InboxError>(())
+/// })
+/// .await;
+/// assert_eq!(report.len(), 2);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn run_idempotent_batch_bulk_async<C, M, I, E, F>(
+    conn: &mut C,
+    handler: &HandlerName,
+    messages: &[M],
+    id_of: impl Fn(&M) -> &I,
+    body: F,
+) -> BatchReport<(), E>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+    I: MessageId + ?Sized,
+    E: HandlerError,
+    F: AsyncFnMut(&mut C, &[&M]) -> Result<(), E>,
+{
+    let max_attempts = default_max_attempts();
+    run_idempotent_batch_bulk_async_with(conn, handler, messages, id_of, max_attempts, body).await
+}
+
+/// [`run_idempotent_batch_bulk_async`] with the handler's own limit of
+/// failed attempts instead of [`default_max_attempts`].
+///
+/// ```no_run
+/// # #[cfg(feature = "postgres")]
+/// # async fn demo(conn: &mut diesel_async::AsyncPgConnection) -> Result<(), inbox_runtime::InboxError> {
+/// use inbox_runtime::{run_idempotent_batch_bulk_async_with, HandlerName, MaxAttempts};
+///
+/// let handler = HandlerName::new("ledger.record")?;
+/// let report = run_idempotent_batch_bulk_async_with(conn, &handler, &["m-1"], |id| *id, MaxAttempts::limit(3), async |_conn, _ids: &[&&str]| {
+///     Ok::<(), inbox_runtime::InboxError>(())
+/// })
+/// .await;
+/// assert_eq!(report.len(), 1);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn run_idempotent_batch_bulk_async_with<C, M, I, E, F>(
+    conn: &mut C,
+    handler: &HandlerName,
+    messages: &[M],
+    id_of: impl Fn(&M) -> &I,
+    max_attempts: MaxAttempts,
+    body: F,
+) -> BatchReport<(), E>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+    I: MessageId + ?Sized,
+    E: HandlerError,
+    F: AsyncFnMut(&mut C, &[&M]) -> Result<(), E>,
+{
+    let mut exec = Async {
+        conn,
+        bodies: Bulk(body),
         max_attempts,
     };
     Run::drive(&mut exec, handler, messages, id_of).await
 }
 
 /// A batch on a diesel-async connection.
-struct Async<'c, C, F> {
+struct Async<'c, C, B> {
     conn: &'c mut C,
-    body: F,
+    bodies: B,
     max_attempts: MaxAttempts,
 }
 
-impl<C, M, T, E, F> Execute<M, T, E> for Async<'_, C, F>
+/// How an async batch runs the bodies of its messages (see the blocking
+/// executor's `Bodies`).
+trait AsyncBodies<C, M, T, E> {
+    /// Runs the bodies of the messages of `batch` whose ids were claimed,
+    /// in order, pushing their values: on failure, the position of the
+    /// message it failed on, if it says (`None`: a bulk body), and the
+    /// failure.
+    async fn run(
+        &mut self,
+        conn: &mut C,
+        batch: &[&Pending<'_, M>],
+        claims: &[Claim],
+        deliveries: &[Delivery],
+        values: &mut Vec<T>,
+    ) -> Result<(), (Option<usize>, BodyFailure<E>)>;
+
+    /// The body of one message on its own.
+    async fn one(&mut self, conn: &mut C, pending: &Pending<'_, M>) -> Result<T, E>;
+}
+
+/// A body per message.
+struct Each<F>(F);
+
+impl<C, M, T, E, F> AsyncBodies<C, M, T, E> for Each<F>
+where
+    F: AsyncFnMut(&mut C, &M) -> Result<T, E>,
+{
+    async fn run(
+        &mut self,
+        conn: &mut C,
+        batch: &[&Pending<'_, M>],
+        claims: &[Claim],
+        deliveries: &[Delivery],
+        values: &mut Vec<T>,
+    ) -> Result<(), (Option<usize>, BodyFailure<E>)> {
+        for (position, (pending, claim)) in batch.iter().zip(claims).enumerate() {
+            if *claim == Claim::Duplicate {
+                continue;
+            }
+            let body = current::running_future([&pending.key], (self.0)(conn, pending.message));
+            let body = AssertUnwindSafe(body).catch_unwind();
+            match deliveries[position].scope().instrument(body).await {
+                Ok(Ok(value)) => values.push(value),
+                Ok(Err(error)) => return Err((Some(position), BodyFailure::Error(error))),
+                Err(panic) => return Err((Some(position), BodyFailure::Panic(panic))),
+            }
+        }
+        Ok(())
+    }
+
+    async fn one(&mut self, conn: &mut C, pending: &Pending<'_, M>) -> Result<T, E> {
+        current::running_future([&pending.key], (self.0)(conn, pending.message)).await
+    }
+}
+
+/// One body for all the messages claimed.
+struct Bulk<F>(F);
+
+impl<C, M, E, F> AsyncBodies<C, M, (), E> for Bulk<F>
+where
+    F: AsyncFnMut(&mut C, &[&M]) -> Result<(), E>,
+{
+    async fn run(
+        &mut self,
+        conn: &mut C,
+        batch: &[&Pending<'_, M>],
+        claims: &[Claim],
+        _deliveries: &[Delivery],
+        values: &mut Vec<()>,
+    ) -> Result<(), (Option<usize>, BodyFailure<E>)> {
+        let new = claimed(batch, claims);
+        if new.is_empty() {
+            return Ok(());
+        }
+        let messages: Vec<&M> = new.iter().map(|p| p.message).collect();
+        let keys = new.iter().map(|p| &p.key);
+        let body = current::running_future(keys, (self.0)(conn, &messages));
+        match AssertUnwindSafe(body).catch_unwind().await {
+            Ok(Ok(())) => {
+                values.extend(new.iter().map(|_| ()));
+                Ok(())
+            }
+            Ok(Err(error)) => Err((None, BodyFailure::Error(error))),
+            Err(panic) => Err((None, BodyFailure::Panic(panic))),
+        }
+    }
+
+    async fn one(&mut self, conn: &mut C, pending: &Pending<'_, M>) -> Result<(), E> {
+        current::running_future([&pending.key], (self.0)(conn, &[pending.message])).await
+    }
+}
+
+impl<C, M, T, E, B> Execute<M, T, E> for Async<'_, C, B>
 where
     C: AsyncConnection,
     C::Backend: InboxBackend,
     E: HandlerError,
-    F: AsyncFnMut(&mut C, &M) -> Result<T, E>,
+    B: AsyncBodies<C, M, T, E>,
 {
     async fn attempt(&mut self, batch: &[&Pending<'_, M>], values: &mut Vec<T>) -> Attempt<E> {
         let mut deliveries: Vec<Delivery> = batch.iter().map(|p| Delivery::start(&p.key)).collect();
@@ -146,31 +316,12 @@ where
             Err(failure) => return attempt_after_claims_failed(failure),
         };
         deliveries.iter_mut().for_each(Delivery::claimed);
-        for (position, (pending, claim)) in batch.iter().zip(&claims).enumerate() {
-            if *claim == Claim::Duplicate {
-                continue;
-            }
-            let body = (self.body)(level.conn(), pending.message);
-            let body = AssertUnwindSafe(current::running_future(&pending.key, body)).catch_unwind();
-            let error = match deliveries[position].scope().instrument(body).await {
-                Ok(Ok(value)) => {
-                    values.push(value);
-                    continue;
-                }
-                Ok(Err(error)) => error,
-                Err(panic) => {
-                    if level.roll_back().await.is_err() {
-                        // The connection is lost: nothing more can run on
-                        // it, and the panic matters more.
-                        std::panic::resume_unwind(panic);
-                    }
-                    // Alone, the message panics again (or not), and is
-                    // counted as the single form counts it.
-                    return Attempt::BodyFailed(position);
-                }
-            };
+        let ran = (self.bodies)
+            .run(level.conn(), batch, &claims, &deliveries, values)
+            .await;
+        if let Err((at, failure)) = ran {
             let rolled_back = level.roll_back().await;
-            return attempt_after_body_error(position, error, rolled_back, &claims);
+            return attempt_after_body_failure(at, failure, rolled_back, &claims);
         }
         let committed = level.commit().await;
         let broken = status(level.conn()).transaction_depth().is_err();
@@ -182,16 +333,12 @@ where
     }
 
     async fn alone(&mut self, pending: &Pending<'_, M>) -> Result<Outcome<T>, E> {
-        let body = &mut self.body;
-        let message = pending.message;
+        let bodies = &mut self.bodies;
         run_idempotent_async_with(
             &mut *self.conn,
             pending.key.clone(),
             self.max_attempts,
-            async |conn: &mut C| {
-                let body = current::running_future(&pending.key, body(conn, message));
-                body.await.map(Outcome::Processed)
-            },
+            async |conn: &mut C| bodies.one(conn, pending).await.map(Outcome::Processed),
         )
         .await
     }

@@ -6,9 +6,10 @@ use std::panic::{self, AssertUnwindSafe};
 use diesel::connection::LoadConnection;
 
 use super::{
-    Attempt, BatchReport, ClaimFailure, ClaimMode, Execute, Pending, Run, attempt_after_body_error,
-    attempt_after_claims_failed, attempt_after_commit, claims_of, current, lost_after_claims,
-    next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions,
+    Attempt, BatchReport, BodyFailure, ClaimFailure, ClaimMode, Execute, Pending, Run,
+    attempt_after_body_failure, attempt_after_claims_failed, attempt_after_commit, claimed,
+    claims_of, current, lost_after_claims, next_claim_mode, one_by_one_failure, sorted_ids,
+    sorted_positions,
 };
 use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::{BatchClaimed, InboxBackend};
@@ -164,25 +165,218 @@ where
 {
     let mut exec = Blocking {
         conn,
-        body,
+        bodies: Each(body),
         max_attempts,
     };
     block_ready(Run::drive(&mut exec, handler, messages, id_of))
 }
+/// [`run_idempotent_batch`] with one body for all the new messages of a
+/// transaction instead of one per message: what lets a batch write its
+/// effects in one statement (one multi-row `INSERT` for a hundred ledger
+/// rows), beyond what one transaction and one claim save.
+///
+/// `body` gets the messages whose ids were just claimed, in the order
+/// given (duplicates, copies and invalid ids left out), and runs at most
+/// once per transaction. When it fails (its error or a panic), the runtime
+/// cannot tell which message it failed on: the batch is rolled back and
+/// halved, and halved again, until the failing message runs alone, with
+/// `body` called on it alone and the single form's rules (its attempt
+/// counted, dead at the limit or on a rejection); the other halves commit.
+/// A failure that is database trouble aborts the batch as
+/// [`run_idempotent_batch`] does. Every other guarantee is
+/// [`run_idempotent_batch`]'s.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::connection::SimpleConnection;
+/// use diesel::prelude::*;
+/// use inbox_runtime::{HandlerName, run_idempotent_batch_bulk};
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// inbox_runtime::setup(&mut conn)?;
+/// conn.batch_execute("CREATE TABLE ledger (id TEXT PRIMARY KEY)")?;
+/// let handler = HandlerName::new("billing.record")?;
+/// let record = |conn: &mut SqliteConnection, ids: &[&&str]| {
+///     let values: Vec<String> = ids.iter().map(|id| format!("('{id}')")).collect();
+///     conn.batch_execute(&format!("INSERT INTO ledger VALUES {}", values.join(", ")))
+/// };
+/// let first = run_idempotent_batch_bulk(&mut conn, &handler, &["a", "b"], |id| *id, record);
+/// assert_eq!(first.processed(), 2);
+/// // "a" again: the body gets only "c".
+/// let second = run_idempotent_batch_bulk(&mut conn, &handler, &["a", "c"], |id| *id, record);
+/// assert_eq!((second.duplicates(), second.processed()), (1, 1));
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn run_idempotent_batch_bulk<C, M, I, E, F>(
+    conn: &mut C,
+    handler: &HandlerName,
+    messages: &[M],
+    id_of: impl Fn(&M) -> &I,
+    body: F,
+) -> BatchReport<(), E>
+where
+    C: LoadConnection,
+    C::Backend: InboxBackend,
+    I: MessageId + ?Sized,
+    E: HandlerError,
+    F: FnMut(&mut C, &[&M]) -> Result<(), E>,
+{
+    let max_attempts = default_max_attempts();
+    run_idempotent_batch_bulk_with(conn, handler, messages, id_of, max_attempts, body)
+}
+
+/// [`run_idempotent_batch_bulk`] with the handler's own limit of failed
+/// attempts instead of [`default_max_attempts`](crate::default_max_attempts).
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use inbox_runtime::{ack_decision, AckDecision, HandlerName, InboxError, MaxAttempts, run_idempotent_batch_bulk_with};
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// inbox_runtime::setup(&mut conn)?;
+/// let handler = HandlerName::new("orders")?;
+/// // Fails whenever "bad" is among the messages: halved until it is alone.
+/// let body = |_: &mut SqliteConnection, ids: &[&&str]| match ids.contains(&&"bad") {
+///     true => Err(InboxError::rejected("unknown sku")),
+///     false => Ok(()),
+/// };
+/// let messages = ["a", "b", "bad", "c"];
+/// let report = run_idempotent_batch_bulk_with(&mut conn, &handler, &messages, |id| *id, MaxAttempts::limit(3), body);
+/// let decisions: Vec<_> = report.results().iter().map(ack_decision).collect();
+/// assert_eq!(decisions, [AckDecision::Ack, AckDecision::Ack, AckDecision::DeadLetter, AckDecision::Ack]);
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn run_idempotent_batch_bulk_with<C, M, I, E, F>(
+    conn: &mut C,
+    handler: &HandlerName,
+    messages: &[M],
+    id_of: impl Fn(&M) -> &I,
+    max_attempts: MaxAttempts,
+    body: F,
+) -> BatchReport<(), E>
+where
+    C: LoadConnection,
+    C::Backend: InboxBackend,
+    I: MessageId + ?Sized,
+    E: HandlerError,
+    F: FnMut(&mut C, &[&M]) -> Result<(), E>,
+{
+    let mut exec = Blocking {
+        conn,
+        bodies: Bulk(body),
+        max_attempts,
+    };
+    block_ready(Run::drive(&mut exec, handler, messages, id_of))
+}
+
 /// A batch on a blocking connection: every step is done before its future
 /// is first polled.
-struct Blocking<'c, C, F> {
+struct Blocking<'c, C, B> {
     conn: &'c mut C,
-    body: F,
+    bodies: B,
     max_attempts: MaxAttempts,
 }
 
-impl<C, M, T, E, F> Execute<M, T, E> for Blocking<'_, C, F>
+/// How a blocking batch runs the bodies of its messages.
+trait Bodies<C, M, T, E> {
+    /// Runs the bodies of the messages of `batch` whose ids were claimed
+    /// (`claims`), in order, pushing their values: on failure, the position
+    /// of the message it failed on, if it says (`None`: a bulk body), and
+    /// the failure.
+    fn run(
+        &mut self,
+        conn: &mut C,
+        batch: &[&Pending<'_, M>],
+        claims: &[Claim],
+        deliveries: &[Delivery],
+        values: &mut Vec<T>,
+    ) -> Result<(), (Option<usize>, BodyFailure<E>)>;
+
+    /// The body of one message on its own.
+    fn one(&mut self, conn: &mut C, pending: &Pending<'_, M>) -> Result<T, E>;
+}
+
+/// A body per message.
+struct Each<F>(F);
+
+impl<C, M, T, E, F> Bodies<C, M, T, E> for Each<F>
+where
+    F: FnMut(&mut C, &M) -> Result<T, E>,
+{
+    fn run(
+        &mut self,
+        conn: &mut C,
+        batch: &[&Pending<'_, M>],
+        claims: &[Claim],
+        deliveries: &[Delivery],
+        values: &mut Vec<T>,
+    ) -> Result<(), (Option<usize>, BodyFailure<E>)> {
+        for (position, (pending, claim)) in batch.iter().zip(claims).enumerate() {
+            if *claim == Claim::Duplicate {
+                continue;
+            }
+            let _entered = deliveries[position].entered();
+            let body = || current::running([&pending.key], || (self.0)(conn, pending.message));
+            match panic::catch_unwind(AssertUnwindSafe(body)) {
+                Ok(Ok(value)) => values.push(value),
+                Ok(Err(error)) => return Err((Some(position), BodyFailure::Error(error))),
+                Err(panic) => return Err((Some(position), BodyFailure::Panic(panic))),
+            }
+        }
+        Ok(())
+    }
+
+    fn one(&mut self, conn: &mut C, pending: &Pending<'_, M>) -> Result<T, E> {
+        current::running([&pending.key], || (self.0)(conn, pending.message))
+    }
+}
+
+/// One body for all the messages claimed.
+struct Bulk<F>(F);
+
+impl<C, M, E, F> Bodies<C, M, (), E> for Bulk<F>
+where
+    F: FnMut(&mut C, &[&M]) -> Result<(), E>,
+{
+    fn run(
+        &mut self,
+        conn: &mut C,
+        batch: &[&Pending<'_, M>],
+        claims: &[Claim],
+        _deliveries: &[Delivery],
+        values: &mut Vec<()>,
+    ) -> Result<(), (Option<usize>, BodyFailure<E>)> {
+        let new = claimed(batch, claims);
+        if new.is_empty() {
+            return Ok(());
+        }
+        let messages: Vec<&M> = new.iter().map(|p| p.message).collect();
+        let keys = new.iter().map(|p| &p.key);
+        let body = || current::running(keys, || (self.0)(conn, &messages));
+        match panic::catch_unwind(AssertUnwindSafe(body)) {
+            Ok(Ok(())) => {
+                values.extend(new.iter().map(|_| ()));
+                Ok(())
+            }
+            Ok(Err(error)) => Err((None, BodyFailure::Error(error))),
+            Err(panic) => Err((None, BodyFailure::Panic(panic))),
+        }
+    }
+
+    fn one(&mut self, conn: &mut C, pending: &Pending<'_, M>) -> Result<(), E> {
+        current::running([&pending.key], || (self.0)(conn, &[pending.message]))
+    }
+}
+
+impl<C, M, T, E, B> Execute<M, T, E> for Blocking<'_, C, B>
 where
     C: LoadConnection,
     C::Backend: InboxBackend,
     E: HandlerError,
-    F: FnMut(&mut C, &M) -> Result<T, E>,
+    B: Bodies<C, M, T, E>,
 {
     async fn attempt(&mut self, batch: &[&Pending<'_, M>], values: &mut Vec<T>) -> Attempt<E> {
         self.attempt_now(batch, values)
@@ -193,14 +387,14 @@ where
     }
 
     async fn alone(&mut self, pending: &Pending<'_, M>) -> Result<Outcome<T>, E> {
-        let body = &mut self.body;
+        let bodies = &mut self.bodies;
         run_idempotent_with(self.conn, pending.key.clone(), self.max_attempts, |conn| {
-            current::running(&pending.key, || body(conn, pending.message)).map(Outcome::Processed)
+            bodies.one(conn, pending).map(Outcome::Processed)
         })
     }
 }
 
-impl<C, F> Blocking<'_, C, F>
+impl<C, B> Blocking<'_, C, B>
 where
     C: LoadConnection,
     C::Backend: InboxBackend,
@@ -208,7 +402,7 @@ where
     fn attempt_now<M, T, E>(&mut self, batch: &[&Pending<'_, M>], values: &mut Vec<T>) -> Attempt<E>
     where
         E: HandlerError,
-        F: FnMut(&mut C, &M) -> Result<T, E>,
+        B: Bodies<C, M, T, E>,
     {
         let conn = &mut *self.conn;
         let mut deliveries: Vec<Delivery> = batch.iter().map(|p| Delivery::start(&p.key)).collect();
@@ -221,34 +415,9 @@ where
             Err(failure) => return attempt_after_claims_failed(failure),
         };
         deliveries.iter_mut().for_each(Delivery::claimed);
-        for (position, (pending, claim)) in batch.iter().zip(&claims).enumerate() {
-            if *claim == Claim::Duplicate {
-                continue;
-            }
-            let ran = {
-                let _entered = deliveries[position].entered();
-                let body = || current::running(&pending.key, || (self.body)(conn, pending.message));
-                panic::catch_unwind(AssertUnwindSafe(body))
-            };
-            let error = match ran {
-                Ok(Ok(value)) => {
-                    values.push(value);
-                    continue;
-                }
-                Ok(Err(error)) => error,
-                Err(panic) => {
-                    if roll_back(conn, &scope).is_err() {
-                        // The connection is lost: nothing more can run on
-                        // it, and the panic matters more.
-                        panic::resume_unwind(panic);
-                    }
-                    // Alone, the message panics again (or not), and is
-                    // counted as the single form counts it.
-                    return Attempt::BodyFailed(position);
-                }
-            };
+        if let Err((at, failure)) = self.bodies.run(conn, batch, &claims, &deliveries, values) {
             let rolled_back = roll_back(conn, &scope);
-            return attempt_after_body_error(position, error, rolled_back, &claims);
+            return attempt_after_body_failure(at, failure, rolled_back, &claims);
         }
         let committed = commit(conn, &scope);
         let broken = status(conn).transaction_depth().is_err();

@@ -6,9 +6,9 @@
 //! The batch claims every id before any body runs, so a nested handler of
 //! the same scope finds its id claimed — by the transaction it runs in. Seen
 //! as a duplicate, its body would be skipped and the message acknowledged
-//! with no effect. Only the message whose body is running is marked: a
-//! handler called for another id of the batch still sees a duplicate (that
-//! message's own body runs it).
+//! with no effect. Only the messages whose body is running are marked (one,
+//! or all that a bulk body handles): a handler called for another id of the
+//! batch still sees a duplicate (that message's own body runs it).
 
 use std::cell::RefCell;
 #[cfg(feature = "async")]
@@ -21,12 +21,16 @@ use std::task::{Context, Poll};
 use crate::key::ClaimKey;
 
 thread_local! {
-    static RUNNING: RefCell<Option<ClaimKey>> = const { RefCell::new(None) };
+    static RUNNING: RefCell<Vec<ClaimKey>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `body` with `key` marked as the message whose body runs.
-pub(crate) fn running<R>(key: &ClaimKey, body: impl FnOnce() -> R) -> R {
-    let _marked = Marked::new(key);
+/// Runs `body` with `keys` marked as the messages whose body runs (one, or
+/// every message a bulk body handles).
+pub(crate) fn running<'k, R>(
+    keys: impl IntoIterator<Item = &'k ClaimKey>,
+    body: impl FnOnce() -> R,
+) -> R {
+    let _marked = Marked::new(keys);
     body()
 }
 
@@ -34,22 +38,25 @@ pub(crate) fn running<R>(key: &ClaimKey, body: impl FnOnce() -> R) -> R {
 /// nested in the caller's, found the claim of the batch whose body for this
 /// very message is running: then the nested handler's body runs.
 pub(crate) fn is_running(key: &ClaimKey) -> bool {
-    RUNNING.with(|running| running.borrow().as_ref() == Some(key))
+    RUNNING.with(|running| running.borrow().contains(key))
 }
 
-/// `future`, with `key` marked while it is polled.
+/// `future`, with `keys` marked while it is polled.
 #[cfg(feature = "async")]
-pub(crate) fn running_future<F: Future>(key: &ClaimKey, future: F) -> Running<F> {
+pub(crate) fn running_future<'k, F: Future>(
+    keys: impl IntoIterator<Item = &'k ClaimKey>,
+    future: F,
+) -> Running<F> {
     Running {
-        key: key.clone(),
+        keys: keys.into_iter().cloned().collect(),
         future: Box::pin(future),
     }
 }
 
-/// A body's future, with its message marked while it is polled.
+/// A body's future, with its messages marked while it is polled.
 #[cfg(feature = "async")]
 pub(crate) struct Running<F> {
-    key: ClaimKey,
+    keys: Vec<ClaimKey>,
     future: Pin<Box<F>>,
 }
 
@@ -59,27 +66,28 @@ impl<F: Future> Future for Running<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = &mut *self;
-        let _marked = Marked::new(&this.key);
+        let _marked = Marked::new(&this.keys);
         this.future.as_mut().poll(cx)
     }
 }
 
-/// Marks a message until dropped (also when its body panics), restoring
-/// the mark it replaced.
+/// Marks messages until dropped (also when their body panics), restoring
+/// the marks it replaced.
 struct Marked {
-    previous: Option<ClaimKey>,
+    previous: Vec<ClaimKey>,
 }
 
 impl Marked {
-    fn new(key: &ClaimKey) -> Self {
-        let previous = RUNNING.with(|running| running.replace(Some(key.clone())));
+    fn new<'k>(keys: impl IntoIterator<Item = &'k ClaimKey>) -> Self {
+        let keys = keys.into_iter().cloned().collect();
+        let previous = RUNNING.with(|running| running.replace(keys));
         Marked { previous }
     }
 }
 
 impl Drop for Marked {
     fn drop(&mut self) {
-        let previous = self.previous.take();
+        let previous = std::mem::take(&mut self.previous);
         RUNNING.with(|running| *running.borrow_mut() = previous);
     }
 }

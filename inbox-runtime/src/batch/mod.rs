@@ -28,8 +28,14 @@ mod blocking;
 pub(crate) mod current;
 
 #[cfg(feature = "async")]
-pub use asynchronous::{run_idempotent_batch_async, run_idempotent_batch_async_with};
-pub use blocking::{run_idempotent_batch, run_idempotent_batch_with};
+pub use asynchronous::{
+    run_idempotent_batch_async, run_idempotent_batch_async_with, run_idempotent_batch_bulk_async,
+    run_idempotent_batch_bulk_async_with,
+};
+pub use blocking::{
+    run_idempotent_batch, run_idempotent_batch_bulk, run_idempotent_batch_bulk_with,
+    run_idempotent_batch_with,
+};
 
 /// The most messages one batch transaction holds: a longer batch is run as
 /// consecutive transactions of at most this many messages (in the order
@@ -171,11 +177,12 @@ pub(crate) enum Attempt<E> {
     /// The body failed (or panicked) on the message at this position, and
     /// the transaction was rolled back.
     BodyFailed(usize),
-    /// The commit failed for a reason that belongs to one of the messages
-    /// but does not say which (a body ignored a failed statement; a
-    /// deferred constraint), and the transaction was rolled back on a
-    /// connection that is still sound: the batch is split in two.
-    CommitRefused,
+    /// The transaction failed for a reason that belongs to one of the
+    /// messages but does not say which (a bulk body failed; the commit was
+    /// refused because a body ignored a failed statement, or a deferred
+    /// constraint), and was rolled back on a connection that is still
+    /// sound: the batch is split in two.
+    Halve,
     /// The database refused the text of the id at this position: the
     /// transaction was rolled back, and this is the message's error.
     Refused(usize, InboxError),
@@ -350,8 +357,8 @@ impl<T, E: HandlerError> Run<T, E> {
                     let failed = batch.pop().expect("the failed message");
                     segments.extend([after, vec![failed], batch]);
                 }
-                Attempt::CommitRefused => {
-                    // Halves, until the message whose body broke the commit
+                Attempt::Halve => {
+                    // Halves, until the message that broke the transaction
                     // runs alone (the single form's rules); the others
                     // commit.
                     let second = batch.split_off(batch.len() / 2);
@@ -470,6 +477,19 @@ pub(crate) fn sorted_positions<M>(batch: &[&Pending<'_, M>]) -> Vec<usize> {
     order
 }
 
+/// The messages of `batch` whose ids were claimed, in order.
+pub(crate) fn claimed<'b, 'm, M>(
+    batch: &'b [&'b Pending<'m, M>],
+    claims: &[Claim],
+) -> Vec<&'b Pending<'m, M>> {
+    batch
+        .iter()
+        .zip(claims)
+        .filter(|(_, claim)| **claim == Claim::Claimed)
+        .map(|(pending, _)| *pending)
+        .collect()
+}
+
 /// Each message's claim, from the ids the statements inserted.
 pub(crate) fn claims_of<M>(batch: &[&Pending<'_, M>], inserted: &HashSet<String>) -> Vec<Claim> {
     batch
@@ -500,15 +520,33 @@ pub(crate) fn attempt_after_claims_failed<E: HandlerError>(failure: ClaimFailure
     }
 }
 
-/// How the body's `error` on the message at `position` ends the
-/// transaction's attempt, once its level's rollback was tried
-/// (`rolled_back`).
-pub(crate) fn attempt_after_body_error<E: HandlerError>(
-    position: usize,
-    error: E,
+/// What a failed body left: its error, or its panic.
+pub(crate) enum BodyFailure<E> {
+    /// The body returned this error.
+    Error(E),
+    /// The body panicked with this payload.
+    Panic(Box<dyn std::any::Any + Send>),
+}
+
+/// How a failed body ends the transaction's attempt, once its level's
+/// rollback was tried (`rolled_back`): `at` is the position of the message
+/// it failed on, when the body runs per message (`None`: a bulk body, which
+/// does not say). A panic is resumed at once when the rollback failed (the
+/// connection is lost, and the panic matters more).
+pub(crate) fn attempt_after_body_failure<E: HandlerError>(
+    at: Option<usize>,
+    failure: BodyFailure<E>,
     rolled_back: Result<(), InboxError>,
     claims: &[Claim],
 ) -> Attempt<E> {
+    let position = at.unwrap_or_else(|| first_claimed(claims));
+    let error = match failure {
+        BodyFailure::Panic(panic) if rolled_back.is_err() => std::panic::resume_unwind(panic),
+        // Alone, the message panics again (or not), and is counted as the
+        // single form counts it.
+        BodyFailure::Panic(_) => return at.map_or(Attempt::Halve, Attempt::BodyFailed),
+        BodyFailure::Error(error) => error,
+    };
     if let Err(rollback_error) = rolled_back {
         let error =
             report_after_failed_rollback(error, rollback_error).unwrap_or_else(into_handler_error);
@@ -516,8 +554,16 @@ pub(crate) fn attempt_after_body_error<E: HandlerError>(
     }
     match is_trouble(&error) {
         true => trouble_after_claims(position, error, claims),
-        false => Attempt::BodyFailed(position),
+        false => at.map_or(Attempt::Halve, Attempt::BodyFailed),
     }
+}
+
+/// The position of the first message whose id was claimed (0 if none was).
+fn first_claimed(claims: &[Claim]) -> usize {
+    claims
+        .iter()
+        .position(|claim| *claim == Claim::Claimed)
+        .unwrap_or(0)
 }
 
 /// How the transaction's attempt ends after its commit: reports every
@@ -536,10 +582,9 @@ pub(crate) fn attempt_after_commit<M, E: HandlerError>(
         let lock_conflict =
             matches!(&error, InboxError::Database(cause) if crate::is_lock_conflict(cause));
         if !broken && !lock_conflict && error.recovery() == Recovery::Retry {
-            return Attempt::CommitRefused;
+            return Attempt::Halve;
         }
-        let first_claimed = claims.iter().position(|claim| *claim == Claim::Claimed);
-        let position = first_claimed.unwrap_or(0);
+        let position = first_claimed(&claims);
         return trouble_after_claims(position, into_handler_error(error), &claims);
     }
     for ((delivery, pending), claim) in deliveries.into_iter().zip(batch).zip(&claims) {

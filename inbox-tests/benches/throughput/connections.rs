@@ -32,6 +32,9 @@ pub trait BenchConnection: LoadConnection<Backend: InboxBackend> + Send + 'stati
     /// The effect: one row `UPDATE`d.
     fn effect(&mut self, account: i64) -> QueryResult<usize>;
 
+    /// The effects of `count` messages in one statement.
+    fn effect_by(&mut self, account: i64, count: i64) -> QueryResult<usize>;
+
     /// The claim as uncached SQL with two binds: 1 row for a new id, 0 for
     /// a duplicate.
     fn claim_uncached(&mut self, handler: &str, id: &str) -> QueryResult<usize>;
@@ -54,6 +57,12 @@ macro_rules! blocking {
             fn effect(&mut self, account: i64) -> QueryResult<usize> {
                 diesel::update(bench_account::table.find(account))
                     .set(bench_account::cents.eq(bench_account::cents + 1))
+                    .execute(self)
+            }
+
+            fn effect_by(&mut self, account: i64, count: i64) -> QueryResult<usize> {
+                diesel::update(bench_account::table.find(account))
+                    .set(bench_account::cents.eq(bench_account::cents + count))
                     .execute(self)
             }
 
@@ -101,6 +110,13 @@ mod nonblocking {
         /// The effect: one row `UPDATE`d.
         fn effect(&mut self, account: i64) -> impl Future<Output = QueryResult<usize>> + Send;
 
+        /// The effects of `count` messages in one statement.
+        fn effect_by(
+            &mut self,
+            account: i64,
+            count: i64,
+        ) -> impl Future<Output = QueryResult<usize>> + Send;
+
         /// The claim as uncached SQL with two binds.
         fn claim_uncached<'a>(
             &'a mut self,
@@ -118,6 +134,16 @@ mod nonblocking {
                 ) -> impl Future<Output = QueryResult<usize>> + Send {
                     diesel::update(bench_account::table.find(account))
                         .set(bench_account::cents.eq(bench_account::cents + 1))
+                        .execute(self)
+                }
+
+                fn effect_by(
+                    &mut self,
+                    account: i64,
+                    count: i64,
+                ) -> impl Future<Output = QueryResult<usize>> + Send {
+                    diesel::update(bench_account::table.find(account))
+                        .set(bench_account::cents.eq(bench_account::cents + count))
                         .execute(self)
                 }
 

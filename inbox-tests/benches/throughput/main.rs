@@ -27,6 +27,9 @@
 //!   `#[idempotent]` expands to;
 //! - `duplicate`: a redelivery of an id already claimed, through
 //!   `run_idempotent` (`run_idempotent_async`): the body does not run;
+//! - `bulk-N`: `N` messages through `run_idempotent_batch_bulk`: one body
+//!   for the new messages of the batch, whose effect is one `UPDATE` adding
+//!   their count (what a batch's effects written in one statement cost)
 //! - `batch-N`: `N` messages through `run_idempotent_batch`
 //!   (`run_idempotent_batch_async`), one transaction per batch.
 //!
@@ -86,7 +89,7 @@
 //! - `INBOX_BENCH_BACKENDS`: `postgres,mysql,sqlite` (those in the build);
 //! - `INBOX_BENCH_MODES`: `sync,async` (`async` needs feature `async`);
 //! - `INBOX_BENCH_CONNECTIONS`: `1,8`;
-//! - `INBOX_BENCH_VARIANTS`: `no-dedup,claim-cached,claim-uncached,handler,duplicate,batch-1,batch-10,batch-100,batch-1000`
+//! - `INBOX_BENCH_VARIANTS`: `no-dedup,claim-cached,claim-uncached,handler,duplicate,batch-1,batch-10,batch-100,batch-1000,bulk-10,bulk-100`
 //!   (`no-dedup` always runs: it is the baseline);
 //! - `INBOX_BENCH_ROUNDS`: 12; `INBOX_BENCH_SLICE_MS`: 250 (per variant per
 //!   round); `INBOX_BENCH_ROUND_TRIPS`: 1 (0 skips the proxy pass);
@@ -137,6 +140,7 @@ enum Variant {
     Handler,
     Duplicate,
     Batch(usize),
+    Bulk(usize),
 }
 
 impl Variant {
@@ -148,6 +152,7 @@ impl Variant {
             Variant::Handler => "handler".into(),
             Variant::Duplicate => "duplicate".into(),
             Variant::Batch(size) => format!("batch-{size}"),
+            Variant::Bulk(size) => format!("bulk-{size}"),
         }
     }
 
@@ -158,19 +163,22 @@ impl Variant {
             "claim-uncached" => Variant::ClaimUncached,
             "handler" => Variant::Handler,
             "duplicate" => Variant::Duplicate,
-            _ => Variant::Batch(
-                name.strip_prefix("batch-")?
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)?,
-            ),
+            _ => {
+                let size = |prefix: &str| -> Option<usize> {
+                    name.strip_prefix(prefix)?.parse().ok().filter(|&n| n > 0)
+                };
+                match size("batch-") {
+                    Some(n) => Variant::Batch(n),
+                    None => Variant::Bulk(size("bulk-")?),
+                }
+            }
         })
     }
 
     /// Messages per delivery.
     fn size(self) -> usize {
         match self {
-            Variant::Batch(size) => size,
+            Variant::Batch(size) | Variant::Bulk(size) => size,
             _ => 1,
         }
     }
@@ -210,7 +218,7 @@ impl Config {
     fn from_env() -> Config {
         let mut variants: Vec<Variant> = env_list(
             "INBOX_BENCH_VARIANTS",
-            "no-dedup,claim-cached,claim-uncached,handler,duplicate,batch-1,batch-10,batch-100,batch-1000",
+            "no-dedup,claim-cached,claim-uncached,handler,duplicate,batch-1,batch-10,batch-100,batch-1000,bulk-10,bulk-100",
         )
         .iter()
         .map(|name| {
@@ -388,6 +396,11 @@ impl<C: BenchConnection> Worker<C> {
                 let first = fresh_ids(size);
                 let ids: Vec<u64> = (first..first + size as u64).collect();
                 batch::deliver(&mut self.conn, handler, &ids, account);
+            }
+            Variant::Bulk(size) => {
+                let first = fresh_ids(size);
+                let ids: Vec<u64> = (first..first + size as u64).collect();
+                batch::deliver_bulk(&mut self.conn, handler, &ids, account);
             }
         }
     }

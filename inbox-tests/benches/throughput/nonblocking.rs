@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use diesel_async::RunQueryDsl;
 use inbox_runtime::{
     ClaimStatement, HandlerName, run_idempotent_async, run_idempotent_batch_async,
+    run_idempotent_batch_bulk_async,
 };
 
 use crate::connections::AsyncBenchConnection;
@@ -118,6 +119,23 @@ impl<C: AsyncBenchConnection> AsyncWorker<C> {
                 .await;
                 if let Some(Err(error)) = report.results().iter().find(|result| result.is_err()) {
                     panic!("a batch delivery failed: {error}");
+                }
+            }
+            Variant::Bulk(size) => {
+                let first = fresh_ids(size);
+                let ids: Vec<u64> = (first..first + size as u64).collect();
+                let report = run_idempotent_batch_bulk_async(
+                    &mut self.conn,
+                    handler,
+                    &ids,
+                    |id| id,
+                    async move |conn: &mut C, new: &[&u64]| {
+                        conn.effect_by(account, new.len() as i64).await.map(drop)
+                    },
+                )
+                .await;
+                if let Some(Err(error)) = report.results().iter().find(|result| result.is_err()) {
+                    panic!("a bulk batch delivery failed: {error}");
                 }
             }
         }

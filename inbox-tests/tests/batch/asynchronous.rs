@@ -439,6 +439,55 @@ pub async fn async_idempotent_handler_is_a_batch_body<B: TestBackend>() {
     }
 }
 
+/// One async body for all the new messages: called with the ids just
+/// claimed, halved down to a failing message, which alone is counted.
+pub async fn async_bulk_bodies_are_halved_down_to_the_culprit<B: TestBackend>() {
+    let Some((db, mut observer)) = fresh::<B>() else {
+        return;
+    };
+    let mut conn = db.connect_async().await;
+    let handler = handler();
+    let batch = ids("async-bulk", 6);
+    let failing = batch[4].clone();
+    let calls = std::sync::atomic::AtomicU32::new(0);
+    let report = inbox_runtime::run_idempotent_batch_bulk_async_with(
+        &mut conn,
+        &handler,
+        &batch,
+        |id| id,
+        MaxAttempts::limit(3),
+        async |conn: &mut B::AsyncConnection, ids: &[&String]| {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            for id in ids {
+                apply_async(conn, id).await?;
+            }
+            match ids.contains(&&failing) {
+                true => Err(AppError::Failed("boom")),
+                false => Ok(()),
+            }
+        },
+    )
+    .await;
+    for (at, result) in report.results().iter().enumerate() {
+        match at {
+            4 => assert!(
+                matches!(result, Err(AppError::Failed("boom"))),
+                "{result:?}"
+            ),
+            _ => assert!(
+                matches!(result, Ok(Outcome::Processed(()))),
+                "{at}: {result:?}"
+            ),
+        }
+    }
+    assert_eq!(
+        failure_row::<B>(&mut observer, &failing),
+        counted(1, "the handler failed: boom")
+    );
+    assert_eq!(all_effects(&mut observer), 5);
+    assert!(std::sync::atomic::AtomicU32::load(&calls, std::sync::atomic::Ordering::SeqCst) <= 8);
+}
+
 /// A batch's future can be spawned: it is `Send` when the connection, the
 /// messages and the body are (checked at compile time).
 #[cfg(feature = "postgres")]
@@ -466,5 +515,6 @@ inbox_tests::backend_tests! {
         async_killed_connection_aborts_the_batch,
         async_cancellation_at_every_await_point_leaves_nothing_half_done,
         async_racing_batches_apply_each_effect_once,
-        async_idempotent_handler_is_a_batch_body;
+        async_idempotent_handler_is_a_batch_body,
+        async_bulk_bodies_are_halved_down_to_the_culprit;
 }

@@ -10,7 +10,8 @@
 //! rejected (`failures`); panics (`panics`); a killed connection, a lock
 //! conflict and a deadlock in bodies (`trouble`); a commit that fails
 //! (`commit`); a batch inside the caller's transaction (`nested`); an
-//! `#[idempotent]` function as a batch's body (`handlers`); PostgreSQL's
+//! `#[idempotent]` function as a batch's body (`handlers`); one body for
+//! all the new messages (`bulk`); PostgreSQL's
 //! generation layout (`partitioned`); and `run_idempotent_batch_async` on
 //! diesel-async connections (`asynchronous`).
 //!
@@ -31,6 +32,7 @@ mod support;
 #[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
 mod asynchronous;
 mod basics;
+mod bulk;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod commit;
 mod concurrency;

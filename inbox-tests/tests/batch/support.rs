@@ -7,8 +7,8 @@
 
 use std::any::Any;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use diesel::connection::{InstrumentationEvent, SimpleConnection, TransactionManager};
 use diesel::prelude::*;
@@ -161,7 +161,7 @@ where
 
 /// How each message ended, for comparing reports: `processed`,
 /// `duplicate`, or the error's text.
-pub fn endings(report: &Report) -> Vec<String> {
+pub fn endings<T>(report: &BatchReport<T, AppError>) -> Vec<String> {
     report
         .results()
         .iter()
