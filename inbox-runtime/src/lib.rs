@@ -87,7 +87,10 @@
 //! and SQS consumers receive) in one transaction, with one statement claiming
 //! every id, and reports a result per message; a failing message is split
 //! out and handled alone, so the others commit.
-//! [`run_idempotent_batch_async`] is the same on diesel-async connections.
+//! [`run_idempotent_batch_bulk`] gives one body all the new messages (one
+//! statement can write every effect). `run_idempotent_batch_async` and
+//! `run_idempotent_batch_bulk_async` are the same on diesel-async
+//! connections.
 //!
 //! ## Errors
 //! [`InboxError::recovery`] and [`recovery`] (for a plain
