@@ -4,7 +4,6 @@
 
 #![allow(dead_code)]
 
-use std::any::Any;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
@@ -94,28 +93,7 @@ pub fn within<T: Send + 'static>(what: &str, work: impl FnOnce() -> T + Send + '
     }
 }
 
-/// The text of a panic's payload.
-pub fn panic_text(payload: &(dyn Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|text| (*text).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "<not text>".to_owned())
-}
-
-/// Keeps the deliberate panics of the handler bodies (their text says
-/// `deliberate`) out of the output; every other panic is reported as usual.
-pub fn quiet_deliberate_panics() {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        let report = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !panic_text(info.payload()).contains("deliberate") {
-                report(info);
-            }
-        }));
-    });
-}
+pub use inbox_tests::{panic_text, quiet_deliberate_panics};
 
 /// SQL that makes the connection's lock waits end soon with a lock
 /// conflict: PostgreSQL's `lock_timeout`, InnoDB's lock wait timeout (one
