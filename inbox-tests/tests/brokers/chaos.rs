@@ -227,15 +227,33 @@ impl<'a, B: Target> Chaos<'a, B> {
         }
     }
 
+    /// Publishes waves until the consumer in `slot` reports `prefix` (it
+    /// paused where it was told to): a wave can go entirely to the other
+    /// consumers (the broker hands messages to whoever has room), so one
+    /// more is published every two seconds. Fails the test at the deadline.
+    async fn publish_until_paused(&mut self, slot: usize, what: &str, prefix: &str) -> Event {
+        let pid = self.fleet.pid(slot);
+        let wanted = |event: &Event| event.pid == pid && event.line.starts_with(prefix);
+        loop {
+            self.publish_wave().await;
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left <= Duration::from_secs(2) {
+                return self.fleet.wait_for(self.deadline, what, wanted).await;
+            }
+            if let Some(event) = self.fleet.pump_until(Duration::from_secs(2), wanted).await {
+                return event;
+            }
+        }
+    }
+
     async fn kill_in_transaction(&mut self, slot: usize) {
         self.fleet.command(slot, "pause transaction").await;
-        self.publish_wave().await;
-        let pid = self.fleet.pid(slot);
         let paused = self
-            .fleet
-            .wait_for(self.deadline, "a pause inside the transaction", |event| {
-                event.pid == pid && event.line.starts_with("paused transaction ")
-            })
+            .publish_until_paused(
+                slot,
+                "a pause inside the transaction",
+                "paused transaction ",
+            )
             .await;
         let name = self.fleet.name(slot);
         let in_transaction = self.admin.bigint(&format!(
@@ -254,13 +272,9 @@ impl<'a, B: Target> Chaos<'a, B> {
 
     async fn kill_after_commit(&mut self, slot: usize) {
         self.fleet.command(slot, "pause settle").await;
-        self.publish_wave().await;
         let pid = self.fleet.pid(slot);
         let paused = self
-            .fleet
-            .wait_for(self.deadline, "a pause after the commit", |event| {
-                event.pid == pid && event.line.starts_with("paused settle ")
-            })
+            .publish_until_paused(slot, "a pause after the commit", "paused settle ")
             .await;
         let mut words = paused.line.split(' ').skip(2);
         let id = words.next().expect("an id").to_owned();
@@ -296,15 +310,15 @@ impl<'a, B: Target> Chaos<'a, B> {
 
     async fn cut_database(&mut self, slot: usize) {
         self.fleet.command(slot, "pause transaction").await;
-        self.publish_wave().await;
-        let pid = self.fleet.pid(slot);
         let paused = self
-            .fleet
-            .wait_for(self.deadline, "a pause inside the transaction", |event| {
-                event.pid == pid && event.line.starts_with("paused transaction ")
-            })
+            .publish_until_paused(
+                slot,
+                "a pause inside the transaction",
+                "paused transaction ",
+            )
             .await;
         let id = paused.line["paused transaction ".len()..].to_owned();
+        let pid = self.fleet.pid(slot);
         let name = self.fleet.name(slot);
         let backends = self.admin.bigints(&format!(
             "SELECT pid::bigint AS value FROM pg_stat_activity WHERE application_name = '{name}'"
