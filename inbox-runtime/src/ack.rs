@@ -186,14 +186,21 @@ fn of_inbox_error(error: &InboxError) -> Found {
 /// message. Read with the same tables as [`recovery`](crate::recovery()):
 /// a lock conflict or a lost connection.
 fn says_database_trouble(error: &(dyn StdError + 'static)) -> bool {
+    recovery_in_text(error).is_some()
+}
+
+/// What the first error along `error`'s `source()` chain whose text is a
+/// server's message for database trouble says to do (see
+/// [`recovery_of_text`](crate::recovery::recovery_of_text)), if any does.
+fn recovery_in_text(error: &(dyn StdError + 'static)) -> Option<Recovery> {
     let mut next = Some(error);
     while let Some(error) = next {
-        if crate::recovery::is_database_trouble_text(&error.to_string()) {
-            return true;
+        if let Some(recovery) = crate::recovery::recovery_of_text(&error.to_string()) {
+            return Some(recovery);
         }
         next = error.source();
     }
-    false
+    None
 }
 
 /// What to do about a body's `error` that is database trouble: its
@@ -202,17 +209,10 @@ fn says_database_trouble(error: &(dyn StdError + 'static)) -> bool {
 /// server message is read as [`recovery`] reads it. `Retry` when nothing
 /// says more.
 pub(crate) fn trouble_recovery(error: &(dyn StdError + 'static)) -> Recovery {
-    if let Found::Database(recovery) = classify(error) {
-        return recovery;
+    match classify(error) {
+        Found::Database(recovery) => recovery,
+        _ => recovery_in_text(error).unwrap_or(Recovery::Retry),
     }
-    let mut next = Some(error);
-    while let Some(error) = next {
-        if let Some(recovery) = crate::recovery::recovery_of_text(&error.to_string()) {
-            return recovery;
-        }
-        next = error.source();
-    }
-    Recovery::Retry
 }
 
 fn carries_lock_conflict(error: &(dyn StdError + 'static)) -> bool {

@@ -139,12 +139,6 @@ pub(crate) fn is_refused_key_text(error: &Error) -> bool {
     }
 }
 
-/// `true` when `text` is a server's message for a lock conflict or a lost
-/// connection (the text of a Diesel error behind a wrapper that hides it).
-pub(crate) fn is_database_trouble_text(text: &str) -> bool {
-    matches_any(text, LOCK_CONFLICT_MESSAGES) || matches_any(text, CONNECTION_LOST_MESSAGES)
-}
-
 fn database_recovery(kind: &DatabaseErrorKind, message: &str) -> Recovery {
     // The message first: PostgreSQL ends a session with a FATAL error whose
     // code may be mapped to another kind (a standby's "terminating connection

@@ -6,8 +6,7 @@
 //! from a deadpool or bb8 pool.
 
 use diesel::QueryResult;
-use diesel::connection::TransactionManagerStatus;
-use diesel_async::{AsyncConnection, TransactionManager};
+use diesel_async::AsyncConnection;
 use futures_util::FutureExt;
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
@@ -19,7 +18,7 @@ use crate::backend::InboxBackend;
 use crate::batch::current;
 use crate::claim::{Claim, ClaimStatement, claim_from_affected_rows, refused_or_database};
 use crate::error::{HandlerError, InboxError, into_handler_error};
-use crate::execution::{AsyncLevel, RetryPolicy, require_transaction};
+use crate::execution::{AsyncLevel, RetryPolicy, async_status, require_transaction};
 use crate::failure::{self, Failure, Recorded};
 use crate::key::ClaimKey;
 use crate::observe::{BodyScope, Delivery, Ending, ending_of_inbox_error};
@@ -127,7 +126,7 @@ where
     C: AsyncConnection,
     C::Backend: InboxBackend,
 {
-    require_transaction(status(conn))?;
+    require_transaction(async_status(conn))?;
     let affected = diesel_async::RunQueryDsl::execute(ClaimStatement::new(key), conn).await?;
     Ok(claim_from_affected_rows(affected))
 }
@@ -287,13 +286,14 @@ where
     C::Backend: InboxBackend,
 {
     let mut delivery = Delivery::start(&key);
-    let scope = match Scope::bounded::<C::Backend>(status(conn), abandoned_transaction_timeout()) {
-        Ok(scope) => scope,
-        Err(error) => {
-            delivery.finish(&key, Ending::DatabaseError { error: &error });
-            return Err(error.into());
-        }
-    };
+    let scope =
+        match Scope::bounded::<C::Backend>(async_status(conn), abandoned_transaction_timeout()) {
+            Ok(scope) => scope,
+            Err(error) => {
+                delivery.finish(&key, Ending::DatabaseError { error: &error });
+                return Err(error.into());
+            }
+        };
     let mut transaction = ClaimedTransaction {
         level: AsyncLevel::new(conn, scope),
         key,
@@ -535,7 +535,7 @@ where
         if !self.level.scope.is_outermost() {
             return Ok(None);
         }
-        let short = Scope::new::<C::Backend>(status(self.level.conn()))?;
+        let short = Scope::new::<C::Backend>(async_status(self.level.conn()))?;
         let handler_scope = std::mem::replace(&mut self.level.scope, short);
         let recorded = self.record_in_short_transaction(failure).await;
         self.level.scope = handler_scope;
@@ -603,8 +603,4 @@ where
 enum Failed<E> {
     Body(E),
     Inbox(InboxError),
-}
-
-fn status<C: AsyncConnection>(conn: &mut C) -> &mut TransactionManagerStatus {
-    C::TransactionManager::transaction_manager_status_mut(conn)
 }

@@ -3,8 +3,7 @@
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 
-use diesel::connection::TransactionManagerStatus;
-use diesel_async::{AsyncConnection, TransactionManager};
+use diesel_async::AsyncConnection;
 use futures_util::FutureExt;
 
 use super::{
@@ -18,7 +17,7 @@ use crate::backend::{BatchClaimed, InboxBackend};
 use crate::claim::Claim;
 use crate::claim::refused_or_database;
 use crate::error::{HandlerError, InboxError};
-use crate::execution::{AsyncLevel, RetryPolicy, require_transaction};
+use crate::execution::{AsyncLevel, RetryPolicy, async_status, require_transaction};
 use crate::key::HandlerName;
 use crate::message_id::MessageId;
 use crate::observe::Delivery;
@@ -305,7 +304,7 @@ where
     async fn attempt(&mut self, batch: &[&Pending<'_, M>], values: &mut Vec<T>) -> Attempt<E> {
         let mut deliveries: Vec<Delivery> = batch.iter().map(|p| Delivery::start(&p.key)).collect();
         let bound =
-            Scope::bounded::<C::Backend>(status(self.conn), abandoned_transaction_timeout());
+            Scope::bounded::<C::Backend>(async_status(self.conn), abandoned_transaction_timeout());
         let scope = match bound {
             Ok(scope) => scope,
             Err(error) => return Attempt::Trouble(0, E::from(error), Vec::new()),
@@ -324,12 +323,12 @@ where
             return attempt_after_body_failure(at, failure, rolled_back, &claims);
         }
         let committed = level.commit().await;
-        let broken = status(level.conn()).transaction_depth().is_err();
+        let broken = async_status(level.conn()).transaction_depth().is_err();
         attempt_after_commit(committed, broken, deliveries, batch, claims)
     }
 
     fn is_broken(&mut self) -> bool {
-        status(self.conn).transaction_depth().is_err()
+        async_status(self.conn).transaction_depth().is_err()
     }
 
     async fn alone(&mut self, pending: &Pending<'_, M>) -> Result<Outcome<T>, E> {
@@ -386,7 +385,7 @@ where
     C: AsyncConnection,
     C::Backend: InboxBackend,
 {
-    require_transaction(status(conn))
+    require_transaction(async_status(conn))
         .map_err(|error| ClaimFailure::Trouble(InboxError::Database(error)))?;
     let handler = batch[0].key.handler().as_str();
     let ids = sorted_ids(batch);
@@ -424,8 +423,4 @@ where
         };
     }
     Ok(claims)
-}
-
-fn status<C: AsyncConnection>(conn: &mut C) -> &mut TransactionManagerStatus {
-    C::TransactionManager::transaction_manager_status_mut(conn)
 }

@@ -110,6 +110,7 @@ impl<'c, C: AsyncConnection> AsyncLevel<'c, C> {
     }
 }
 
-fn status<C: AsyncConnection>(conn: &mut C) -> &mut TransactionManagerStatus {
+/// The transaction manager's status of a diesel-async connection.
+pub(crate) fn status<C: AsyncConnection>(conn: &mut C) -> &mut TransactionManagerStatus {
     C::TransactionManager::transaction_manager_status_mut(conn)
 }

@@ -13,7 +13,7 @@ pub(crate) mod ready;
 pub(crate) mod retry;
 
 #[cfg(feature = "async")]
-pub(crate) use async_level::AsyncLevel;
+pub(crate) use async_level::{AsyncLevel, status as async_status};
 pub(crate) use depth::{depth, require_no_transaction, require_transaction};
 #[cfg(feature = "async")]
 pub(crate) use guard::OpenTransactionGuard;
