@@ -23,9 +23,10 @@
 //! - `--pause <duration>`: sleep between batches, to leave room for live
 //!   traffic (e.g. `20ms`).
 //! - `--max-batches <n>`: stop after `n` batches.
-//! - `--generations <period>` (PostgreSQL, generation layout only): instead
+//! - `--generations <count>` (PostgreSQL, generation layout only): instead
 //!   of deleting rows, drop expired generations and start a new one when the
-//!   current one is older than `period`.
+//!   current one is older than the window divided by `count` (1 to 8; 2 is
+//!   the library's default).
 //!
 //! Interrupting it is safe: committed batches stay committed, the rest is
 //! done by the next run. Exit status: 0 done, 1 database failure, 2 bad
@@ -33,7 +34,6 @@
 
 use std::ops::ControlFlow;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use diesel::Connection;
 use inbox_runtime::prune::BatchProgress;
@@ -46,11 +46,11 @@ use inbox_runtime::{
 struct Options {
     url: String,
     prune: Prune,
-    generations: Option<Duration>,
+    generations: Option<u32>,
 }
 
 const USAGE: &str = "usage: prune --older-than <duration> [--redelivery-window <duration>] [--batch <rows>] \
-                     [--handler <name>] [--pause <duration>] [--max-batches <n>] [--generations <period>]\n\
+                     [--handler <name>] [--pause <duration>] [--max-batches <n>] [--generations <count>]\n\
                      reads the database URL from DATABASE_URL; durations look like 7d, 36h, 90m, 1d12h";
 
 fn main() -> ExitCode {
@@ -145,8 +145,11 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
                 )
             }
             "--generations" => {
-                generations =
-                    Some(parse_duration(&value).map_err(|e| format!("--generations: {e}"))?)
+                generations = Some(value.parse::<u32>().map_err(|_| {
+                    format!(
+                        "--generations: not a count: {value} (the number of generations the window is split into, 1 to 8)"
+                    )
+                })?)
             }
             other => return Err(format!("unknown option {other}")),
         }
@@ -213,10 +216,11 @@ fn postgres(options: &Options) -> Result<PruneReport, Failure> {
     use inbox_runtime::prune::partitioned;
 
     let mut conn = diesel::PgConnection::establish(&options.url).map_err(Failure::Connect)?;
-    let Some(period) = options.generations else {
+    let Some(count) = options.generations else {
         return batched(&mut conn, options);
     };
-    let maintenance = partitioned::Maintenance::new(options.prune.policy().clone(), period)
+    let maintenance = partitioned::Maintenance::new(options.prune.policy().clone())
+        .and_then(|maintenance| maintenance.generations(count))
         .map_err(|error| Failure::Usage(explain(error)))?;
     let report = maintenance.run(&mut conn)?;
     for generation in partitioned::generations(&mut conn).map_err(PruneError::from)? {

@@ -118,8 +118,15 @@ pub enum RetentionProblem {
     /// The setting restricts pruning to one handler, which the partitioned
     /// layout cannot do: it drops whole generations of every handler.
     HandlerScopeNeedsBatches,
-    /// A partition (generation) period of zero.
-    ZeroPeriod,
+    /// The generation layout was asked to split the window into a number of
+    /// generations outside `1..=max`: every claim looks its id up in each
+    /// archived generation, so their number is bounded.
+    GenerationCount {
+        /// The number asked for.
+        requested: u32,
+        /// The largest accepted number (`prune::partitioned::MAX_GENERATIONS`).
+        max: u32,
+    },
 }
 
 impl fmt::Display for RetentionProblem {
@@ -153,7 +160,11 @@ impl fmt::Display for RetentionProblem {
                 "the partitioned layout drops whole generations of every handler and cannot prune one handler only; \
                  use batched pruning for a handler-scoped policy",
             ),
-            RetentionProblem::ZeroPeriod => f.write_str("the generation period is zero"),
+            RetentionProblem::GenerationCount { requested, max } => write!(
+                f,
+                "the window cannot be split into {requested} generations: every claim looks its id up in each \
+                 archived generation, so the layout takes 1 to {max}"
+            ),
         }
     }
 }

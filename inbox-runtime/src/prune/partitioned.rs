@@ -85,17 +85,26 @@
 //!
 //! # Operating it
 //!
-//! - Run [`Maintenance`] well within the period (e.g. hourly for daily
-//!   generations), from cron (`cargo run --example prune --features postgres
-//!   -- --older-than 7d --generations 1d`) or a `BackgroundPruner`.
+//! - Run [`Maintenance`] well within the period (e.g. hourly for a 7-day
+//!   window, whose default period is 3.5 days), from cron (`cargo run
+//!   --example prune --features postgres -- --older-than 7d --generations 2`)
+//!   or a `BackgroundPruner`.
 //! - A due rotation waits for the claims in progress, and new claims wait
 //!   behind it, for at most its lock timeout ([`DEFAULT_LOCK_TIMEOUT`]);
 //!   handlers whose transactions last longer than that make it fail
 //!   (reported, retried at the next run). Runs that find no rotation due take
 //!   no lock. Watch [`generations`]: a current generation much older than
 //!   the period means rotations keep failing.
-//! - Every claim probes each archived generation's primary key: keep their
-//!   number modest (window / period, e.g. 7 to 30).
+//! - Every claim probes each archived generation's primary key, so
+//!   [`Maintenance`] derives the period from the window: the window split
+//!   into [`DEFAULT_GENERATIONS`] (at most [`MAX_GENERATIONS`]), never one
+//!   generation per day of a long window. A claim then probes at most that
+//!   number plus one, whatever the retention.
+//! - The current table is the only one claims write to. With random ids
+//!   (UUIDv4) its primary key takes a new leaf page per claim once it is
+//!   larger than what one checkpoint interval's claims touch, and each such
+//!   page costs a full-page image in the write-ahead log. BENCHMARKS.md
+//!   ("Claim cost as the inbox grows") has the figures and the sizing.
 //! - Converting takes one `ALTER TABLE` (see [`setup`]); filling through
 //!   the trigger costs a little per claim.
 //!
@@ -106,10 +115,8 @@
 //!
 //! let mut conn = PgConnection::establish("postgres://localhost/app")?;
 //! partitioned::setup(&mut conn)?; // plain schema + conversion, idempotent
-//! let maintenance = partitioned::Maintenance::new(
-//!     RetentionPolicy::parse("7d", "2d")?,
-//!     Duration::from_secs(86_400), // one generation per day
-//! )?;
+//! // A 7-day window in 2 generations of 3.5 days: ids kept 7 to 10.5 days.
+//! let maintenance = partitioned::Maintenance::new(RetentionPolicy::parse("7d", "2d")?)?;
 //! // From cron or a BackgroundPruner: rotate when due, drop what expired.
 //! let report = maintenance.run(&mut conn)?;
 //! println!("{report}");
@@ -675,10 +682,44 @@ fn drop_generation(
     Ok(attachment.estimated_rows.map_or(0, i64::unsigned_abs))
 }
 
+/// How many generations [`Maintenance`] splits the window into unless told
+/// otherwise ([`Maintenance::generations`]): ids are kept for the window
+/// plus at most half of it, and a claim looks its id up in at most 3
+/// archived generations (2 once the maintenance run after a rotation has
+/// dropped the expired one). Measured on 2 CPUs, each archived generation a
+/// claim probes costs about 2–3 % of claim throughput beyond the second:
+/// see BENCHMARKS.md.
+///
+/// ```
+/// assert_eq!(inbox_runtime::prune::partitioned::DEFAULT_GENERATIONS, 2);
+/// ```
+pub const DEFAULT_GENERATIONS: u32 = 2;
+
+/// The most generations [`Maintenance`] splits the window into. Every claim
+/// looks its id up in each archived generation (one index probe each), so
+/// their number bounds what a claim costs however long the window.
+///
+/// ```
+/// assert_eq!(inbox_runtime::prune::partitioned::MAX_GENERATIONS, 8);
+/// ```
+pub const MAX_GENERATIONS: u32 = 8;
+
 /// The generation layout's periodic work: drop expired generations, then
-/// rotate if the current generation is older than the period. Run it from
-/// cron or a `BackgroundPruner` at an
-/// interval well below the period.
+/// rotate when the current generation is a period old. The period is the
+/// policy's longest window divided by the number of generations
+/// ([`DEFAULT_GENERATIONS`], or [`Maintenance::generations`]), so the
+/// number of archived generations a claim probes stays bounded (at most that
+/// number plus one) whatever the window: a window of 30 days is 2
+/// generations of 15 days, not 30 of one day.
+///
+/// What it costs: ids are kept for the window plus at most one period (up
+/// to 50 % longer with the default, 25 % on average), since a generation is
+/// dropped once its newest id expired. More generations keep fewer extra ids and a smaller
+/// current table (the only one claims write to) at the price of one more
+/// probe per claim each; see BENCHMARKS.md for both measured.
+///
+/// Run it from cron or a `BackgroundPruner` at an interval well below the
+/// period.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -686,8 +727,9 @@ fn drop_generation(
 /// use inbox_runtime::{RetentionPolicy, prune::partitioned::Maintenance};
 ///
 /// let mut conn = PgConnection::establish("postgres://localhost/app")?;
-/// let maintenance = Maintenance::new(RetentionPolicy::parse("7d", "2d")?, Duration::from_secs(86_400))?
+/// let maintenance = Maintenance::new(RetentionPolicy::parse("7d", "2d")?)?
 ///     .lock_timeout(Duration::from_millis(200));
+/// assert_eq!(maintenance.period(), Duration::from_secs(84 * 3_600)); // 7 days / 2
 /// let report = maintenance.run(&mut conn)?;
 /// assert!(report.partitions_created <= 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -700,42 +742,71 @@ pub struct Maintenance {
 }
 
 impl Maintenance {
-    /// Keeps ids for `policy`'s longest window, in generations of `period`
-    /// each: ids live between the window and the window plus one period.
-    /// Refused: a zero period, one longer than
-    /// [`MAX_RETENTION`], a policy restricted to one
-    /// handler.
+    /// Keeps ids for `policy`'s longest window, in [`DEFAULT_GENERATIONS`]
+    /// generations: ids live between the window and the window plus half
+    /// of it. Refused: a policy restricted to one handler (a
+    /// generation holds every handler's ids).
     ///
     /// ```
     /// use std::time::Duration;
     /// use inbox_runtime::{HandlerName, RetentionPolicy, prune::partitioned::Maintenance};
     ///
-    /// let policy = RetentionPolicy::parse("7d", "2d")?;
-    /// assert!(Maintenance::new(policy.clone(), Duration::from_secs(3_600)).is_ok());
-    /// assert!(Maintenance::new(policy.clone(), Duration::ZERO).is_err());
-    /// assert!(Maintenance::new(policy.clone(), Duration::MAX).is_err());
-    /// assert!(Maintenance::new(policy.only(HandlerName::new("h")?), Duration::from_secs(3_600)).is_err());
+    /// let policy = RetentionPolicy::parse("8d", "2d")?;
+    /// assert_eq!(Maintenance::new(policy.clone())?.period(), Duration::from_secs(4 * 86_400));
+    /// assert!(Maintenance::new(policy.only(HandlerName::new("h")?)).is_err());
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
-    pub fn new(policy: RetentionPolicy, period: Duration) -> Result<Self, InboxError> {
+    pub fn new(policy: RetentionPolicy) -> Result<Self, InboxError> {
         check_policy(&policy)?;
-        if period.is_zero() {
-            return Err(InboxError::InvalidRetention {
-                handler: None,
-                problem: RetentionProblem::ZeroPeriod,
-            });
-        }
-        if period > MAX_RETENTION {
-            return Err(InboxError::InvalidRetention {
-                handler: None,
-                problem: RetentionProblem::TooLong { max: MAX_RETENTION },
-            });
-        }
+        let period = policy.longest_window().min(MAX_RETENTION) / DEFAULT_GENERATIONS;
         Ok(Maintenance {
             policy,
             period,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
         })
+    }
+
+    /// Splits the window into `count` generations (1 to
+    /// [`MAX_GENERATIONS`]): the period becomes the window divided by
+    /// `count`, ids are kept up to the window plus that period, and a claim
+    /// probes at most `count + 1` archived generations.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use inbox_runtime::{RetentionPolicy, prune::partitioned::Maintenance};
+    ///
+    /// let maintenance = Maintenance::new(RetentionPolicy::parse("30d", "2d")?)?.generations(5)?;
+    /// assert_eq!(maintenance.period(), Duration::from_secs(6 * 86_400));
+    /// assert!(Maintenance::new(RetentionPolicy::parse("30d", "2d")?)?.generations(30).is_err());
+    /// assert!(Maintenance::new(RetentionPolicy::parse("30d", "2d")?)?.generations(0).is_err());
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn generations(mut self, count: u32) -> Result<Self, InboxError> {
+        if !(1..=MAX_GENERATIONS).contains(&count) {
+            return Err(InboxError::InvalidRetention {
+                handler: None,
+                problem: RetentionProblem::GenerationCount {
+                    requested: count,
+                    max: MAX_GENERATIONS,
+                },
+            });
+        }
+        self.period = self.policy.longest_window().min(MAX_RETENTION) / count;
+        Ok(self)
+    }
+
+    /// How long each generation is current: the window divided by the
+    /// number of generations.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use inbox_runtime::{RetentionPolicy, prune::partitioned::Maintenance};
+    /// let maintenance = Maintenance::new(RetentionPolicy::parse("4h", "1h")?)?;
+    /// assert_eq!(maintenance.period(), Duration::from_secs(2 * 3_600));
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn period(&self) -> Duration {
+        self.period
     }
 
     /// How long a rotation waits for claims in progress (default
@@ -744,7 +815,7 @@ impl Maintenance {
     /// ```
     /// # use std::time::Duration;
     /// # use inbox_runtime::{RetentionPolicy, prune::partitioned::Maintenance};
-    /// let maintenance = Maintenance::new(RetentionPolicy::parse("7d", "2d")?, Duration::from_secs(3_600))?
+    /// let maintenance = Maintenance::new(RetentionPolicy::parse("7d", "2d")?)?
     ///     .lock_timeout(Duration::from_secs(1));
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
@@ -758,7 +829,7 @@ impl Maintenance {
     /// ```
     /// # use std::time::Duration;
     /// # use inbox_runtime::{RetentionPolicy, prune::partitioned::Maintenance};
-    /// let maintenance = Maintenance::new(RetentionPolicy::parse("7d", "2d")?, Duration::from_secs(3_600))?;
+    /// let maintenance = Maintenance::new(RetentionPolicy::parse("7d", "2d")?)?;
     /// assert_eq!(maintenance.policy().keep().as_secs(), 7 * 86_400);
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
@@ -775,7 +846,7 @@ impl Maintenance {
     /// # use diesel::{Connection, PgConnection};
     /// # use inbox_runtime::{RetentionPolicy, prune::partitioned::Maintenance};
     /// # let mut conn = PgConnection::establish("postgres://localhost/app")?;
-    /// let maintenance = Maintenance::new(RetentionPolicy::parse("7d", "2d")?, Duration::from_secs(86_400))?;
+    /// let maintenance = Maintenance::new(RetentionPolicy::parse("7d", "2d")?)?;
     /// println!("{}", maintenance.run(&mut conn)?);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

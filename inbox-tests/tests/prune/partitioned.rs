@@ -8,7 +8,7 @@
 
 #[cfg(feature = "postgres")]
 mod postgres {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, BTreeSet};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::thread;
     use std::time::Duration;
@@ -176,7 +176,8 @@ mod postgres {
         let Some((_db, mut conn)) = partitioned_db() else {
             return;
         };
-        let maintenance = Maintenance::new(policy(7 * DAY, DAY), secs(DAY))
+        let maintenance = Maintenance::new(policy(7 * DAY, DAY))
+            .and_then(|maintenance| maintenance.generations(7))
             .unwrap()
             .lock_timeout(LOCK_TIMEOUT);
         let report = maintenance.run(&mut conn).unwrap();
@@ -208,6 +209,107 @@ mod postgres {
         seed::<Postgres>(&mut conn, "h", &ids("old", 30), Some(30 * DAY));
         let report = Prune::new(policy(7 * DAY, DAY)).run(&mut conn).unwrap();
         assert_eq!(report.rows_deleted, 30, "{report}");
+    }
+
+    /// Moves the whole layout `days` into the past: every generation started
+    /// and ended that much earlier (what passing time does to it).
+    fn days_pass(conn: &mut PgConnection, days: i64) {
+        conn.batch_execute(&format!(
+            "UPDATE inbox_generations SET started_at = started_at - interval '{days} days', \
+             ended_at = ended_at - interval '{days} days'"
+        ))
+        .unwrap();
+    }
+
+    fn archived_generations(conn: &mut PgConnection) -> usize {
+        partitioned::generations(conn)
+            .unwrap()
+            .iter()
+            .filter(|generation| !generation.is_current())
+            .count()
+    }
+
+    /// An inbox run the old way (one generation per day of a 30-day window:
+    /// 30 archived generations, each probed by every claim) moves to
+    /// `Maintenance`'s bounded generations (the window split in 2, the
+    /// default): every id stays a duplicate for its whole window on every
+    /// simulated day of the change, the old daily generations expire one by
+    /// one, and from then on a claim probes at most 3 archived generations.
+    #[test]
+    fn moving_to_bounded_generations_keeps_every_claim() {
+        let Some((_db, mut conn)) = partitioned_db() else {
+            return;
+        };
+        const WINDOW_DAYS: i64 = 30;
+        // (id, day claimed); day 0 is when the change happens.
+        let mut claimed: Vec<(String, i64)> = Vec::new();
+        for day in -WINDOW_DAYS..0 {
+            for i in 0..2 {
+                let id = format!("old-{day}-{i}");
+                assert!(processed(&mut conn, &id));
+                claimed.push((id, day));
+            }
+            days_pass(&mut conn, 1);
+            partitioned::rotate(&mut conn, LOCK_TIMEOUT).unwrap();
+        }
+        assert_eq!(archived_generations(&mut conn), 30);
+
+        let maintenance = Maintenance::new(policy(WINDOW_DAYS * DAY, DAY))
+            .unwrap()
+            .lock_timeout(LOCK_TIMEOUT);
+        assert_eq!(maintenance.period(), secs(WINDOW_DAYS * DAY) / 2);
+        let mut most_archived_after_the_change = 0;
+        let mut oldest_kept = 0;
+        for day in 0..(2 * WINDOW_DAYS) {
+            let report = maintenance.run(&mut conn).unwrap();
+            assert!(report.partitions_created <= 1, "day {day}: {report}");
+            // Every id younger than the window is still a duplicate.
+            for (id, claimed_on) in &claimed {
+                if day - claimed_on < WINDOW_DAYS {
+                    assert!(
+                        !processed(&mut conn, id),
+                        "day {day}: {id}, claimed on day {claimed_on}, was accepted again"
+                    );
+                }
+            }
+            for i in 0..2 {
+                let id = format!("new-{day}-{i}");
+                assert!(processed(&mut conn, &id), "day {day}: {id} is new");
+                claimed.push((id, day));
+            }
+            let archived = archived_generations(&mut conn);
+            if day > WINDOW_DAYS {
+                most_archived_after_the_change = most_archived_after_the_change.max(archived);
+                // The storage side: no id outlives the window plus one
+                // period (15 days) and the day the simulation steps by.
+                let stored: BTreeSet<String> = conn
+                    .texts(
+                        "SELECT message_id AS value FROM inbox_messages \
+                         UNION ALL SELECT message_id FROM inbox_messages_archive",
+                    )
+                    .into_iter()
+                    .collect();
+                let oldest = claimed
+                    .iter()
+                    .filter(|(id, _)| stored.contains(id))
+                    .map(|(_, claimed_on)| day - claimed_on)
+                    .max()
+                    .unwrap_or(0);
+                oldest_kept = oldest_kept.max(oldest);
+            }
+            days_pass(&mut conn, 1);
+        }
+        assert!(
+            (2..=3).contains(&most_archived_after_the_change),
+            "once the daily generations expired, {most_archived_after_the_change} archived generations (expected at most 2 + 1)"
+        );
+        assert!(
+            (WINDOW_DAYS..=WINDOW_DAYS + WINDOW_DAYS / 2 + 1).contains(&oldest_kept),
+            "the oldest id kept was {oldest_kept} days old (window {WINDOW_DAYS} days, period {} days)",
+            WINDOW_DAYS / 2
+        );
+        // The oldest ids did expire (the layout does drop them).
+        assert!(processed(&mut conn, "old--30-0"));
     }
 
     /// A REPEATABLE READ transaction whose snapshot predates a rotation must not
@@ -416,7 +518,8 @@ mod postgres {
         age_generation(&mut conn, 1, 30 * DAY);
         let longest =
             inbox_runtime::RetentionPolicy::new(inbox_runtime::MAX_RETENTION, secs(DAY)).unwrap();
-        let maintenance = Maintenance::new(longest, inbox_runtime::MAX_RETENTION)
+        let maintenance = Maintenance::new(longest)
+            .and_then(|maintenance| maintenance.generations(1))
             .unwrap()
             .lock_timeout(LOCK_TIMEOUT);
         let report = maintenance.run(&mut conn).unwrap();
@@ -620,7 +723,8 @@ mod postgres {
         let Some((db, mut conn)) = partitioned_db() else {
             return;
         };
-        let maintenance = Maintenance::new(policy(7 * DAY, DAY), secs(DAY))
+        let maintenance = Maintenance::new(policy(7 * DAY, DAY))
+            .and_then(|maintenance| maintenance.generations(7))
             .unwrap()
             .lock_timeout(Duration::from_millis(200));
         let mut handler_conn = db.connect();
@@ -774,7 +878,8 @@ mod postgres {
             !partitioned::is_partitioned(&mut conn).unwrap(),
             "the inbox in the search path is a's, which is plain"
         );
-        let maintenance = Maintenance::new(policy(7 * DAY, DAY), secs(DAY))
+        let maintenance = Maintenance::new(policy(7 * DAY, DAY))
+            .and_then(|maintenance| maintenance.generations(7))
             .unwrap()
             .lock_timeout(LOCK_TIMEOUT);
         let err = maintenance.run(&mut conn).unwrap_err();

@@ -150,24 +150,34 @@ mod postgres {
 
     #[test]
     fn bad_generation_settings_are_rejected() {
-        use inbox_runtime::prune::partitioned::Maintenance;
-        let (found, _) = problem(Maintenance::new(policy(7 * DAY, DAY), Duration::ZERO));
-        assert_eq!(found, RetentionProblem::ZeroPeriod);
-        let (found, text) = problem(Maintenance::new(
-            policy(7 * DAY, DAY).only(handler("h")),
-            secs(DAY),
-        ));
+        use inbox_runtime::prune::partitioned::{MAX_GENERATIONS, Maintenance};
+        let maintenance = || Maintenance::new(policy(7 * DAY, DAY)).unwrap();
+        for count in [0, MAX_GENERATIONS + 1, 30] {
+            let (found, text) = problem(maintenance().generations(count));
+            assert_eq!(
+                found,
+                RetentionProblem::GenerationCount {
+                    requested: count,
+                    max: MAX_GENERATIONS
+                }
+            );
+            assert!(
+                text.contains("looks its id up in each archived generation"),
+                "{text}"
+            );
+        }
+        for count in 1..=MAX_GENERATIONS {
+            let period = maintenance().generations(count).unwrap().period();
+            assert_eq!(period, secs(7 * DAY) / count, "{count} generations");
+        }
+        let (found, text) = problem(Maintenance::new(policy(7 * DAY, DAY).only(handler("h"))));
         assert_eq!(found, RetentionProblem::HandlerScopeNeedsBatches);
         assert!(text.contains("cannot prune one handler only"), "{text}");
-        // A period the database's interval arithmetic cannot hold.
-        let (found, _) = problem(Maintenance::new(
-            policy(7 * DAY, DAY),
-            inbox_runtime::MAX_RETENTION + secs(1),
-        ));
-        assert!(
-            matches!(found, RetentionProblem::TooLong { .. }),
-            "{found:?}"
-        );
-        assert!(Maintenance::new(policy(7 * DAY, DAY), inbox_runtime::MAX_RETENTION).is_ok());
+        // The longest window: its period stays within what the database's
+        // interval arithmetic holds.
+        let longest =
+            inbox_runtime::RetentionPolicy::new(inbox_runtime::MAX_RETENTION, secs(DAY)).unwrap();
+        let maintenance = Maintenance::new(longest).unwrap().generations(1).unwrap();
+        assert_eq!(maintenance.period(), inbox_runtime::MAX_RETENTION);
     }
 }
