@@ -7,7 +7,12 @@
 //! cargo bench -p inbox-tests --bench throughput --features postgres,mysql,async
 //! INBOX_BENCH_BACKENDS=postgres INBOX_BENCH_VARIANTS=handler,batch-100 cargo bench -p inbox-tests --bench throughput --features postgres
 //! inbox-tests/benches/bench.sh     # this, then what observability costs (observe.sh)
+//! cargo bench -p inbox-tests --bench throughput --features postgres,mysql -- growth
 //! ```
+//!
+//! The last one measures instead how a claim's cost changes as the inbox
+//! grows (prefilled to 30 M rows, and across archived generations): see
+//! `growth.rs`.
 //!
 //! # Variants
 //!
@@ -101,6 +106,8 @@
 
 mod batch;
 mod connections;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod growth;
 #[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
 mod nonblocking;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -256,8 +263,14 @@ fn main() {
         );
         return;
     }
-    let config = Config::from_env();
     let started = Instant::now();
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    if std::env::args().any(|arg| arg == "growth") {
+        growth::run();
+        println!("\ndone in {:.0} s", started.elapsed().as_secs_f64());
+        return;
+    }
+    let config = Config::from_env();
     println!(
         "{} CPUs, load average {}; {} rounds x {} ms per variant; variants {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -306,11 +319,35 @@ fn load_average() -> String {
     )
 }
 
+/// How a worker makes the ids of new messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ids {
+    /// A counter shared by every worker, as decimal text: each new id sorts
+    /// after most earlier ones, as time-ordered ids do.
+    Counter,
+    /// Random UUIDs (version 4), as most producers assign them.
+    Random,
+    /// Time-ordered UUIDs (version 7).
+    TimeOrdered,
+}
+
+impl Ids {
+    fn name(self) -> &'static str {
+        match self {
+            Ids::Counter => "counter",
+            Ids::Random => "random UUIDv4",
+            Ids::TimeOrdered => "time-ordered UUIDv7",
+        }
+    }
+}
+
 /// One delivering connection and what it needs.
 struct Worker<C> {
     conn: C,
     account: i64,
     handler: HandlerName,
+    /// The ids of new messages (`handler`).
+    ids: Ids,
     /// Ids this connection claimed, for `duplicate`.
     redeliver: Vec<u64>,
     next_redelivery: usize,
@@ -335,6 +372,7 @@ impl<C: BenchConnection> Worker<C> {
             conn,
             account,
             handler,
+            ids: Ids::Counter,
             redeliver,
             next_redelivery: 0,
         }
@@ -373,11 +411,15 @@ impl<C: BenchConnection> Worker<C> {
                     .expect("claim-uncached");
             }
             Variant::Handler => {
-                run_idempotent(
-                    &mut self.conn,
-                    key(handler, fresh_ids(1)),
-                    |conn: &mut C| conn.effect(account).map(drop),
-                )
+                let key = match self.ids {
+                    Ids::Counter => ClaimKey::new(handler.clone(), &fresh_ids(1)),
+                    Ids::Random => ClaimKey::new(handler.clone(), &uuid::Uuid::new_v4()),
+                    Ids::TimeOrdered => ClaimKey::new(handler.clone(), &uuid::Uuid::now_v7()),
+                }
+                .expect("a valid key");
+                run_idempotent(&mut self.conn, key, |conn: &mut C| {
+                    conn.effect(account).map(drop)
+                })
                 .expect("handler");
             }
             Variant::Duplicate => {
