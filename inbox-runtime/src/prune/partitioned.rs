@@ -714,9 +714,10 @@ pub const MAX_GENERATIONS: u32 = 8;
 ///
 /// What it costs: ids are kept for the window plus at most one period (up
 /// to 50 % longer with the default, 25 % on average), since a generation is
-/// dropped once its newest id expired. More generations keep fewer extra ids and a smaller
-/// current table (the only one claims write to) at the price of one more
-/// probe per claim each; see BENCHMARKS.md for both measured.
+/// dropped once its newest id expired. More generations keep fewer extra
+/// ids and a smaller current table (the only one claims write to) at the
+/// price of one more probe per claim each; see BENCHMARKS.md for both
+/// measured.
 ///
 /// Run it from cron or a `BackgroundPruner` at an interval well below the
 /// period.
@@ -758,10 +759,9 @@ impl Maintenance {
     /// ```
     pub fn new(policy: RetentionPolicy) -> Result<Self, InboxError> {
         check_policy(&policy)?;
-        let period = policy.longest_window().min(MAX_RETENTION) / DEFAULT_GENERATIONS;
         Ok(Maintenance {
+            period: period_of(&policy, DEFAULT_GENERATIONS),
             policy,
-            period,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
         })
     }
@@ -791,7 +791,7 @@ impl Maintenance {
                 },
             });
         }
-        self.period = self.policy.longest_window().min(MAX_RETENTION) / count;
+        self.period = period_of(&self.policy, count);
         Ok(self)
     }
 
@@ -884,6 +884,12 @@ impl Maintenance {
         }
         Ok(tally.finish())
     }
+}
+
+/// The period of `count` generations over `policy`'s longest window (capped
+/// at [`MAX_RETENTION`], what the database's interval arithmetic holds).
+fn period_of(policy: &RetentionPolicy, count: u32) -> Duration {
+    policy.longest_window().min(MAX_RETENTION) / count
 }
 
 #[cfg(feature = "r2d2")]

@@ -44,7 +44,7 @@ use diesel::connection::SimpleConnection;
 use inbox_tests::{SqlRows, TestBackend};
 
 use crate::servers::Server;
-use crate::{Ids, Measured, Variant, Worker, env_list, env_number, load_average, median};
+use crate::{Config, Ids, Measured, Variant, Worker, env_list, env_number, load_average, median};
 
 const VARIANTS: [Variant; 2] = [Variant::NoDedup, Variant::Handler];
 
@@ -54,8 +54,8 @@ struct Growth {
     generations: Vec<u64>,
     generation_rows: u64,
     ids: Vec<Ids>,
-    rounds: usize,
-    slice: Duration,
+    /// The rounds (their number and slice length, growth's own defaults).
+    config: Config,
     connections: usize,
 }
 
@@ -92,8 +92,11 @@ impl Growth {
                     other => panic!("INBOX_BENCH_GROWTH_IDS: no id kind `{other}`"),
                 })
                 .collect(),
-            rounds: env_number("INBOX_BENCH_ROUNDS", 10) as usize,
-            slice: Duration::from_millis(env_number("INBOX_BENCH_SLICE_MS", 2000)),
+            config: Config {
+                rounds: env_number("INBOX_BENCH_ROUNDS", 10) as usize,
+                slice: Duration::from_millis(env_number("INBOX_BENCH_SLICE_MS", 2000)),
+                ..Config::from_env()
+            },
             connections: env_list("INBOX_BENCH_CONNECTIONS", "4")[0]
                 .parse()
                 .expect("INBOX_BENCH_CONNECTIONS: a number"),
@@ -106,8 +109,8 @@ pub fn run() {
     let growth = Growth::from_env();
     println!(
         "growth: {} rounds x {} ms per variant, {} connections, load average {}",
-        growth.rounds,
-        growth.slice.as_millis(),
+        growth.config.rounds,
+        growth.config.slice.as_millis(),
         growth.connections,
         load_average()
     );
@@ -137,6 +140,9 @@ pub trait Grows: Server {
     /// What every delivering connection sends first (PostgreSQL:
     /// `INBOX_BENCH_GROWTH_WAL_COMPRESSION`).
     fn session_sql() -> Option<String>;
+    /// Starts each case's log figures the same way (PostgreSQL: a
+    /// `CHECKPOINT`).
+    fn settle(conn: &mut Self::Connection);
 }
 
 #[cfg(feature = "postgres")]
@@ -195,6 +201,10 @@ impl Grows for inbox_tests::Postgres {
             .ok()
             .map(|method| format!("SET wal_compression = '{method}'"))
     }
+
+    fn settle(conn: &mut Self::Connection) {
+        conn.batch_execute("CHECKPOINT").expect("CHECKPOINT");
+    }
 }
 
 #[cfg(feature = "mysql")]
@@ -244,6 +254,8 @@ impl Grows for inbox_tests::Mysql {
     fn session_sql() -> Option<String> {
         None
     }
+
+    fn settle(_: &mut Self::Connection) {}
 }
 
 /// The plain layout at every size of `INBOX_BENCH_GROWTH_ROWS`, growing one
@@ -290,14 +302,6 @@ impl Empty {
                 ratio
             }
         }
-    }
-}
-
-/// A checkpoint (PostgreSQL), so that every case starts its log figures
-/// the same way.
-fn settle<B: Grows>(admin: &mut B::Connection) {
-    if B::NAME == "postgres" {
-        admin.batch_execute("CHECKPOINT").expect("CHECKPOINT");
     }
 }
 
@@ -364,37 +368,36 @@ fn measure<B: Grows>(
             worker
         })
         .collect();
-    settle::<B>(admin);
+    B::settle(admin);
     // Per variant: log bytes, full-page images, messages.
     let mut log = [(0_i64, 0_i64, 0_usize); VARIANTS.len()];
-    let config = crate::Config {
-        rounds: growth.rounds,
-        slice: growth.slice,
-        ..crate::Config::from_env()
-    };
-    let mut measured: Vec<Measured> = crate::rounds(&config, &VARIANTS, |variant, length| {
-        let (bytes, images) = (B::log_position(admin), B::full_page_images(admin));
-        let sample = crate::slice_sync(&mut workers, variant, length);
-        let at = VARIANTS
-            .iter()
-            .position(|&v| v == variant)
-            .expect("a growth variant");
-        log[at].0 += B::log_position(admin) - bytes;
-        log[at].1 += B::full_page_images(admin)
-            .zip(images)
-            .map_or(0, |(after, before)| after - before);
-        log[at].2 += sample.messages;
-        sample
-    });
+    let mut counts_images = false;
+    let mut measured: Vec<Measured> =
+        crate::rounds(&growth.config, &VARIANTS, |variant, length| {
+            let (bytes, images) = (B::log_position(admin), B::full_page_images(admin));
+            let sample = crate::slice_sync(&mut workers, variant, length);
+            let at = VARIANTS
+                .iter()
+                .position(|&v| v == variant)
+                .expect("a growth variant");
+            log[at].0 += B::log_position(admin) - bytes;
+            if let Some((after, before)) = B::full_page_images(admin).zip(images) {
+                counts_images = true;
+                log[at].1 += after - before;
+            }
+            log[at].2 += sample.messages;
+            sample
+        });
     let per_delivery = |at: usize, value: i64| value as f64 / log[at].2.max(1) as f64;
     let (effect_log, claim_log) = (per_delivery(0, log[0].0), per_delivery(1, log[1].0));
-    let images = match B::full_page_images(admin) {
-        Some(_) => format!(
+    let images = if counts_images {
+        format!(
             ", full-page images/delivery {:.2} and {:.2}",
             per_delivery(0, log[0].1),
             per_delivery(1, log[1].1)
-        ),
-        None => String::new(),
+        )
+    } else {
+        String::new()
     };
     let mut ratios: Vec<f64> = measured[1]
         .throughputs

@@ -122,7 +122,7 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use inbox_runtime::{ClaimKey, ClaimStatement, HandlerName, run_idempotent};
+use inbox_runtime::{ClaimKey, ClaimStatement, HandlerName, MessageId, run_idempotent};
 use inbox_tests::TestBackend;
 
 use self::connections::BenchConnection;
@@ -353,7 +353,7 @@ struct Worker<C> {
     next_redelivery: usize,
 }
 
-fn key(handler: &HandlerName, id: u64) -> ClaimKey {
+fn key(handler: &HandlerName, id: impl MessageId) -> ClaimKey {
     ClaimKey::new(handler.clone(), &id).expect("a valid key")
 }
 
@@ -412,11 +412,10 @@ impl<C: BenchConnection> Worker<C> {
             }
             Variant::Handler => {
                 let key = match self.ids {
-                    Ids::Counter => ClaimKey::new(handler.clone(), &fresh_ids(1)),
-                    Ids::Random => ClaimKey::new(handler.clone(), &uuid::Uuid::new_v4()),
-                    Ids::TimeOrdered => ClaimKey::new(handler.clone(), &uuid::Uuid::now_v7()),
-                }
-                .expect("a valid key");
+                    Ids::Counter => key(handler, fresh_ids(1)),
+                    Ids::Random => key(handler, uuid::Uuid::new_v4()),
+                    Ids::TimeOrdered => key(handler, uuid::Uuid::now_v7()),
+                };
                 run_idempotent(&mut self.conn, key, |conn: &mut C| {
                     conn.effect(account).map(drop)
                 })
