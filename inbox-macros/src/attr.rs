@@ -1,7 +1,8 @@
-//! Parses the attribute's arguments: `id`, `handler`, `conn`, `crate` and
-//! `outside_transaction`.
+//! Parses the attribute's arguments: `id`, `handler`, `conn`, `crate`,
+//! `outside_transaction`, `max_attempts`, `fingerprint` and `store_result`.
 //!
-//! Every argument is `name = value`, separated by commas. The parser never
+//! Every argument is `name = value`, separated by commas, except the flag
+//! `store_result`. The parser never
 //! stops at the first mistake: a bad argument is recorded and skipped up to
 //! the next comma, so all mistakes of one attribute are reported together.
 
@@ -36,6 +37,12 @@ pub(crate) struct Args {
     /// `max_attempts = 5` or `max_attempts = unbounded`: the handler's limit
     /// of failed attempts, instead of the runtime's default.
     pub(crate) max_attempts: Option<MaxAttempts>,
+    /// `fingerprint = msg.body`: the payload whose fingerprint is stored
+    /// with the claim and compared on duplicates.
+    pub(crate) fingerprint: Option<Expr>,
+    /// `store_result` (a flag, at its span): the body's result is stored
+    /// with the claim and returned to duplicates.
+    pub(crate) store_result: Option<Span>,
 }
 
 impl Args {
@@ -115,13 +122,20 @@ fn parse_one(
     let key = name.to_string();
     if !matches!(
         key.as_str(),
-        "id" | "handler" | "conn" | "crate" | "outside_transaction" | "max_attempts"
+        "id" | "handler"
+            | "conn"
+            | "crate"
+            | "outside_transaction"
+            | "max_attempts"
+            | "fingerprint"
+            | "store_result"
     ) {
         return Err(syn::Error::new(
             name.span(),
             format!(
                 "unknown argument `{key}`; `#[idempotent]` takes `id`, `handler`, `conn`, \
-                 `max_attempts`, `crate` and `outside_transaction`"
+                 `max_attempts`, `fingerprint`, `store_result`, `crate` and \
+                 `outside_transaction`"
             ),
         ));
     }
@@ -132,6 +146,16 @@ fn parse_one(
         ));
     }
     seen.push(key.clone());
+    if key == "store_result" {
+        if input.peek(Token![=]) {
+            return Err(syn::Error::new(
+                name.span(),
+                "`store_result` is a flag and takes no value: write `store_result` on its own",
+            ));
+        }
+        args.store_result = Some(name.span());
+        return Ok(());
+    }
     if !input.peek(Token![=]) {
         return Err(syn::Error::new(
             name.span(),
@@ -147,6 +171,7 @@ fn parse_one(
         "conn" => args.conn = errors.keep(conn_name(value)),
         "outside_transaction" => args.outside_transaction = outside_names(value, errors),
         "max_attempts" => args.max_attempts = errors.keep(max_attempts(value)),
+        "fingerprint" => args.fingerprint = Some(value),
         _ => args.krate = errors.keep(crate_path(value)),
     }
     Ok(())

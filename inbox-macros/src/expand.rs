@@ -28,6 +28,11 @@
 //! KRATE::__private::finish_async::<_, RET>(__inbox_transaction, __inbox_result).await
 //! ```
 //!
+//! With `fingerprint = PAYLOAD`, the key is
+//! `KRATE::__private::fingerprinted_key(HANDLER, &ID, &PAYLOAD)`; with
+//! `store_result`, the entry points are `run_sync_storing`,
+//! `begin_async_storing` and `finish_async_storing`.
+//!
 //! `run_sync` names the return type `RET` in its turbofish, with the user's
 //! spans: a return type that is not `Result<R, E>` (or whose `R` or `E` does
 //! not fit) fails `run_sync`'s bounds on it, and the compiler reports that
@@ -57,6 +62,8 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
         krate,
         output,
         max_attempts,
+        fingerprint,
+        store_result,
     } = handler;
     let ItemFn {
         attrs,
@@ -72,7 +79,7 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
 
     let key = Ident::new("__inbox_key", Span::mixed_site());
     let name = handler_expr(&krate, handler_name.as_ref(), &sig.ident);
-    let claim = claim_key(&krate, &key, &name, &id);
+    let claim = claim_key(&krate, &key, &name, &id, fingerprint.as_ref());
     let lent = lend(&connection);
     let run = run(
         flavor,
@@ -82,6 +89,7 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
             lent: &lent,
             output: &output,
             max_attempts: max_attempts_expr(&krate, max_attempts),
+            store_result,
             body: braced(body_span, quote!(#(#stmts)*)),
         },
     );
@@ -182,20 +190,41 @@ fn handler_expr(krate: &Path, explicit: Option<&LitStr>, fn_name: &Ident) -> Tok
     }
 }
 
-/// `let __inbox_key = claim_key(..);`, spanned at the id expression so a
-/// wrong id type is reported there.
-fn claim_key(krate: &Path, key: &Ident, name: &TokenStream, id: &Expr) -> TokenStream {
+/// `let __inbox_key = claim_key(..);` (`fingerprinted_key(..)` with a
+/// fingerprint), spanned at the id expression so a wrong id type is
+/// reported there, and a payload that cannot be fingerprinted at the
+/// fingerprint expression.
+fn claim_key(
+    krate: &Path,
+    key: &Ident,
+    name: &TokenStream,
+    id: &Expr,
+    fingerprint: Option<&Expr>,
+) -> TokenStream {
     // The runtime path keeps the attribute's span here: the compiler then
     // underlines the argument (the user's id) and labels the attribute as
     // the call, rather than drawing both over the id's first token.
     let span = id.span();
-    let id = if needs_parens(id) {
-        quote_spanned!(span=> (#id))
+    let id = operand(id);
+    match fingerprint {
+        None => quote_spanned! {span=>
+            let #key = #krate::__private::claim_key(#name, &#id);
+        },
+        Some(payload) => {
+            let payload = operand(payload);
+            quote_spanned! {span=>
+                let #key = #krate::__private::fingerprinted_key(#name, &#id, &#payload);
+            }
+        }
+    }
+}
+
+/// `expr` as the operand of `&`, parenthesized where it needs to be.
+fn operand(expr: &Expr) -> TokenStream {
+    if needs_parens(expr) {
+        quote_spanned!(expr.span()=> (#expr))
     } else {
-        id.to_token_stream()
-    };
-    quote_spanned! {span=>
-        let #key = #krate::__private::claim_key(#name, &#id);
+        expr.to_token_stream()
     }
 }
 
@@ -308,6 +337,8 @@ struct RunParts<'a> {
     /// The handler's limit of failed attempts: an `Option<MaxAttempts>`
     /// expression (`None`: the runtime's default).
     max_attempts: TokenStream,
+    /// `store_result`: the storing entry points.
+    store_result: bool,
     /// The user's body, in the user's braces.
     body: Group,
 }
@@ -348,14 +379,22 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
         lent,
         output,
         max_attempts,
+        store_result,
         body,
     } = parts;
+    let entry = |plain: &str, storing: &str| {
+        let name = Ident::new(
+            if *store_result { storing } else { plain },
+            Span::call_site(),
+        );
+        quote!(#krate::__private::#name)
+    };
     let Lent { arg, param, .. } = lent;
     let (first, last) = end_spans(output);
     let conn_type = quote_spanned!(lent.span=> _);
     match flavor {
         Flavor::Sync => {
-            let entry = respanned(quote!(#krate::__private::run_sync), first);
+            let entry = respanned(entry("run_sync", "run_sync_storing"), first);
             let args = parenthesized(
                 last,
                 quote!(#arg, #key, #max_attempts, |#param| -> #output #body),
@@ -372,10 +411,10 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
             let transaction = Ident::new("__inbox_transaction", Span::mixed_site());
             let done = Ident::new("__inbox_done", Span::mixed_site());
             let result = Ident::new("__inbox_result", Span::mixed_site());
-            let begin = respanned(quote!(#krate::__private::begin_async), first);
+            let begin = respanned(entry("begin_async", "begin_async_storing"), first);
             let begin_args = parenthesized(last, quote!(#arg, #key, #max_attempts));
             let typed = respanned(quote!(#krate::__private::typed), first);
-            let finish = respanned(quote!(#krate::__private::finish_async), first);
+            let finish = respanned(entry("finish_async", "finish_async_storing"), first);
             let finish_args = parenthesized(last, quote!(#transaction, #result));
             quote! {
                 let mut #transaction = match #begin::<#conn_type, #output> #begin_args.await {

@@ -79,4 +79,9 @@ pub(crate) struct Handler {
     pub(crate) output: Type,
     /// `max_attempts = ...`, if given.
     pub(crate) max_attempts: Option<crate::attr::MaxAttempts>,
+    /// `fingerprint = ...`: the payload expression, rooted in a message
+    /// parameter.
+    pub(crate) fingerprint: Option<Expr>,
+    /// `store_result`: the body's result is stored and replayed.
+    pub(crate) store_result: bool,
 }

@@ -9,12 +9,14 @@ mod kind;
 mod outside;
 mod per_delivery;
 mod signature;
+mod subject;
 
 use syn::{ItemFn, parse_quote};
 
 use crate::attr::Args;
 use crate::errors::Errors;
 use crate::model::{Handler, Shadow};
+use subject::Subject;
 
 /// A handler that failed validation: every error, and what the fallback
 /// expansion needs to emit the function without a cascade of type errors.
@@ -53,10 +55,14 @@ pub(crate) fn handler(
         },
         &mut errors,
     );
+    let scope = id_root::Scope::of(&function.sig, conn_ident);
     if let Some(id) = &args.id {
-        let scope = id_root::Scope::of(&function.sig, conn_ident);
-        id_root::check(id, &scope, &mut errors);
-        per_delivery::check(id, &mut errors);
+        id_root::check(id, &scope, Subject::Id, &mut errors);
+        per_delivery::check(id, Subject::Id, &mut errors);
+    }
+    if let Some(fingerprint) = &args.fingerprint {
+        id_root::check(fingerprint, &scope, Subject::Fingerprint, &mut errors);
+        per_delivery::check(fingerprint, Subject::Fingerprint, &mut errors);
     }
     if let Err(error) = errors.finish() {
         // A body rewritten by `#[async_trait]` moves its parameters into a
@@ -82,6 +88,8 @@ pub(crate) fn handler(
             krate: args.krate.unwrap_or_else(|| parse_quote!(::inbox_runtime)),
             output,
             max_attempts: args.max_attempts,
+            fingerprint: args.fingerprint,
+            store_result: args.store_result.is_some(),
         }),
         // Every `None` above was recorded as an error, so this is not reached.
         _ => Err(Box::new(Rejected {

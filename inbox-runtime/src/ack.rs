@@ -17,6 +17,7 @@ use crate::recovery::{Recovery, recovery};
 /// | an invalid or missing message id | [`DeadLetter`](AckDecision::DeadLetter) |
 /// | a rejection ([`InboxError::rejected`]) | [`DeadLetter`](AckDecision::DeadLetter) |
 /// | attempts exhausted ([`InboxError::AttemptsExhausted`]) | [`DeadLetter`](AckDecision::DeadLetter) |
+/// | the id was processed with a different payload ([`InboxError::Conflict`]), a payload that cannot be fingerprinted, a result that cannot be stored or replayed | [`DeadLetter`](AckDecision::DeadLetter) |
 ///
 /// ```
 /// use inbox_runtime::{ack_decision, AckDecision, InboxError};
@@ -172,7 +173,11 @@ pub(crate) fn classify(error: &(dyn StdError + 'static)) -> Found {
 
 fn of_inbox_error(error: &InboxError) -> Found {
     match error {
-        InboxError::InvalidMessageId { .. } | InboxError::AttemptsExhausted { .. } => Found::Final,
+        InboxError::InvalidMessageId { .. }
+        | InboxError::AttemptsExhausted { .. }
+        | InboxError::Conflict(_)
+        | InboxError::InvalidFingerprint { .. }
+        | InboxError::StoredResult { .. } => Found::Final,
         InboxError::Rejected { .. } => Found::Rejected,
         other => Found::Database(other.recovery()),
     }

@@ -4,10 +4,12 @@ use diesel::connection::{Connection, TransactionManager};
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::{QueryResult, RunQueryDsl};
 
-use crate::backend::InboxBackend;
-use crate::error::InboxError;
+use crate::backend::{Bind, InboxBackend, StoredClaimRow};
+use crate::batch::current;
+use crate::error::{InboxError, PayloadConflict};
 use crate::execution::require_transaction;
-use crate::key::ClaimKey;
+use crate::fingerprint::Fingerprint;
+use crate::key::{ClaimKey, preview};
 use crate::recovery::is_refused_key_text;
 
 /// Whether a claim made this delivery the first one for its key.
@@ -73,7 +75,10 @@ where
     C::Backend: InboxBackend,
 {
     require_transaction(C::TransactionManager::transaction_manager_status_mut(conn))?;
-    let affected = ClaimStatement::new(key).execute(conn)?;
+    let affected = match key.fingerprint() {
+        None => ClaimStatement::new(key).execute(conn)?,
+        Some(fingerprint) => FingerprintedClaimStatement { key, fingerprint }.execute(conn)?,
+    };
     Ok(claim_from_affected_rows(affected))
 }
 
@@ -85,6 +90,110 @@ pub(crate) fn refused_or_database(key: &ClaimKey, error: diesel::result::Error) 
     } else {
         InboxError::Database(error)
     }
+}
+
+/// What a delivery's claim found: the id is now this transaction's, or it
+/// was already claimed, with the result stored with that claim (read only
+/// when asked for).
+#[derive(Debug)]
+pub(crate) enum Taken {
+    /// Claimed now: the body runs.
+    Claimed,
+    /// Already claimed, by a delivery with the same fingerprint (or none):
+    /// the body does not run.
+    Duplicate(Option<Vec<u8>>),
+}
+
+/// Claims `key` in the level open on `conn`: [`Taken::Claimed`] for a new
+/// id, and for an id the running batch claimed for this very message (a
+/// nested handler, see `batch::current`); otherwise the duplicate is checked
+/// against the fingerprint stored with its claim, and the stored result read
+/// when `read_result`.
+pub(crate) fn take<C>(
+    conn: &mut C,
+    outermost: bool,
+    key: &ClaimKey,
+    read_result: bool,
+) -> Result<Taken, InboxError>
+where
+    C: diesel::connection::LoadConnection,
+    C::Backend: InboxBackend,
+{
+    match claim_statement(conn, key).map_err(|error| refused_or_database(key, error))? {
+        Claim::Claimed => Ok(Taken::Claimed),
+        Claim::Duplicate if !outermost && current::is_running(key) => Ok(Taken::Claimed),
+        Claim::Duplicate if key.fingerprint().is_none() && !read_result => {
+            Ok(Taken::Duplicate(None))
+        }
+        Claim::Duplicate => {
+            let row = stored_claim(conn, key)?;
+            duplicate_of(key, row).map(Taken::Duplicate)
+        }
+    }
+}
+
+/// The fingerprint and result stored with `key`'s claim, wherever the claim
+/// sits.
+fn stored_claim<C>(conn: &mut C, key: &ClaimKey) -> QueryResult<Option<StoredClaimRow>>
+where
+    C: diesel::connection::LoadConnection,
+    C::Backend: InboxBackend,
+{
+    let sql = C::Backend::STORED_CLAIM_SQL;
+    let binds = key_binds(key);
+    if let Some(row) = C::Backend::load_stored_claim(conn, sql.select, &binds)?.pop() {
+        return Ok(Some(row));
+    }
+    match sql.archived_select {
+        Some((present, archived)) if C::Backend::load_flag(conn, present)? => {
+            Ok(C::Backend::load_stored_claim(conn, archived, &binds)?.pop())
+        }
+        _ => Ok(None),
+    }
+}
+
+/// `(handler, message_id)` as binds.
+pub(crate) fn key_binds(key: &ClaimKey) -> [Bind<'_>; 2] {
+    [
+        Bind::Text(key.handler().as_str()),
+        Bind::Text(key.message_id()),
+    ]
+}
+
+/// A duplicate of `key`, whose claim stores `row`: its stored result, or
+/// [`InboxError::Conflict`] when the claim's fingerprint is not the
+/// delivery's. A claim without a fingerprint (made without one, or before
+/// the column existed) matches any; so does a claim no longer found (pruned
+/// between the claim statement and this read).
+pub(crate) fn duplicate_of(
+    key: &ClaimKey,
+    row: Option<StoredClaimRow>,
+) -> Result<Option<Vec<u8>>, InboxError> {
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    if let (Some(delivered), Some(stored)) = (key.fingerprint(), row.fingerprint.as_deref()) {
+        if stored != delivered.as_bytes() {
+            return Err(InboxError::Conflict(Box::new(PayloadConflict {
+                handler: key.handler().as_str().to_owned(),
+                message_id: preview(key.message_id()),
+                stored: Fingerprint::from_stored(stored),
+                delivered: *delivered,
+            })));
+        }
+    }
+    Ok(row.result)
+}
+
+/// Stores `result` with `key`'s claim, in the transaction that claimed it.
+pub(crate) fn store_result<C>(conn: &mut C, key: &ClaimKey, result: &[u8]) -> QueryResult<()>
+where
+    C: diesel::Connection,
+    C::Backend: InboxBackend,
+{
+    let [handler, message_id] = key_binds(key);
+    let binds = [Bind::Bytes(result), handler, message_id];
+    C::Backend::execute_bound(conn, C::Backend::STORED_CLAIM_SQL.store_result, &binds).map(drop)
 }
 
 /// Reads the claim statement's affected-row count: one row inserted means the
@@ -141,8 +250,35 @@ impl QueryId for ClaimStatement<'_> {
 
 impl<DB: InboxBackend> QueryFragment<DB> for ClaimStatement<'_> {
     fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        DB::walk_claim(self.key, out)
+        DB::walk_claim(self.key, None, out)
     }
 }
 
 impl<C> RunQueryDsl<C> for ClaimStatement<'_> {}
+
+/// The claim that also stores the payload's fingerprint: a statement of its
+/// own, with its own cache id (a prepared statement is cached by its type,
+/// so the two texts must not share one).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FingerprintedClaimStatement<'k> {
+    pub(crate) key: &'k ClaimKey,
+    pub(crate) fingerprint: &'k Fingerprint,
+}
+
+/// See [`FingerprintedClaimStatement`].
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct FingerprintedClaimStatementId;
+
+impl QueryId for FingerprintedClaimStatement<'_> {
+    type QueryId = FingerprintedClaimStatementId;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<DB: InboxBackend> QueryFragment<DB> for FingerprintedClaimStatement<'_> {
+    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        DB::walk_claim(self.key, Some(self.fingerprint), out)
+    }
+}
+
+impl<C> RunQueryDsl<C> for FingerprintedClaimStatement<'_> {}

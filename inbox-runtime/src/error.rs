@@ -169,6 +169,59 @@ impl fmt::Display for RetentionProblem {
     }
 }
 
+/// The details of [`InboxError::Conflict`]: a message id already processed
+/// with a different payload.
+///
+/// ```
+/// use inbox_runtime::{Fingerprint, PayloadConflict};
+/// let conflict = PayloadConflict {
+///     handler: "billing.apply_payment".into(),
+///     message_id: "pay-1".into(),
+///     stored: Some(Fingerprint::of("amount=250")?),
+///     delivered: Fingerprint::of("amount=999")?,
+/// };
+/// assert!(conflict.to_string().contains("different payload"));
+/// # Ok::<(), inbox_runtime::InboxError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadConflict {
+    /// The handler that received the message.
+    pub handler: String,
+    /// The message id, escaped and shortened for display.
+    pub message_id: String,
+    /// The fingerprint stored by the delivery that processed the id
+    /// (`None`: the stored bytes are not a fingerprint, written by
+    /// something else than the inbox).
+    pub stored: Option<crate::Fingerprint>,
+    /// This delivery's fingerprint.
+    pub delivered: crate::Fingerprint,
+}
+
+impl fmt::Display for PayloadConflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let PayloadConflict {
+            handler,
+            message_id,
+            stored,
+            delivered,
+        } = self;
+        write!(
+            f,
+            "handler `{handler}` refused message id \"{message_id}\": that id was already \
+             processed with a different payload (stored fingerprint "
+        )?;
+        match stored {
+            Some(stored) => write!(f, "{stored}")?,
+            None => f.write_str("unreadable")?,
+        }
+        write!(
+            f,
+            ", this delivery's {delivered}); the body did not run; dead-letter the message, \
+             redelivering it will not help"
+        )
+    }
+}
+
 /// Everything the inbox runtime can fail with.
 ///
 /// The split that matters to a consumer is [`InboxError::is_retryable`]:
@@ -280,6 +333,34 @@ pub enum InboxError {
         /// [`MAX_ERROR_TEXT_BYTES`](crate::MAX_ERROR_TEXT_BYTES)).
         last_error: String,
     },
+    /// The message id was already processed with a different payload: the
+    /// fingerprint stored with its claim (`#[idempotent(fingerprint = …)]`)
+    /// is not this delivery's. The body did not run and nothing was
+    /// written. Either the producer reused an id for a different message,
+    /// or the payload changed on the way: dead-letter it and look; retrying
+    /// will not help.
+    Conflict(Box<PayloadConflict>),
+    /// The fingerprint expression's value could not be encoded: its
+    /// `serde::Serialize` implementation failed. Nothing was recorded and
+    /// the body did not run. Do not retry.
+    InvalidFingerprint {
+        /// The serializer's error.
+        reason: String,
+    },
+    /// A handler with `store_result` could not store or replay its result
+    /// (see [`StoredResultProblem`]). When storing failed, the body's
+    /// effects were rolled back with the claim. Do not retry: the same
+    /// message fails the same way.
+    ///
+    /// [`StoredResultProblem`]: crate::StoredResultProblem
+    StoredResult {
+        /// The handler that received the message.
+        handler: String,
+        /// The message id, escaped and shortened for display.
+        message_id: String,
+        /// What went wrong.
+        problem: crate::StoredResultProblem,
+    },
     /// Applying the inbox's migrations failed.
     Migration(Box<dyn StdError + Send + Sync>),
     /// A pruning batch size of zero, or larger than
@@ -337,7 +418,10 @@ impl InboxError {
             | InboxError::InvalidRetention { .. }
             | InboxError::InvalidBatchSize { .. }
             | InboxError::Rejected { .. }
-            | InboxError::AttemptsExhausted { .. } => Recovery::Never,
+            | InboxError::AttemptsExhausted { .. }
+            | InboxError::Conflict(_)
+            | InboxError::InvalidFingerprint { .. }
+            | InboxError::StoredResult { .. } => Recovery::Never,
             InboxError::Database(error) => crate::recovery(error),
             InboxError::IgnoredStatementFailure { .. } | InboxError::Migration(_) => {
                 Recovery::Retry
@@ -477,6 +561,20 @@ impl fmt::Display for InboxError {
                 "the message failed {attempts} attempts (the last with: {last_error}); it is recorded as dead \
                  and will not be processed again until an operator revives it"
             ),
+            InboxError::Conflict(conflict) => conflict.fmt(f),
+            InboxError::InvalidFingerprint { reason } => write!(
+                f,
+                "the message's fingerprint could not be taken: {reason}; redelivering it \
+                 will not help"
+            ),
+            InboxError::StoredResult {
+                handler,
+                message_id,
+                problem,
+            } => write!(
+                f,
+                "handler `{handler}`, message id \"{message_id}\": {problem}"
+            ),
             InboxError::Migration(_) => f.write_str("applying the inbox's migrations failed"),
             InboxError::InvalidBatchSize { requested, max } => write!(
                 f,
@@ -516,9 +614,11 @@ impl StdError for InboxError {
             // source chain when an application error wraps this one with
             // `#[error(transparent)]` (which forwards `source`, not the
             // error itself), so `ack_decision` still dead-letters it.
-            InboxError::InvalidMessageId { .. } | InboxError::AttemptsExhausted { .. } => {
-                Some(&crate::ack::FINAL)
-            }
+            InboxError::InvalidMessageId { .. }
+            | InboxError::AttemptsExhausted { .. }
+            | InboxError::Conflict(_)
+            | InboxError::InvalidFingerprint { .. }
+            | InboxError::StoredResult { .. } => Some(&crate::ack::FINAL),
             InboxError::Rejected { .. } => Some(&crate::ack::REJECTED),
             _ => None,
         }

@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use crate::error::{InboxError, KeyProblem};
+use crate::fingerprint::Fingerprint;
 use crate::message_id::{IdText, MessageId};
 
 /// The longest message id the inbox stores, in UTF-8 bytes.
@@ -119,6 +120,9 @@ impl fmt::Display for HandlerName {
 pub struct ClaimKey {
     handler: HandlerName,
     message_id: IdText,
+    /// The payload's fingerprint, stored with the claim and compared on a
+    /// duplicate (see [`ClaimKey::with_fingerprint`]).
+    fingerprint: Option<Fingerprint>,
 }
 
 impl ClaimKey {
@@ -150,6 +154,7 @@ impl ClaimKey {
             None => Ok(ClaimKey {
                 handler,
                 message_id,
+                fingerprint: None,
             }),
             Some(problem) => Err(InboxError::InvalidMessageId {
                 handler: handler.as_str().to_owned(),
@@ -177,6 +182,42 @@ impl ClaimKey {
                 problem: KeyProblem::RefusedByDatabase,
             }
         }
+    }
+
+    /// The key with the payload's fingerprint (what
+    /// `#[idempotent(fingerprint = …)]` adds): the claim stores it, and a
+    /// later delivery of the same id with another fingerprint is refused
+    /// with [`InboxError::Conflict`] instead of being taken for a duplicate.
+    /// A claim stored without a fingerprint (by a handler without one, or
+    /// before the inbox had the column) matches any.
+    ///
+    /// ```
+    /// use inbox_runtime::{ClaimKey, Fingerprint, HandlerName};
+    /// let key = ClaimKey::new(HandlerName::new("h")?, "m")?
+    ///     .with_fingerprint(Fingerprint::of("amount=250")?);
+    /// assert_eq!(key.fingerprint(), Some(&Fingerprint::of("amount=250")?));
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn with_fingerprint(mut self, fingerprint: Fingerprint) -> Self {
+        self.fingerprint = Some(fingerprint);
+        self
+    }
+
+    /// The payload's fingerprint, if the key carries one.
+    ///
+    /// ```
+    /// # use inbox_runtime::{ClaimKey, HandlerName};
+    /// assert_eq!(ClaimKey::new(HandlerName::new("h")?, "m")?.fingerprint(), None);
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn fingerprint(&self) -> Option<&Fingerprint> {
+        self.fingerprint.as_ref()
+    }
+
+    /// Whether `other` claims the same row: the same handler and message
+    /// id, whatever the fingerprints.
+    pub(crate) fn same_claim(&self, other: &ClaimKey) -> bool {
+        self.handler == other.handler && self.message_id == other.message_id
     }
 
     /// The handler (deduplication scope) the id is claimed under.
@@ -237,7 +278,7 @@ fn check_text(text: &str, max_bytes: usize) -> Option<KeyProblem> {
 }
 
 /// A bounded, printable copy of rejected input for error messages.
-fn preview(text: &str) -> String {
+pub(crate) fn preview(text: &str) -> String {
     const SHOWN_CHARS: usize = 64;
     let mut shown: String = text
         .chars()

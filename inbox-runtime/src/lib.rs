@@ -156,6 +156,7 @@ mod duration;
 mod error;
 mod execution;
 mod failure;
+pub mod fingerprint;
 mod key;
 mod message_id;
 pub mod observe;
@@ -164,6 +165,7 @@ pub mod prune;
 mod recovery;
 pub mod retention;
 mod scope;
+mod stored;
 mod transaction;
 #[cfg(feature = "async")]
 mod transaction_async;
@@ -209,23 +211,25 @@ pub use batch::{
 #[doc(hidden)]
 pub use claim::ClaimStatement;
 pub use claim::{Claim, claim};
-pub use error::{HandlerError, InboxError, KeyProblem, RetentionProblem};
+pub use error::{HandlerError, InboxError, KeyProblem, PayloadConflict, RetentionProblem};
 pub use execution::CLAIM_ATTEMPTS;
 pub use failure::MAX_ERROR_TEXT_BYTES;
+pub use fingerprint::{Fingerprint, Fingerprinted};
 pub use key::{ClaimKey, HandlerName, MAX_HANDLER_BYTES, MAX_MESSAGE_ID_BYTES};
 pub use message_id::MessageId;
-pub use outcome::{OnDuplicate, Outcome};
+pub use outcome::{OnDuplicate, Outcome, StoredOutcome};
 pub use prune::{Prune, PruneError, PruneReport};
 pub use recovery::{Recovery, is_lock_conflict, recovery};
 pub use retention::{MAX_RETENTION, RetentionPolicy};
 pub use schema::setup;
-pub use transaction::{run_idempotent, run_idempotent_with};
+pub use stored::{MAX_STORED_RESULT_BYTES, StoredResult, StoredResultProblem};
+pub use transaction::{run_idempotent, run_idempotent_storing, run_idempotent_with};
 #[cfg(feature = "async")]
 #[doc(hidden)]
 pub use transaction_async::begin_claimed;
 #[cfg(feature = "async")]
 pub use transaction_async::{
     ClaimedTransaction, DEFAULT_ABANDONED_TRANSACTION_TIMEOUT, abandoned_transaction_timeout,
-    claim_async, run_idempotent_async, run_idempotent_async_with,
+    claim_async, run_idempotent_async, run_idempotent_async_storing, run_idempotent_async_with,
     set_abandoned_transaction_timeout,
 };

@@ -77,6 +77,78 @@ impl<T> From<T> for Outcome<T> {
     }
 }
 
+/// The result of a handler declared with `store_result`, whose duplicates
+/// return what the first delivery returned.
+///
+/// A separate type from [`Outcome`], which a handler without `store_result`
+/// returns: only a storing handler can replay, so only its callers handle
+/// [`Replayed`](StoredOutcome::Replayed). See
+/// [`StoredResult`](crate::StoredResult) for what is stored.
+///
+/// ```
+/// use inbox_runtime::StoredOutcome;
+///
+/// let first = StoredOutcome::Processed("receipt-7");
+/// let retry = StoredOutcome::Replayed("receipt-7");
+/// assert!(first.is_processed() && retry.is_replayed());
+/// assert_eq!(first.value(), retry.value());
+/// assert_eq!(StoredOutcome::<&str>::Duplicate.value(), None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[must_use = "a `StoredOutcome` tells whether the message was processed now, replayed or skipped"]
+pub enum StoredOutcome<T> {
+    /// The message id was claimed now and the body ran, producing this
+    /// value, which is stored with the claim.
+    Processed(T),
+    /// The message id had already been claimed: the body did not run, and
+    /// this is the value the first delivery stored.
+    Replayed(T),
+    /// The message id had already been claimed, and its claim holds no
+    /// result (it was made by a handler without `store_result`, or records
+    /// a dead message): the body did not run.
+    Duplicate,
+}
+
+impl<T> StoredOutcome<T> {
+    /// `true` when the body ran.
+    ///
+    /// ```
+    /// assert!(inbox_runtime::StoredOutcome::Processed(1).is_processed());
+    /// ```
+    pub fn is_processed(&self) -> bool {
+        matches!(self, StoredOutcome::Processed(_))
+    }
+
+    /// `true` when the delivery was a duplicate answered with the stored
+    /// value.
+    ///
+    /// ```
+    /// assert!(inbox_runtime::StoredOutcome::Replayed(1).is_replayed());
+    /// ```
+    pub fn is_replayed(&self) -> bool {
+        matches!(self, StoredOutcome::Replayed(_))
+    }
+
+    /// The value, computed now or replayed; `None` for a duplicate without
+    /// a stored value.
+    ///
+    /// ```
+    /// assert_eq!(inbox_runtime::StoredOutcome::Replayed(5).value(), Some(5));
+    /// ```
+    pub fn value(self) -> Option<T> {
+        match self {
+            StoredOutcome::Processed(value) | StoredOutcome::Replayed(value) => Some(value),
+            StoredOutcome::Duplicate => None,
+        }
+    }
+}
+
+impl<T> From<T> for StoredOutcome<T> {
+    fn from(value: T) -> Self {
+        StoredOutcome::Processed(value)
+    }
+}
+
 /// The value a handler returns when its message is a duplicate.
 ///
 /// A duplicate delivery skips the handler's body, so the `Ok` type of the

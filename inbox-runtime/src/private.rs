@@ -1,15 +1,17 @@
 //! Glue for the code `#[idempotent]` generates. Not a public API: use the
 //! documented functions this module forwards to.
 
-use diesel::connection::Connection;
+use diesel::connection::LoadConnection;
 
 use crate::attempts::{MaxAttempts, resolve};
 use crate::backend::InboxBackend;
 use crate::error::{HandlerError, InboxError};
+use crate::fingerprint::Fingerprinted;
 use crate::key::{ClaimKey, HandlerName};
 use crate::message_id::MessageId;
 use crate::observe::{self, BodyScope};
 use crate::outcome::OnDuplicate;
+use crate::stored::{Plain, Reply, StoredResult, Storing};
 
 /// Builds the claim key from the handler's name and its id expression.
 ///
@@ -22,6 +24,28 @@ pub fn claim_key<M: MessageId + ?Sized>(
     id: &M,
 ) -> Result<ClaimKey, InboxError> {
     ClaimKey::new(HandlerName::from_checked(handler), id)
+}
+
+/// [`claim_key`] with the fingerprint of `payload`
+/// (`#[idempotent(fingerprint = …)]`): the payload's type is checked here,
+/// against [`Fingerprinted`].
+pub fn fingerprinted_key<M, P>(
+    handler: &'static str,
+    id: &M,
+    payload: &P,
+) -> Result<ClaimKey, InboxError>
+where
+    M: MessageId + ?Sized,
+    P: Fingerprinted + ?Sized,
+{
+    let key = claim_key(handler, id)?;
+    match payload.fingerprint() {
+        Ok(fingerprint) => Ok(key.with_fingerprint(fingerprint)),
+        Err(error) => {
+            observe::refused(&key, &error);
+            Err(error)
+        }
+    }
 }
 
 /// The default handler name (`module_path!()::name`), checked as
@@ -84,17 +108,56 @@ pub fn run_sync<C, T, F>(
     body: F,
 ) -> T
 where
-    C: Connection,
+    C: LoadConnection,
     C::Backend: InboxBackend,
     T: HandlerResult,
     T::Ok: OnDuplicate,
     T::Err: HandlerError,
     F: FnOnce(&mut C) -> T,
 {
+    run_with::<Plain, C, T, F>(conn, key, max_attempts, body)
+}
+
+/// [`run_sync`] for `store_result`, through
+/// [`crate::run_idempotent_storing`].
+pub fn run_sync_storing<C, T, F>(
+    conn: &mut C,
+    key: Result<ClaimKey, InboxError>,
+    max_attempts: Option<MaxAttempts>,
+    body: F,
+) -> T
+where
+    C: LoadConnection,
+    C::Backend: InboxBackend,
+    T: HandlerResult,
+    T::Ok: StoredResult,
+    T::Err: HandlerError,
+    F: FnOnce(&mut C) -> T,
+{
+    run_with::<Storing, C, T, F>(conn, key, max_attempts, body)
+}
+
+fn run_with<P, C, T, F>(
+    conn: &mut C,
+    key: Result<ClaimKey, InboxError>,
+    max_attempts: Option<MaxAttempts>,
+    body: F,
+) -> T
+where
+    P: Reply<T::Ok>,
+    C: LoadConnection,
+    C::Backend: InboxBackend,
+    T: HandlerResult,
+    T::Err: HandlerError,
+    F: FnOnce(&mut C) -> T,
+{
     T::from_result(match key {
-        Ok(key) => crate::run_idempotent_with(conn, key, resolve(max_attempts), |conn| {
-            body(conn).into_result()
-        }),
+        Ok(key) => crate::transaction::run::<P, C, T::Ok, T::Err, _>(
+            conn,
+            key,
+            resolve(max_attempts),
+            |conn| body(conn).into_result(),
+        ),
         Err(error) => {
             observe::invalid_key(&error);
             Err(error.into())
@@ -118,13 +181,48 @@ where
     T::Ok: OnDuplicate,
     T::Err: HandlerError,
 {
+    begin_async_with::<Plain, C, T>(conn, key, max_attempts).await
+}
+
+/// [`begin_async`] for `store_result`: a duplicate returns the stored
+/// result.
+#[cfg(feature = "async")]
+pub async fn begin_async_storing<C, T>(
+    conn: &mut C,
+    key: Result<ClaimKey, InboxError>,
+    max_attempts: Option<MaxAttempts>,
+) -> Result<crate::ClaimedTransaction<'_, C>, T>
+where
+    C: diesel_async::AsyncConnection,
+    C::Backend: InboxBackend,
+    T: HandlerResult,
+    T::Ok: StoredResult,
+    T::Err: HandlerError,
+{
+    begin_async_with::<Storing, C, T>(conn, key, max_attempts).await
+}
+
+#[cfg(feature = "async")]
+async fn begin_async_with<P, C, T>(
+    conn: &mut C,
+    key: Result<ClaimKey, InboxError>,
+    max_attempts: Option<MaxAttempts>,
+) -> Result<crate::ClaimedTransaction<'_, C>, T>
+where
+    P: Reply<T::Ok>,
+    C: diesel_async::AsyncConnection,
+    C::Backend: InboxBackend,
+    T: HandlerResult,
+    T::Err: HandlerError,
+{
+    use crate::transaction_async::{Begun, claim_in_new_level};
     let key = key.map_err(|error| {
         observe::invalid_key(&error);
         T::from_result(Err(error.into()))
     })?;
-    match crate::transaction_async::claim_in_new_level(conn, key, resolve(max_attempts)).await {
-        Ok(Some(claimed)) => Ok(claimed),
-        Ok(None) => Err(T::from_result(Ok(T::Ok::on_duplicate()))),
+    match claim_in_new_level::<P, C, T::Ok>(conn, key, resolve(max_attempts)).await {
+        Ok(Begun::Claimed(claimed)) => Ok(claimed),
+        Ok(Begun::Duplicate(answer)) => Err(T::from_result(Ok(answer))),
         Err(error) => Err(T::from_result(Err(crate::error::into_handler_error(error)))),
     }
 }
@@ -179,6 +277,31 @@ where
     )
 }
 
+/// [`finish_async`] for `store_result`: the body's result is stored with
+/// the claim before the commit (a result that cannot be stored fails the
+/// delivery and rolls it back).
+#[cfg(feature = "async")]
+pub async fn finish_async_storing<C, T>(
+    mut claimed: crate::ClaimedTransaction<'_, C>,
+    result: Result<T, Box<dyn core::any::Any + Send>>,
+) -> T
+where
+    C: diesel_async::AsyncConnection,
+    C::Backend: InboxBackend,
+    T: HandlerResult,
+    T::Ok: StoredResult,
+    T::Err: HandlerError,
+{
+    let result = match result.map(HandlerResult::into_result) {
+        Ok(Ok(value)) => Ok(match claimed.store::<Storing, T::Ok>(&value).await {
+            Ok(()) => Ok(value),
+            Err(error) => Err(crate::error::into_handler_error(error)),
+        }),
+        other => other,
+    };
+    T::from_result(claimed.finish_or_resume(result).await)
+}
+
 /// Stands in for `begin_async` when the `async` feature is off, so an
 /// `async fn` handler fails to compile with one sentence that names the
 /// missing feature (the other steps below type-check and add no error).
@@ -193,6 +316,28 @@ where
 {
     let _ = conn;
     core::future::pending()
+}
+
+/// Stands in for `begin_async_storing` without the `async` feature.
+#[cfg(not(feature = "async"))]
+pub fn begin_async_storing<C, T>(
+    conn: &mut C,
+    key: Result<ClaimKey, InboxError>,
+    max_attempts: Option<MaxAttempts>,
+) -> core::future::Pending<Result<AsyncUnavailable<'_, C>, T>>
+where
+    C: AsyncFeatureEnabled,
+{
+    begin_async(conn, key, max_attempts)
+}
+
+/// Stands in for `finish_async_storing` without the `async` feature.
+#[cfg(not(feature = "async"))]
+pub fn finish_async_storing<X, T>(
+    transaction: X,
+    result: Result<T, Box<dyn core::any::Any + Send>>,
+) -> core::future::Pending<T> {
+    finish_async(transaction, result)
 }
 
 /// What `begin_async` would return without the `async` feature.

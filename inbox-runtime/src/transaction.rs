@@ -2,20 +2,22 @@
 
 use std::panic::{self, AssertUnwindSafe};
 
-use diesel::connection::{Connection, TransactionManager, TransactionManagerStatus};
+use diesel::connection::{
+    Connection, LoadConnection, TransactionManager, TransactionManagerStatus,
+};
 
 use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::InboxBackend;
-use crate::batch::current;
-use crate::claim::{Claim, claim_statement, refused_or_database};
+use crate::claim::{Claim, Taken, claim_statement, refused_or_database, store_result, take};
 use crate::error::{HandlerError, InboxError, into_handler_error};
 use crate::execution::RetryPolicy;
 use crate::failure::{self, Failure, Recorded};
 use crate::key::ClaimKey;
 use crate::observe::{Delivery, Ending, ending_of_inbox_error};
-use crate::outcome::OnDuplicate;
+use crate::outcome::{OnDuplicate, StoredOutcome};
 use crate::recovery::{Recovery, recovery};
 use crate::scope::{Scope, either, report_after_failed_rollback};
+use crate::stored::{Plain, Reply, StoredResult, Storing};
 
 /// Runs `body` inside one transaction that first claims `key`, unless the key
 /// was already claimed. This is what `#[idempotent]` expands to.
@@ -88,7 +90,7 @@ use crate::scope::{Scope, either, report_after_failed_rollback};
 /// ```
 pub fn run_idempotent<C, R, E, F>(conn: &mut C, key: ClaimKey, body: F) -> Result<R, E>
 where
-    C: Connection,
+    C: LoadConnection,
     C::Backend: InboxBackend,
     R: OnDuplicate,
     E: HandlerError,
@@ -133,9 +135,73 @@ pub fn run_idempotent_with<C, R, E, F>(
     body: F,
 ) -> Result<R, E>
 where
-    C: Connection,
+    C: LoadConnection,
     C::Backend: InboxBackend,
     R: OnDuplicate,
+    E: HandlerError,
+    F: FnOnce(&mut C) -> Result<R, E>,
+{
+    run::<Plain, C, R, E, F>(conn, key, max_attempts, body)
+}
+
+/// [`run_idempotent_with`] for request/response handlers: the body's
+/// result is stored with the claim (as JSON, at most
+/// [`MAX_STORED_RESULT_BYTES`](crate::MAX_STORED_RESULT_BYTES)) and a later
+/// delivery of the same id returns it as [`StoredOutcome::Replayed`] without
+/// running the body. `#[idempotent(store_result)]` expands to it (feature
+/// `serde`; see [`StoredResult`]).
+///
+/// A result that cannot be stored (too large, or not encodable) fails the
+/// delivery with [`InboxError::StoredResult`] and rolls its effects back:
+/// a claim is never committed without the result its duplicates replay.
+///
+/// ```
+/// # #[cfg(all(feature = "sqlite", feature = "serde"))] {
+/// use diesel::prelude::*;
+/// use inbox_runtime::{run_idempotent_storing, ClaimKey, HandlerName, MaxAttempts, StoredOutcome};
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// inbox_runtime::setup(&mut conn)?;
+/// let mut charge = |conn: &mut SqliteConnection, amount: u32| {
+///     let key = ClaimKey::new(HandlerName::new("payments.charge")?, "req-1")?;
+///     run_idempotent_storing(conn, key, MaxAttempts::Unbounded, |_conn| {
+///         Ok::<_, inbox_runtime::InboxError>(StoredOutcome::Processed(format!("charged {amount}")))
+///     })
+/// };
+/// assert_eq!(charge(&mut conn, 250)?, StoredOutcome::Processed("charged 250".to_owned()));
+/// // The retry gets the first delivery's result; its body does not run.
+/// assert_eq!(charge(&mut conn, 250)?, StoredOutcome::Replayed("charged 250".to_owned()));
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn run_idempotent_storing<C, T, E, F>(
+    conn: &mut C,
+    key: ClaimKey,
+    max_attempts: MaxAttempts,
+    body: F,
+) -> Result<StoredOutcome<T>, E>
+where
+    C: LoadConnection,
+    C::Backend: InboxBackend,
+    StoredOutcome<T>: StoredResult,
+    E: HandlerError,
+    F: FnOnce(&mut C) -> Result<StoredOutcome<T>, E>,
+{
+    run::<Storing, C, StoredOutcome<T>, E, F>(conn, key, max_attempts, body)
+}
+
+/// The runner: [`Plain`] or [`Storing`] decides what a duplicate returns
+/// and what is stored after the body.
+pub(crate) fn run<P, C, R, E, F>(
+    conn: &mut C,
+    key: ClaimKey,
+    max_attempts: MaxAttempts,
+    body: F,
+) -> Result<R, E>
+where
+    P: Reply<R>,
+    C: LoadConnection,
+    C::Backend: InboxBackend,
     E: HandlerError,
     F: FnOnce(&mut C) -> Result<R, E>,
 {
@@ -149,18 +215,30 @@ where
             return Err(error.into());
         }
     };
-    let claim = match claim_with_retries(conn, &scope, &key, &delivery) {
-        Ok(claim) => claim,
+    let taken = match claim_with_retries(conn, &scope, &key, P::STORES, &delivery) {
+        Ok(taken) => taken,
         Err(error) => {
             delivery.finish(&key, ending_of_inbox_error(&error));
             return Err(into_handler_error(error));
         }
     };
     delivery.claimed();
-    if claim == Claim::Duplicate {
-        delivery.finish(&key, Ending::Duplicate);
-        return Ok(R::on_duplicate());
+    if let Taken::Duplicate(stored) = taken {
+        let answer = P::duplicate(&key, stored.as_deref());
+        delivery.finish(
+            &key,
+            match &answer {
+                Ok(_) => Ending::Duplicate,
+                Err(error) => ending_of_inbox_error(error),
+            },
+        );
+        return answer.map_err(into_handler_error);
     }
+    let body = |conn: &mut C| {
+        let value = body(conn)?;
+        store_after_body::<P, C, R>(conn, &key, &value).map_err(into_handler_error::<E>)?;
+        Ok(value)
+    };
     match panic::catch_unwind(AssertUnwindSafe(|| body(conn))) {
         Ok(Ok(value)) => match commit(conn, &scope) {
             Ok(()) => {
@@ -223,6 +301,20 @@ where
     }
 }
 
+/// Stores the body's result with the claim, for a handler that stores
+/// results: before the commit, in the claim's transaction.
+fn store_after_body<P, C, R>(conn: &mut C, key: &ClaimKey, value: &R) -> Result<(), InboxError>
+where
+    P: Reply<R>,
+    C: Connection,
+    C::Backend: InboxBackend,
+{
+    match P::to_store(key, value)? {
+        Some(result) => store_result(conn, key, &result).map_err(InboxError::from),
+        None => Ok(()),
+    }
+}
+
 /// Records a failed body after its rollback, in a short transaction of its
 /// own (see [`crate::failure`]). `None`: nothing to record at this level (a
 /// nested handler: its caller's transaction is still open).
@@ -278,26 +370,21 @@ fn claim_with_retries<C>(
     conn: &mut C,
     scope: &Scope,
     key: &ClaimKey,
+    read_result: bool,
     delivery: &Delivery,
-) -> Result<Claim, InboxError>
+) -> Result<Taken, InboxError>
 where
-    C: Connection,
+    C: LoadConnection,
     C::Backend: InboxBackend,
 {
     let mut tries = RetryPolicy::CLAIM.tries();
     loop {
         begin(conn, scope)?;
-        match claim_or_refuse(conn, key) {
-            Ok(Claim::Claimed) => return Ok(Claim::Claimed),
-            // The batch this handler runs in claimed the key for the very
-            // message whose body is running: the key is this
-            // transaction's, and the handler's body must run.
-            Ok(Claim::Duplicate) if !scope.is_outermost() && current::is_running(key) => {
-                return Ok(Claim::Claimed);
-            }
-            Ok(Claim::Duplicate) => {
+        match take(conn, scope.is_outermost(), key, read_result) {
+            Ok(Taken::Claimed) => return Ok(Taken::Claimed),
+            Ok(Taken::Duplicate(stored)) => {
                 commit(conn, scope)?;
-                return Ok(Claim::Duplicate);
+                return Ok(Taken::Duplicate(stored));
             }
             Err(error) => {
                 if let Err(rollback_error) = roll_back(conn, scope) {

@@ -14,16 +14,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::attempts::{MaxAttempts, default_max_attempts};
-use crate::backend::InboxBackend;
+use crate::backend::{Bind, InboxBackend, StoredClaimRow};
 use crate::batch::current;
-use crate::claim::{Claim, ClaimStatement, claim_from_affected_rows, refused_or_database};
+use crate::claim::{
+    Claim, ClaimStatement, FingerprintedClaimStatement, Taken, claim_from_affected_rows,
+    duplicate_of, key_binds, refused_or_database,
+};
 use crate::error::{HandlerError, InboxError, into_handler_error};
 use crate::execution::{AsyncLevel, RetryPolicy, async_status, require_transaction};
 use crate::failure::{self, Failure, Recorded};
 use crate::key::ClaimKey;
 use crate::observe::{BodyScope, Delivery, Ending, ending_of_inbox_error};
-use crate::outcome::OnDuplicate;
+use crate::outcome::{OnDuplicate, StoredOutcome};
 use crate::scope::{Scope, either, report_after_failed_rollback};
+use crate::stored::{Plain, Reply, StoredResult, Storing};
 
 /// How long the server keeps the transaction of an async handler whose
 /// future was dropped, unless changed with
@@ -127,8 +131,65 @@ where
     C::Backend: InboxBackend,
 {
     require_transaction(async_status(conn))?;
-    let affected = diesel_async::RunQueryDsl::execute(ClaimStatement::new(key), conn).await?;
+    let affected = match key.fingerprint() {
+        None => diesel_async::RunQueryDsl::execute(ClaimStatement::new(key), conn).await?,
+        Some(fingerprint) => {
+            let statement = FingerprintedClaimStatement { key, fingerprint };
+            diesel_async::RunQueryDsl::execute(statement, conn).await?
+        }
+    };
     Ok(claim_from_affected_rows(affected))
+}
+
+/// The async twin of [`take`](crate::claim::take).
+async fn take_async<C>(
+    conn: &mut C,
+    outermost: bool,
+    key: &ClaimKey,
+    read_result: bool,
+) -> Result<Taken, InboxError>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    let claim = claim_statement_async(conn, key)
+        .await
+        .map_err(|error| refused_or_database(key, error))?;
+    match claim {
+        Claim::Claimed => Ok(Taken::Claimed),
+        Claim::Duplicate if !outermost && current::is_running(key) => Ok(Taken::Claimed),
+        Claim::Duplicate if key.fingerprint().is_none() && !read_result => {
+            Ok(Taken::Duplicate(None))
+        }
+        Claim::Duplicate => {
+            let row = stored_claim_async(conn, key).await?;
+            duplicate_of(key, row).map(Taken::Duplicate)
+        }
+    }
+}
+
+/// The async twin of `claim::stored_claim`.
+async fn stored_claim_async<C>(conn: &mut C, key: &ClaimKey) -> QueryResult<Option<StoredClaimRow>>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    let sql = C::Backend::STORED_CLAIM_SQL;
+    let binds = key_binds(key);
+    if let Some(row) = C::Backend::load_stored_claim_async(conn, sql.select, &binds)
+        .await?
+        .pop()
+    {
+        return Ok(Some(row));
+    }
+    match sql.archived_select {
+        Some((present, archived)) if C::Backend::load_flag_async(conn, present).await? => {
+            Ok(C::Backend::load_stored_claim_async(conn, archived, &binds)
+                .await?
+                .pop())
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Runs the async `body` inside one transaction that first claims `key`; the
@@ -225,14 +286,72 @@ where
     E: HandlerError,
     F: AsyncFnOnce(&mut C) -> Result<R, E>,
 {
-    let claimed = claim_in_new_level(conn, key, max_attempts).await;
-    let Some(mut claimed) = claimed.map_err(into_handler_error::<E>)? else {
-        return Ok(R::on_duplicate());
+    run_async::<Plain, C, R, E, F>(conn, key, max_attempts, body).await
+}
+
+/// [`run_idempotent_async_with`] for request/response handlers: the async
+/// twin of [`run_idempotent_storing`](crate::run_idempotent_storing).
+///
+/// ```no_run
+/// # #[cfg(all(feature = "postgres", feature = "serde"))]
+/// # async fn demo(conn: &mut diesel_async::AsyncPgConnection) -> Result<(), inbox_runtime::InboxError> {
+/// use inbox_runtime::{run_idempotent_async_storing, ClaimKey, HandlerName, MaxAttempts, StoredOutcome};
+///
+/// let key = ClaimKey::new(HandlerName::new("payments.charge")?, "req-1")?;
+/// let receipt = run_idempotent_async_storing(conn, key, MaxAttempts::Unbounded, async |_conn| {
+///     Ok::<_, inbox_runtime::InboxError>(StoredOutcome::Processed(String::from("receipt-1")))
+/// })
+/// .await?;
+/// assert_eq!(receipt.value().as_deref(), Some("receipt-1"));
+/// # Ok(())
+/// # }
+/// ```
+pub async fn run_idempotent_async_storing<C, T, E, F>(
+    conn: &mut C,
+    key: ClaimKey,
+    max_attempts: MaxAttempts,
+    body: F,
+) -> Result<StoredOutcome<T>, E>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+    StoredOutcome<T>: StoredResult,
+    E: HandlerError,
+    F: AsyncFnOnce(&mut C) -> Result<StoredOutcome<T>, E>,
+{
+    run_async::<Storing, C, StoredOutcome<T>, E, F>(conn, key, max_attempts, body).await
+}
+
+async fn run_async<P, C, R, E, F>(
+    conn: &mut C,
+    key: ClaimKey,
+    max_attempts: MaxAttempts,
+    body: F,
+) -> Result<R, E>
+where
+    P: Reply<R>,
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+    E: HandlerError,
+    F: AsyncFnOnce(&mut C) -> Result<R, E>,
+{
+    let begun = claim_in_new_level::<P, C, R>(conn, key, max_attempts).await;
+    let mut claimed = match begun.map_err(into_handler_error::<E>)? {
+        Begun::Claimed(claimed) => claimed,
+        Begun::Duplicate(answer) => return Ok(answer),
     };
     let scope = claimed.observed();
     let result = scope
         .instrument(AssertUnwindSafe(body(claimed.conn())).catch_unwind())
         .await;
+    let result = match result {
+        Ok(Ok(value)) => Ok(claimed
+            .store::<P, R>(&value)
+            .await
+            .map(|()| value)
+            .map_err(into_handler_error)),
+        other => other,
+    };
     claimed.finish_or_resume(result).await
 }
 
@@ -269,19 +388,34 @@ where
     C: AsyncConnection,
     C::Backend: InboxBackend,
 {
-    claim_in_new_level(conn, key.clone(), default_max_attempts())
-        .await
-        .map_err(Into::into)
+    match claim_in_new_level::<Plain, C, ()>(conn, key.clone(), default_max_attempts()).await {
+        Ok(Begun::Claimed(claimed)) => Ok(Some(claimed)),
+        Ok(Begun::Duplicate(())) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// What beginning a claimed transaction came to: the transaction, or the
+/// answer to a duplicate (`R::on_duplicate()`, or the stored result).
+// Built once per delivery and taken apart at once: boxing the transaction
+// would cost an allocation per delivery to save a move.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Begun<'c, C: AsyncConnection, R> {
+    /// The id is claimed in the open transaction.
+    Claimed(ClaimedTransaction<'c, C>),
+    /// The id was already claimed: the body does not run.
+    Duplicate(R),
 }
 
 /// [`begin_claimed`], with the inbox's own errors kept typed (for handlers
 /// whose error type takes them).
-pub(crate) async fn claim_in_new_level<'c, C>(
+pub(crate) async fn claim_in_new_level<'c, P, C, R>(
     conn: &'c mut C,
     key: ClaimKey,
     max_attempts: MaxAttempts,
-) -> Result<Option<ClaimedTransaction<'c, C>>, InboxError>
+) -> Result<Begun<'c, C, R>, InboxError>
 where
+    P: Reply<R>,
     C: AsyncConnection,
     C::Backend: InboxBackend,
 {
@@ -302,18 +436,22 @@ where
     };
     let claim = delivery
         .scope()
-        .instrument(transaction.claim(&delivery))
+        .instrument(transaction.claim(&delivery, P::STORES))
         .await;
     match claim {
-        Ok(Claim::Claimed) => {
+        Ok(Taken::Claimed) => {
             delivery.claimed();
             transaction.delivery = Some(delivery);
-            Ok(Some(transaction))
+            Ok(Begun::Claimed(transaction))
         }
-        Ok(Claim::Duplicate) => {
+        Ok(Taken::Duplicate(stored)) => {
             delivery.claimed();
-            delivery.finish(&transaction.key, Ending::Duplicate);
-            Ok(None)
+            let answer = P::duplicate(&transaction.key, stored.as_deref());
+            match &answer {
+                Ok(_) => delivery.finish(&transaction.key, Ending::Duplicate),
+                Err(error) => delivery.finish(&transaction.key, ending_of_inbox_error(error)),
+            }
+            answer.map(Begun::Duplicate)
         }
         Err(error) => {
             delivery.finish(&transaction.key, ending_of_inbox_error(&error));
@@ -352,37 +490,46 @@ where
     /// that lost a lock conflict (outermost level only). Returns with the
     /// level open when the key was claimed, and closed (committed) on a
     /// duplicate.
-    async fn claim(&mut self, delivery: &Delivery) -> Result<Claim, InboxError> {
+    async fn claim(&mut self, delivery: &Delivery, read_result: bool) -> Result<Taken, InboxError> {
         let mut tries = RetryPolicy::CLAIM.tries();
         loop {
             self.level.begin().await?;
-            match claim_statement_async(self.level.conn(), &self.key).await {
-                Ok(Claim::Claimed) => return Ok(Claim::Claimed),
-                // The batch this handler runs in claimed the key for the
-                // very message whose body is running (see
-                // `run_idempotent_batch`): the handler's body must run.
-                Ok(Claim::Duplicate)
-                    if !self.level.scope.is_outermost() && current::is_running(&self.key) =>
-                {
-                    return Ok(Claim::Claimed);
-                }
-                Ok(Claim::Duplicate) => {
+            let outermost = self.level.scope.is_outermost();
+            match take_async(self.level.conn(), outermost, &self.key, read_result).await {
+                Ok(Taken::Claimed) => return Ok(Taken::Claimed),
+                Ok(Taken::Duplicate(stored)) => {
                     self.level.commit().await?;
-                    return Ok(Claim::Duplicate);
+                    return Ok(Taken::Duplicate(stored));
                 }
                 Err(error) => {
                     if let Err(rollback_error) = self.level.roll_back().await {
-                        let cause = refused_or_database(&self.key, error);
-                        return Err(either(report_after_failed_rollback(cause, rollback_error)));
+                        return Err(either(report_after_failed_rollback(error, rollback_error)));
                     }
-                    // Claims retry at once (the policy's wait is zero).
-                    if !(self.level.scope.is_outermost() && tries.again(&error).is_some()) {
-                        return Err(refused_or_database(&self.key, error));
+                    match error {
+                        // Claims retry at once (the policy's wait is zero).
+                        InboxError::Database(cause)
+                            if outermost && tries.again(&cause).is_some() =>
+                        {
+                            delivery.claim_retry(&self.key, tries.made(), &cause);
+                        }
+                        error => return Err(error),
                     }
-                    delivery.claim_retry(&self.key, tries.made(), &error);
                 }
             }
         }
+    }
+
+    /// Stores the body's result with the claim, for a handler that stores
+    /// results: before the commit, in the claim's transaction.
+    pub(crate) async fn store<P: Reply<R>, R>(&mut self, value: &R) -> Result<(), InboxError> {
+        let Some(result) = P::to_store(&self.key, value)? else {
+            return Ok(());
+        };
+        let [handler, message_id] = key_binds(&self.key);
+        let binds = [Bind::Bytes(&result), handler, message_id];
+        let sql = C::Backend::STORED_CLAIM_SQL.store_result;
+        C::Backend::execute_bound_async(self.level.conn(), sql, &binds).await?;
+        Ok(())
     }
 
     /// The transaction's connection, for the message's effects.

@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use diesel::QueryResult;
 use diesel::connection::Connection;
+use diesel::connection::LoadConnection;
 use inbox_runtime::{InboxBackend, idempotent};
 use inbox_tests::TestBackend as _;
 
@@ -53,7 +54,7 @@ struct Payment {
 }
 
 #[idempotent(id = msg.id, handler = "bench.observe")]
-fn apply<C: Connection<Backend: InboxBackend>>(conn: &mut C, msg: &Payment) -> QueryResult<()> {
+fn apply<C: LoadConnection<Backend: InboxBackend>>(conn: &mut C, msg: &Payment) -> QueryResult<()> {
     conn.batch_execute("UPDATE bench_account SET cents = cents + 1 WHERE id = 1")
 }
 
@@ -99,7 +100,7 @@ fn main() {
 /// delivery.
 fn measure<C>(backend: &str, mode: &str, deliveries: usize, conn: &mut C)
 where
-    C: Connection<Backend: InboxBackend>,
+    C: LoadConnection<Backend: InboxBackend>,
 {
     conn.batch_execute(
         "CREATE TABLE bench_account (id INTEGER PRIMARY KEY, cents BIGINT NOT NULL);

@@ -15,6 +15,7 @@ use syn::punctuated::Punctuated;
 use syn::visit::Visit;
 use syn::{Expr, ExprMacro, FnArg, Lit, Signature, Token, UnOp};
 
+use super::Subject;
 use crate::errors::Errors;
 use crate::render::code;
 
@@ -77,90 +78,150 @@ impl<'ast> Visit<'ast> for BindingCollector {
     }
 }
 
-/// Records an error for every part of `id` not rooted in a message parameter.
-pub(crate) fn check(id: &Expr, scope: &Scope, errors: &mut Errors) {
-    rooted(id, scope, errors);
+/// Records an error for every part of `expr` (the id, or the fingerprinted
+/// payload) not rooted in a message parameter.
+pub(crate) fn check(expr: &Expr, scope: &Scope, subject: Subject, errors: &mut Errors) {
+    Check { scope, subject }.rooted(expr, errors);
 }
 
-/// The start of every id error.
-const PREFIX: &str = "the message id must come from the message";
+/// One expression's check.
+struct Check<'a> {
+    scope: &'a Scope,
+    subject: Subject,
+}
 
-/// Whether `expr` is rooted in a message parameter; records why not if it is not.
-fn rooted(expr: &Expr, scope: &Scope, errors: &mut Errors) -> bool {
-    match expr {
-        Expr::Path(path) if path.qself.is_none() && path.path.get_ident().is_some() => path
-            .path
-            .get_ident()
-            .is_some_and(|ident| root_ident(ident, scope, errors)),
-        Expr::Field(field) => rooted(&field.base, scope, errors),
-        Expr::MethodCall(call) => rooted(&call.receiver, scope, errors),
-        Expr::Index(index) => rooted(&index.expr, scope, errors),
-        Expr::Reference(reference) => rooted(&reference.expr, scope, errors),
-        Expr::Unary(unary) if matches!(unary.op, UnOp::Deref(_)) => {
-            rooted(&unary.expr, scope, errors)
-        }
-        Expr::Paren(paren) => rooted(&paren.expr, scope, errors),
-        Expr::Group(group) => rooted(&group.expr, scope, errors),
-        Expr::Cast(cast) => rooted(&cast.expr, scope, errors),
-        Expr::Try(try_expr) => rooted(&try_expr.expr, scope, errors),
-        Expr::Macro(mac) if is_format(mac) => rooted_format(mac, scope, errors),
-        other => {
-            errors.push(unrooted(other));
-            false
+impl Check<'_> {
+    /// Whether `expr` is rooted in a message parameter; records why not if it is not.
+    fn rooted(&self, expr: &Expr, errors: &mut Errors) -> bool {
+        match expr {
+            Expr::Path(path) if path.qself.is_none() && path.path.get_ident().is_some() => path
+                .path
+                .get_ident()
+                .is_some_and(|ident| self.root_ident(ident, errors)),
+            Expr::Field(field) => self.rooted(&field.base, errors),
+            Expr::MethodCall(call) => self.rooted(&call.receiver, errors),
+            Expr::Index(index) => self.rooted(&index.expr, errors),
+            Expr::Reference(reference) => self.rooted(&reference.expr, errors),
+            Expr::Unary(unary) if matches!(unary.op, UnOp::Deref(_)) => {
+                self.rooted(&unary.expr, errors)
+            }
+            Expr::Paren(paren) => self.rooted(&paren.expr, errors),
+            Expr::Group(group) => self.rooted(&group.expr, errors),
+            Expr::Cast(cast) => self.rooted(&cast.expr, errors),
+            Expr::Try(try_expr) => self.rooted(&try_expr.expr, errors),
+            Expr::Macro(mac) if is_format(mac) => self.rooted_format(mac, errors),
+            other => {
+                errors.push(self.unrooted(other));
+                false
+            }
         }
     }
-}
 
-/// Checks a root identifier: a parameter other than the connection, or `self`.
-fn root_ident(ident: &Ident, scope: &Scope, errors: &mut Errors) -> bool {
-    let is_param = if ident == "self" {
-        scope.has_receiver
-    } else {
-        scope.params.contains(ident)
-    };
-    let message = if scope.conn.as_ref() == Some(ident) {
-        format!(
-            "{PREFIX}: `{ident}` is the database connection, not the message; {}",
-            scope.hint()
-        )
-    } else if !is_param {
-        format!(
-            "{PREFIX}: `{ident}` is not a parameter of this handler; a value from outside the \
-             message (a static, a constant, a global) is not the message's own id; {}",
-            scope.hint()
-        )
-    } else {
-        return true;
-    };
-    errors.push(syn::Error::new(ident.span(), message));
-    false
-}
+    /// Checks a root identifier: a parameter other than the connection, or `self`.
+    fn root_ident(&self, ident: &Ident, errors: &mut Errors) -> bool {
+        let (scope, prefix) = (self.scope, self.subject.rooted_prefix());
+        let is_param = if ident == "self" {
+            scope.has_receiver
+        } else {
+            scope.params.contains(ident)
+        };
+        let message = if scope.conn.as_ref() == Some(ident) {
+            format!(
+                "{prefix}: `{ident}` is the database connection, not the message; {}",
+                scope.hint()
+            )
+        } else if !is_param {
+            format!(
+                "{prefix}: `{ident}` is not a parameter of this handler; a value from outside the \
+                 message (a static, a constant, a global) is not the message's own {}; {}",
+                self.subject.noun(),
+                scope.hint()
+            )
+        } else {
+            return true;
+        };
+        errors.push(syn::Error::new(ident.span(), message));
+        false
+    }
 
-/// The error for an expression that cannot be rooted, by kind.
-fn unrooted(expr: &Expr) -> syn::Error {
-    let text = code(expr);
-    let message = match expr {
-        Expr::Lit(_) => format!(
-            "{PREFIX}: `{text}` is a literal, and a literal is the same for every message, so \
-             every message after the first would be skipped as a duplicate"
-        ),
-        Expr::Path(_) => format!(
-            "{PREFIX}: `{text}` is a path to an item, not a handler parameter; a static or \
-             constant is the same for every message, so every message after the first would be \
-             skipped as a duplicate"
-        ),
-        Expr::Macro(_) => format!(
-            "{PREFIX}: `{text}` is a macro call whose result the attribute cannot trace to a \
-             handler parameter; read the id from the message (of macros, only `format!` with \
-             explicit arguments is understood)"
-        ),
-        _ => format!(
-            "{PREFIX}: `{text}` is not rooted in a handler parameter; deduplication must key on \
-             a stable, producer-assigned id, and a value the consumer generates is different on \
-             every delivery"
-        ),
-    };
-    syn::Error::new_spanned(expr, message)
+    /// The error for an expression that cannot be rooted, by kind.
+    fn unrooted(&self, expr: &Expr) -> syn::Error {
+        let text = code(expr);
+        let (prefix, if_constant) = (self.subject.rooted_prefix(), self.subject.if_constant());
+        let message = match expr {
+            Expr::Lit(_) => format!(
+                "{prefix}: `{text}` is a literal, and a literal is the same for every message, so \
+                 {if_constant}"
+            ),
+            Expr::Path(_) => format!(
+                "{prefix}: `{text}` is a path to an item, not a handler parameter; a static or \
+                 constant is the same for every message, so {if_constant}"
+            ),
+            Expr::Macro(_) => format!(
+                "{prefix}: `{text}` is a macro call whose result the attribute cannot trace to a \
+                 handler parameter; read the {} from the message (of macros, only `format!` with \
+                 explicit arguments is understood)",
+                self.subject.noun()
+            ),
+            _ => match self.subject {
+                Subject::Id => format!(
+                    "{prefix}: `{text}` is not rooted in a handler parameter; deduplication must key \
+                     on a stable, producer-assigned id, and a value the consumer generates is \
+                     different on every delivery"
+                ),
+                Subject::Fingerprint => format!(
+                    "{prefix}: `{text}` is not rooted in a handler parameter; a value the consumer \
+                     computes may differ on every delivery, {}",
+                    self.subject.if_per_delivery()
+                ),
+            },
+        };
+        syn::Error::new_spanned(expr, message)
+    }
+
+    /// Checks `format!(fmt, args..)`: every argument rooted, at least one given.
+    fn rooted_format(&self, mac: &ExprMacro, errors: &mut Errors) -> bool {
+        let parsed = mac
+            .mac
+            .parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated);
+        let Some(args) = errors.keep(parsed) else {
+            return false;
+        };
+        let mut args = args.into_iter().peekable();
+        // The format string itself is a literal by necessity.
+        if matches!(args.peek(), Some(Expr::Lit(lit)) if matches!(lit.lit, Lit::Str(_))) {
+            args.next();
+        }
+        let mut count = 0;
+        let mut all_rooted = true;
+        for arg in args {
+            count += 1;
+            // `name = value`: the value is what must be rooted.
+            let value = match &arg {
+                Expr::Assign(assign) => &*assign.right,
+                other => other,
+            };
+            all_rooted &= self.rooted(value, errors);
+        }
+        if count == 0 {
+            errors.push(self.no_format_args(mac));
+            return false;
+        }
+        all_rooted
+    }
+
+    /// The error for a `format!` without arguments.
+    fn no_format_args(&self, mac: &ExprMacro) -> syn::Error {
+        syn::Error::new_spanned(
+            mac,
+            format!(
+                "{}: this `format!` has no argument rooted in a handler parameter; inline \
+                 `{{name}}` captures in the format string are not checked, so pass the argument \
+                 explicitly, e.g. `format!(\"{{}}\", msg.id)`",
+                self.subject.rooted_prefix()
+            ),
+        )
+    }
 }
 
 /// Whether `mac` is `format!` (also `std::format!`, `alloc::format!`).
@@ -176,47 +237,4 @@ pub(super) fn is_format(mac: &ExprMacro) -> bool {
                 "std" | "alloc" | "format"
             )
         })
-}
-
-/// Checks `format!(fmt, args..)`: every argument rooted, at least one given.
-fn rooted_format(mac: &ExprMacro, scope: &Scope, errors: &mut Errors) -> bool {
-    let parsed = mac
-        .mac
-        .parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated);
-    let Some(args) = errors.keep(parsed) else {
-        return false;
-    };
-    let mut args = args.into_iter().peekable();
-    // The format string itself is a literal by necessity.
-    if matches!(args.peek(), Some(Expr::Lit(lit)) if matches!(lit.lit, Lit::Str(_))) {
-        args.next();
-    }
-    let mut count = 0;
-    let mut all_rooted = true;
-    for arg in args {
-        count += 1;
-        // `name = value`: the value is what must be rooted.
-        let value = match &arg {
-            Expr::Assign(assign) => &*assign.right,
-            other => other,
-        };
-        all_rooted &= rooted(value, scope, errors);
-    }
-    if count == 0 {
-        errors.push(no_format_args(mac));
-        return false;
-    }
-    all_rooted
-}
-
-/// The error for a `format!` without arguments.
-fn no_format_args(mac: &ExprMacro) -> syn::Error {
-    syn::Error::new_spanned(
-        mac,
-        format!(
-            "{PREFIX}: this `format!` has no argument rooted in a handler parameter; inline \
-             `{{name}}` captures in the format string are not checked, so pass the argument \
-             explicitly, e.g. `format!(\"{{}}\", msg.id)`"
-        ),
-    )
 }

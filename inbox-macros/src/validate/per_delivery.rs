@@ -49,12 +49,10 @@ use proc_macro2::Ident;
 use syn::punctuated::Punctuated;
 use syn::{Expr, ExprMacro, Lit, Member, Token, UnOp};
 
+use super::Subject;
 use super::id_root::is_format;
 use crate::errors::Errors;
 use crate::render::code;
-
-/// The start of every error of this check.
-const PREFIX: &str = "the message id must be the same on every delivery of a message";
 
 /// The producer's own id, in the words of each broker: what to use instead.
 const PRODUCER_ID: &str = "the id the producer set on the message: the AMQP `message_id` \
@@ -186,7 +184,7 @@ const KEEPS_VALUE: &[&str] = &[
 
 /// Records an error if `id` (or an argument of it, when it is `format!`)
 /// ends in a name that changes per delivery.
-pub(crate) fn check(id: &Expr, errors: &mut Errors) {
+pub(crate) fn check(id: &Expr, subject: Subject, errors: &mut Errors) {
     match value_of(id) {
         Expr::Macro(mac) if is_format(mac) => {
             for arg in format_args(mac) {
@@ -194,15 +192,15 @@ pub(crate) fn check(id: &Expr, errors: &mut Errors) {
                     Expr::Assign(assign) => &*assign.right,
                     other => other,
                 };
-                check_one(value, errors);
+                check_one(value, subject, errors);
             }
         }
-        _ => check_one(id, errors),
+        _ => check_one(id, subject, errors),
     }
 }
 
 /// Checks one expression (not a `format!`).
-fn check_one(expr: &Expr, errors: &mut Errors) {
+fn check_one(expr: &Expr, subject: Subject, errors: &mut Errors) {
     let end = value_of(expr);
     let Some((name, base)) = last_name(end) else {
         return;
@@ -212,14 +210,18 @@ fn check_one(expr: &Expr, errors: &mut Errors) {
         .find(|entry| entry.names.iter().any(|refused| name == refused))
         .or_else(|| (name == "delivered" && read_from_info(base)).then_some(&JETSTREAM_DELIVERED));
     if let Some(entry) = found {
+        let instead = match subject {
+            Subject::Id => entry.instead,
+            Subject::Fingerprint => "the message's payload (its body) instead",
+        };
         errors.push(syn::Error::new_spanned(
             end,
             format!(
-                "{PREFIX}: `{}` {}, so a redelivery would look like a new message and be \
-                 processed again; use {}",
+                "{}: `{}` {}, {}; use {instead}",
+                subject.stable_prefix(),
                 code(end),
                 entry.what,
-                entry.instead
+                subject.if_per_delivery(),
             ),
         ));
     }

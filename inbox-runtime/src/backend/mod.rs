@@ -23,6 +23,7 @@ use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 use diesel::sql_types::Text;
 
+use crate::fingerprint::Fingerprint;
 use crate::key::ClaimKey;
 
 mod batch_claim;
@@ -31,6 +32,7 @@ pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod prune_batch;
 pub(crate) mod sqlite;
+mod stored_claim;
 
 pub use batch_claim::BatchClaimed;
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
@@ -40,6 +42,7 @@ pub(crate) use batch_claim::{BatchReports, InsertedId};
 pub use failure_rows::{DeadLetterRow, Present, SummaryRow};
 pub(crate) use prune_batch::NextHandler;
 pub use prune_batch::{PruneBatchStatement, PruneScope, PrunedTable};
+pub use stored_claim::{StoredClaimRow, StoredClaimSql};
 
 /// A Diesel backend the inbox can store claims in: PostgreSQL (`postgres`
 /// feature), SQLite (`sqlite`) or MySQL/MariaDB (`mysql`).
@@ -138,9 +141,14 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     #[doc(hidden)]
     const BOUNDED_IDLE_END_SQL: &'static str;
 
-    /// Writes the claim statement for `key` (used by `ClaimStatement`).
+    /// Writes the claim statement for `key`, storing `fingerprint` with it
+    /// when given (used by `ClaimStatement` and its fingerprinted twin).
     #[doc(hidden)]
-    fn walk_claim<'b>(key: &'b ClaimKey, out: AstPass<'_, 'b, Self>) -> QueryResult<()>;
+    fn walk_claim<'b>(
+        key: &'b ClaimKey,
+        fingerprint: Option<&'b Fingerprint>,
+        out: AstPass<'_, 'b, Self>,
+    ) -> QueryResult<()>;
 
     /// The most ids one batch claim statement takes: what keeps its bound
     /// parameters under the backend's limit (SQLite's is 999 on old builds).
@@ -193,6 +201,34 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     where
         C: diesel_async::AsyncConnection<Backend = Self>;
 
+    /// The statements of payload fingerprints and stored results (see
+    /// [`StoredClaimSql`]).
+    #[doc(hidden)]
+    const STORED_CLAIM_SQL: StoredClaimSql;
+
+    /// The fingerprint and result stored with a claim: `sql` (one of
+    /// [`STORED_CLAIM_SQL`](Self::STORED_CLAIM_SQL)'s selects) with `binds`.
+    #[doc(hidden)]
+    fn load_stored_claim<C>(
+        conn: &mut C,
+        sql: &'static str,
+        binds: &[Bind<'_>],
+    ) -> QueryResult<Vec<StoredClaimRow>>
+    where
+        C: diesel::connection::LoadConnection<Backend = Self>;
+
+    /// [`load_stored_claim`](Self::load_stored_claim) on a diesel-async
+    /// connection.
+    #[cfg(feature = "async")]
+    #[doc(hidden)]
+    fn load_stored_claim_async<'c, C>(
+        conn: &'c mut C,
+        sql: &'static str,
+        binds: &'c [Bind<'c>],
+    ) -> impl std::future::Future<Output = QueryResult<Vec<StoredClaimRow>>> + Send + 'c
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>;
+
     /// Runs `sql` (one of [`FAILURE_SQL`](Self::FAILURE_SQL)'s statements)
     /// with `binds` bound in order: the affected rows.
     #[doc(hidden)]
@@ -228,6 +264,16 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     fn load_flag<C>(conn: &mut C, sql: &'static str) -> QueryResult<bool>
     where
         C: diesel::connection::LoadConnection<Backend = Self>;
+
+    /// [`load_flag`](Self::load_flag) on a diesel-async connection.
+    #[cfg(feature = "async")]
+    #[doc(hidden)]
+    fn load_flag_async<'c, C>(
+        conn: &'c mut C,
+        sql: &'static str,
+    ) -> impl std::future::Future<Output = QueryResult<bool>> + Send + 'c
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>;
 
     /// SQL run right before a pruning batch's transaction begins (`""`: none).
     #[doc(hidden)]
@@ -282,6 +328,8 @@ pub enum Bind<'a> {
     Integer(i32),
     /// A 64-bit integer.
     BigInt(i64),
+    /// Bytes.
+    Bytes(&'a [u8]),
 }
 
 /// Binds `binds` to `query` in order ([`InboxBackend::bound_statement`] as
@@ -300,14 +348,17 @@ where
         + diesel::serialize::ToSql<diesel::sql_types::Nullable<Text>, DB>,
     i32: diesel::serialize::ToSql<diesel::sql_types::Integer, DB>,
     i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
+    DB: diesel::sql_types::HasSqlType<diesel::sql_types::Binary>,
+    &'a [u8]: diesel::serialize::ToSql<diesel::sql_types::Binary, DB>,
 {
-    use diesel::sql_types::{BigInt, Integer, Nullable};
+    use diesel::sql_types::{BigInt, Binary, Integer, Nullable};
     for bind in binds {
         query = match *bind {
             Bind::Text(text) => query.bind::<Text, _>(text),
             Bind::OptionalText(text) => query.bind::<Nullable<Text>, _>(text),
             Bind::Integer(value) => query.bind::<Integer, _>(value),
             Bind::BigInt(value) => query.bind::<BigInt, _>(value),
+            Bind::Bytes(bytes) => query.bind::<Binary, _>(bytes),
         };
     }
     query
@@ -318,17 +369,32 @@ pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
-/// Pushes `(handler, message_id)` as two bound text parameters.
+/// Pushes the claim's columns and values: `(handler, message_id) VALUES
+/// (?, ?)`, with the `fingerprint` column and its bytes when one is given.
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-pub(crate) fn push_key<'b, DB>(key: &'b ClaimKey, out: &mut AstPass<'_, 'b, DB>) -> QueryResult<()>
+pub(crate) fn push_claim_row<'b, DB>(
+    key: &'b ClaimKey,
+    fingerprint: Option<&'b Fingerprint>,
+    out: &mut AstPass<'_, 'b, DB>,
+) -> QueryResult<()>
 where
-    DB: Backend + diesel::sql_types::HasSqlType<Text>,
+    DB: Backend
+        + diesel::sql_types::HasSqlType<Text>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::Binary>,
     str: diesel::serialize::ToSql<Text, DB>,
+    [u8]: diesel::serialize::ToSql<diesel::sql_types::Binary, DB>,
 {
-    out.push_sql("(");
+    match fingerprint {
+        None => out.push_sql("(handler, message_id) VALUES ("),
+        Some(_) => out.push_sql("(handler, message_id, fingerprint) VALUES ("),
+    }
     out.push_bind_param::<Text, str>(key.handler().as_str())?;
     out.push_sql(", ");
     out.push_bind_param::<Text, str>(key.message_id())?;
+    if let Some(fingerprint) = fingerprint {
+        out.push_sql(", ");
+        out.push_bind_param::<diesel::sql_types::Binary, [u8]>(fingerprint.as_bytes())?;
+    }
     out.push_sql(")");
     Ok(())
 }
@@ -338,14 +404,18 @@ where
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn walk_insert_on_conflict_do_nothing<'b, DB>(
     key: &'b ClaimKey,
+    fingerprint: Option<&'b Fingerprint>,
     mut out: AstPass<'_, 'b, DB>,
 ) -> QueryResult<()>
 where
-    DB: Backend + diesel::sql_types::HasSqlType<Text>,
+    DB: Backend
+        + diesel::sql_types::HasSqlType<Text>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::Binary>,
     str: diesel::serialize::ToSql<Text, DB>,
+    [u8]: diesel::serialize::ToSql<diesel::sql_types::Binary, DB>,
 {
-    out.push_sql("INSERT INTO inbox_messages (handler, message_id) VALUES ");
-    push_key(key, &mut out)?;
+    out.push_sql("INSERT INTO inbox_messages ");
+    push_claim_row(key, fingerprint, &mut out)?;
     out.push_sql(" ON CONFLICT (handler, message_id) DO NOTHING");
     Ok(())
 }
@@ -452,6 +522,33 @@ macro_rules! bound_statement_fn {
                 .load(conn)
         }
 
+        fn load_stored_claim<C>(
+            conn: &mut C,
+            sql: &'static str,
+            binds: &[crate::backend::Bind<'_>],
+        ) -> QueryResult<Vec<crate::backend::StoredClaimRow>>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            use diesel::RunQueryDsl;
+            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds).load(conn)
+        }
+
+        #[cfg(feature = "async")]
+        fn load_stored_claim_async<'c, C>(
+            conn: &'c mut C,
+            sql: &'static str,
+            binds: &'c [crate::backend::Bind<'c>],
+        ) -> impl std::future::Future<Output = QueryResult<Vec<crate::backend::StoredClaimRow>>>
+        + Send
+        + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            use diesel_async::RunQueryDsl;
+            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds).load(conn)
+        }
+
         fn load_flag<C>(conn: &mut C, sql: &'static str) -> QueryResult<bool>
         where
             C: diesel::connection::LoadConnection<Backend = Self>,
@@ -459,6 +556,24 @@ macro_rules! bound_statement_fn {
             use diesel::RunQueryDsl;
             let rows: Vec<crate::backend::Present> = diesel::sql_query(sql).load(conn)?;
             Ok(rows.first().is_some_and(|row| row.present))
+        }
+
+        #[cfg(feature = "async")]
+        fn load_flag_async<'c, C>(
+            conn: &'c mut C,
+            sql: &'static str,
+        ) -> impl std::future::Future<Output = QueryResult<bool>> + Send + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            use diesel_async::RunQueryDsl;
+            async move {
+                let rows: Vec<crate::backend::Present> = diesel::sql_query(sql)
+                    .into_boxed::<Self>()
+                    .load(conn)
+                    .await?;
+                Ok(rows.into_iter().next().is_some_and(|row| row.present))
+            }
         }
     };
 }

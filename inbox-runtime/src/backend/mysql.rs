@@ -91,9 +91,10 @@ mod imp {
 
     use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{
-        BatchReports, FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, migration_sql,
-        push_key, sealed, values_sql,
+        BatchReports, FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, StoredClaimSql,
+        migration_sql, push_claim_row, sealed, values_sql,
     };
+    use crate::fingerprint::Fingerprint;
     use crate::key::ClaimKey;
 
     /// The latest schema: the migrations' `up.sql` files, in order (the
@@ -104,7 +105,24 @@ mod imp {
         migration_sql!("mysql", "2026-12-03-000000_handler_index", "up.sql"),
         "\n",
         migration_sql!("mysql", "2026-12-05-000000_failures", "up.sql"),
+        "\n",
+        migration_sql!(
+            "mysql",
+            "2026-12-06-000000_fingerprints_and_results",
+            "up.sql"
+        ),
     );
+
+    /// Fingerprints and stored results. The select is a locking read: in a
+    /// transaction that has already read (a handler nested in its caller's
+    /// transaction), a plain read would see that earlier snapshot, without
+    /// the claim another transaction committed since.
+    const STORED_CLAIMS: StoredClaimSql = StoredClaimSql {
+        select: "SELECT fingerprint, result FROM inbox_messages \
+                 WHERE handler = ? AND message_id = ? LOCK IN SHARE MODE",
+        archived_select: None,
+        store_result: "UPDATE inbox_messages SET result = ? WHERE handler = ? AND message_id = ?",
+    };
 
     /// Microseconds since the Unix epoch of a UTC `DATETIME(6)` column.
     macro_rules! micros {
@@ -199,6 +217,7 @@ mod imp {
 
         const CREATE_SCHEMA_SQL: &'static str = SCHEMA_SQL;
         const FAILURE_SQL: FailureSql = FAILURES;
+        const STORED_CLAIM_SQL: StoredClaimSql = STORED_CLAIMS;
         const DROP_SCHEMA_SQL: &'static str = concat!(
             migration_sql!("mysql", "2026-12-05-000000_failures", "down.sql"),
             migration_sql!(
@@ -227,11 +246,15 @@ mod imp {
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
         const PRUNE_AFTER_BEGIN_SQL: &'static str = "";
 
-        fn walk_claim<'b>(key: &'b ClaimKey, mut out: AstPass<'_, 'b, Self>) -> QueryResult<()> {
+        fn walk_claim<'b>(
+            key: &'b ClaimKey,
+            fingerprint: Option<&'b Fingerprint>,
+            mut out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
             // `ON DUPLICATE KEY UPDATE` cannot be used: Diesel connects with
             // CLIENT_FOUND_ROWS, so a duplicate would also report one row.
-            out.push_sql("INSERT IGNORE INTO inbox_messages (handler, message_id) VALUES ");
-            push_key(key, &mut out)
+            out.push_sql("INSERT IGNORE INTO inbox_messages ");
+            push_claim_row(key, fingerprint, &mut out)
         }
 
         /// The expired keys are picked in a derived table (which MySQL

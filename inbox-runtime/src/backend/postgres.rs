@@ -110,9 +110,10 @@ mod imp {
 
     use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{
-        BatchReports, FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, migration_sql,
-        sealed,
+        BatchReports, FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, StoredClaimSql,
+        migration_sql, sealed,
     };
+    use crate::fingerprint::Fingerprint;
     use crate::key::ClaimKey;
 
     /// The latest schema: the migrations' `up.sql` files, in order. The
@@ -132,7 +133,30 @@ mod imp {
         ),
         "\n",
         migration_sql!("postgres", "2026-12-05-000000_failures", "up.sql"),
+        "\n",
+        migration_sql!(
+            "postgres",
+            "2026-12-06-000000_fingerprints_and_results",
+            "up.sql"
+        ),
     );
+
+    /// Whether the generation layout's archive exists (see
+    /// `prune::partitioned`).
+    const ARCHIVE_PRESENT_SQL: &str =
+        "SELECT to_regclass('inbox_messages_archive') IS NOT NULL AS present";
+
+    /// Fingerprints and stored results, in the current table and, under
+    /// the generation layout, in the archive.
+    const STORED_CLAIMS: StoredClaimSql = StoredClaimSql {
+        select: "SELECT fingerprint, result FROM inbox_messages WHERE handler = $1 AND message_id = $2",
+        archived_select: Some((
+            ARCHIVE_PRESENT_SQL,
+            "SELECT fingerprint, result FROM inbox_messages_archive \
+             WHERE handler = $1 AND message_id = $2",
+        )),
+        store_result: "UPDATE inbox_messages SET result = $1 WHERE handler = $2 AND message_id = $3",
+    };
 
     /// Microseconds since the Unix epoch of a `timestamptz` column.
     macro_rules! micros {
@@ -175,7 +199,7 @@ mod imp {
             (SELECT message_id FROM inbox_failures WHERE handler = $2 AND dead_at IS NOT NULL \
             AND ($3::text IS NULL OR message_id = $4))",
         archived_claims: Some((
-            "SELECT to_regclass('inbox_messages_archive') IS NOT NULL AS present",
+            ARCHIVE_PRESENT_SQL,
             "DELETE FROM inbox_messages_archive WHERE handler = $1 AND message_id IN \
             (SELECT message_id FROM inbox_failures WHERE handler = $2 AND dead_at IS NOT NULL \
             AND ($3::text IS NULL OR message_id = $4))",
@@ -228,6 +252,7 @@ mod imp {
             ),
         );
         const FAILURE_SQL: FailureSql = FAILURES;
+        const STORED_CLAIM_SQL: StoredClaimSql = STORED_CLAIMS;
         const OUTERMOST_COMMIT_SQL: &'static str = "SELECT 1; COMMIT";
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = Some("SELECT 1");
         const PREPARED_TRANSACTION_SQL: bool = false;
@@ -244,8 +269,12 @@ mod imp {
         const PRUNE_AFTER_BEGIN_SQL: &'static str =
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
 
-        fn walk_claim<'b>(key: &'b ClaimKey, out: AstPass<'_, 'b, Self>) -> QueryResult<()> {
-            crate::backend::walk_insert_on_conflict_do_nothing(key, out)
+        fn walk_claim<'b>(
+            key: &'b ClaimKey,
+            fingerprint: Option<&'b Fingerprint>,
+            out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            crate::backend::walk_insert_on_conflict_do_nothing(key, fingerprint, out)
         }
 
         /// Picks and locks the oldest expired rows, skipping rows another

@@ -48,9 +48,10 @@ mod imp {
 
     use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{
-        BatchReports, FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, migration_sql,
-        sealed, values_sql,
+        BatchReports, FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, StoredClaimSql,
+        migration_sql, sealed, values_sql,
     };
+    use crate::fingerprint::Fingerprint;
     use crate::key::ClaimKey;
 
     /// The latest schema, written out: the 2026-12-03 migration rebuilds
@@ -60,6 +61,13 @@ mod imp {
         "\n",
         migration_sql!("sqlite", "2026-12-05-000000_failures", "up.sql"),
     );
+
+    /// Fingerprints and stored results.
+    const STORED_CLAIMS: StoredClaimSql = StoredClaimSql {
+        select: "SELECT fingerprint, result FROM inbox_messages WHERE handler = ? AND message_id = ?",
+        archived_select: None,
+        store_result: "UPDATE inbox_messages SET result = ? WHERE handler = ? AND message_id = ?",
+    };
 
     /// Microseconds since the Unix epoch of a UTC text column
     /// (`YYYY-MM-DD HH:MM:SS.SSS`), exactly.
@@ -121,6 +129,13 @@ mod imp {
         "up.sql"
     );
 
+    /// The 2026-12-06 columns (fingerprint, result).
+    const PAYLOAD_COLUMNS_SQL: &str = migration_sql!(
+        "sqlite",
+        "2026-12-06-000000_fingerprints_and_results",
+        "up.sql"
+    );
+
     /// This backend's Diesel migrations.
     #[cfg(feature = "migrations")]
     pub(crate) const MIGRATIONS: diesel_migrations::EmbeddedMigrations =
@@ -128,8 +143,9 @@ mod imp {
 
     /// Rebuilds an inbox whose length checks count bytes in the database's
     /// encoding (created before 2026-12-03: in a UTF-16 database they refuse
-    /// valid ids), in one transaction; an inbox already rebuilt is left
-    /// alone.
+    /// valid ids), and adds the 2026-12-06 columns (fingerprint, result)
+    /// to a table that lacks them, in one transaction; an inbox already up
+    /// to date is left alone.
     ///
     /// The table's definition is read from `sqlite_master`. Only a count can
     /// come back through a generic `Connection`, so the check is an `INSERT
@@ -151,9 +167,19 @@ mod imp {
                    AND (instr(sql, 'length(CAST(handler AS BLOB)) BETWEEN 1 AND 255)') > 0 \
                      OR instr(sql, 'length(CAST(message_id AS BLOB)) BETWEEN 1 AND 255)') > 0)",
             ))?;
-            conn.batch_execute("DROP TABLE temp.inbox_outdated_schema")?;
             if outdated > 0 {
                 conn.batch_execute(REBUILD_SQL)?;
+            }
+            // The 2026-12-06 columns, where an earlier version's table (or
+            // the rebuild, which keeps the 2026-12-03 columns) lacks them.
+            conn.batch_execute("DELETE FROM temp.inbox_outdated_schema")?;
+            let has_payload_columns = conn.execute_returning_count(&diesel::sql_query(
+                "INSERT INTO temp.inbox_outdated_schema (name) \
+                 SELECT name FROM pragma_table_info('inbox_messages') WHERE name = 'fingerprint'",
+            ))?;
+            conn.batch_execute("DROP TABLE temp.inbox_outdated_schema")?;
+            if has_payload_columns == 0 {
+                conn.batch_execute(PAYLOAD_COLUMNS_SQL)?;
             }
             Ok(())
         })
@@ -201,6 +227,7 @@ mod imp {
             ),
         );
         const FAILURE_SQL: FailureSql = FAILURES;
+        const STORED_CLAIM_SQL: StoredClaimSql = STORED_CLAIMS;
         const OUTERMOST_COMMIT_SQL: &'static str = "COMMIT";
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;
         const PREPARED_TRANSACTION_SQL: bool = false;
@@ -212,8 +239,12 @@ mod imp {
         const PRUNE_BEFORE_BEGIN_SQL: &'static str = "";
         const PRUNE_AFTER_BEGIN_SQL: &'static str = "";
 
-        fn walk_claim<'b>(key: &'b ClaimKey, out: AstPass<'_, 'b, Self>) -> QueryResult<()> {
-            crate::backend::walk_insert_on_conflict_do_nothing(key, out)
+        fn walk_claim<'b>(
+            key: &'b ClaimKey,
+            fingerprint: Option<&'b Fingerprint>,
+            out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            crate::backend::walk_insert_on_conflict_do_nothing(key, fingerprint, out)
         }
 
         /// One writer at a time, so no row locks to skip; the table has no

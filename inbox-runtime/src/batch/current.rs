@@ -38,7 +38,7 @@ pub(crate) fn running<'k, R>(
 /// nested in the caller's, found the claim of the batch whose body for this
 /// very message is running: then the nested handler's body runs.
 pub(crate) fn is_running(key: &ClaimKey) -> bool {
-    RUNNING.with(|running| running.borrow().contains(key))
+    RUNNING.with(|running| running.borrow().iter().any(|marked| marked.same_claim(key)))
 }
 
 /// `future`, with `keys` marked while it is polled.

@@ -27,6 +27,8 @@
 //! | `dead` | the failed attempt that used up the handler's [`MaxAttempts`](crate::MaxAttempts): the message is recorded as dead |
 //! | `invalid_id` | the message id cannot be stored (empty, too long, a NUL, refused by the database): nothing ran |
 //! | `database_error` | the inbox's own database work failed (begin, claim, commit, rollback): nothing committed |
+//! | `conflict` | the id was already processed with a different payload ([`InboxError::Conflict`](crate::InboxError::Conflict)): the body did not run |
+//! | `refused` | the payload could not be fingerprinted, or a duplicate's stored result could not be read back: the body did not run |
 //!
 //! A delivery whose future is dropped before it ends (a cancelled async
 //! handler) reports no outcome: its span closes without one, and no counter
@@ -51,7 +53,7 @@
 //! | `inbox.attempt` | for `dead`: the attempts made, the limit. Not recorded when unknown (a failed attempt's count is not read back) |
 //! | `inbox.claim_wait_ms` | milliseconds (`f64`) from the start of the delivery until the claim was decided: a claim waits on a concurrent delivery of the same id |
 //! | `inbox.duration_ms` | milliseconds (`f64`) from the start of the delivery to its end: claim, body, commit or rollback, and recording a failure |
-//! | `error.type` | for the failing outcomes (`failed`, `rejected`, `dead`, `invalid_id`, `database_error`): the outcome; unset on success, as OpenTelemetry asks |
+//! | `error.type` | for the failing outcomes (`failed`, `rejected`, `dead`, `invalid_id`, `database_error`, `conflict`, `refused`): the outcome; unset on success, as OpenTelemetry asks |
 //! | `otel.status_code` | `"error"` with `error.type` (`tracing-opentelemetry` sets the span's status from it) |
 //!
 //! Left out on purpose: `messaging.system`, `messaging.destination.name`
@@ -71,6 +73,7 @@
 //! | `inbox.claim_retry` | `DEBUG` | a claim lost a lock conflict (a MySQL/MariaDB deadlock, a serialization failure) and is tried again at once | `inbox.claim_try` (the number of the try about to start: 2 for the first retry, at most [`CLAIM_ATTEMPTS`](crate::CLAIM_ATTEMPTS)), `error` |
 //! | `inbox.dead_lettered` | `WARN` | a message was recorded as dead: rejected, or its attempts used up | `inbox.handler`, `messaging.message.id`, `inbox.outcome` (`rejected` or `dead`), `inbox.attempt` (for `dead`), `inbox.reason` (the rejection's reason) or `inbox.last_error` (the last attempt's error) |
 //! | `inbox.database_error` | `WARN` | a delivery ended in `database_error` | `inbox.handler`, `messaging.message.id`, `error` |
+//! | `inbox.refused` | `WARN` | a delivery ended in `conflict` or `refused` | `inbox.handler`, `messaging.message.id`, `inbox.outcome`, `error` |
 //! | `inbox.pruned` | `DEBUG` | a pruning batch committed (no delivery span) | `inbox.table`, `inbox.handler` (when the batch pruned one handler), `inbox.rows` |
 //!
 //! # Metrics (feature `metrics`)
@@ -199,6 +202,13 @@ pub(crate) enum Ending<'a> {
     Dead { attempts: u32, last_error: &'a str },
     /// The message id is invalid: nothing ran.
     InvalidId,
+    /// The id was processed with a different payload (fingerprint): the
+    /// body did not run.
+    Conflict { error: &'a dyn fmt::Display },
+    /// The message cannot be handled as it is (its payload cannot be
+    /// fingerprinted, its stored result cannot be read back): the body did
+    /// not run.
+    Refused { error: &'a dyn fmt::Display },
     /// The inbox's own database work failed (begin, claim, commit, rollback).
     DatabaseError { error: &'a dyn fmt::Display },
 }
@@ -214,6 +224,8 @@ impl Ending<'_> {
             Ending::Rejected { .. } => "rejected",
             Ending::Dead { .. } => "dead",
             Ending::InvalidId => "invalid_id",
+            Ending::Conflict { .. } => "conflict",
+            Ending::Refused { .. } => "refused",
             Ending::DatabaseError { .. } => "database_error",
         }
     }
@@ -414,6 +426,10 @@ impl BodyScope {
 pub(crate) fn ending_of_inbox_error(error: &InboxError) -> Ending<'_> {
     match error {
         InboxError::InvalidMessageId { .. } => Ending::InvalidId,
+        error @ InboxError::Conflict(_) => Ending::Conflict { error },
+        error @ (InboxError::InvalidFingerprint { .. } | InboxError::StoredResult { .. }) => {
+            Ending::Refused { error }
+        }
         error => Ending::DatabaseError { error },
     }
 }
@@ -435,6 +451,12 @@ pub(crate) fn invalid_key(error: &InboxError) {
             Delivery::begin(&handler, message_id).end(&handler, message_id, Ending::InvalidId);
         }
     }
+}
+
+/// A delivery of `key` refused before its claim (its payload could not be
+/// fingerprinted): reported as a `refused` delivery.
+pub(crate) fn refused(key: &ClaimKey, error: &InboxError) {
+    Delivery::start(key).finish(key, Ending::Refused { error });
 }
 
 /// A pruning batch deleted `rows` rows of `table` (`inbox_messages` or

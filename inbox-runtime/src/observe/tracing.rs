@@ -114,6 +114,19 @@ pub(super) fn finish(
             },
             "the inbox's database work failed; nothing of the delivery committed",
         ),
+        Ending::Conflict { error } | Ending::Refused { error } => ::tracing::event!(
+            name: "inbox.refused",
+            target: TARGET,
+            parent: &span,
+            Level::WARN,
+            {
+                "inbox.handler" = handler,
+                "messaging.message.id" = message_id,
+                "inbox.outcome" = outcome,
+                error = %error,
+            },
+            "the delivery was refused without running the body; dead-letter it",
+        ),
         Ending::Processed | Ending::Duplicate | Ending::Failed { .. } | Ending::InvalidId => {}
     }
 }

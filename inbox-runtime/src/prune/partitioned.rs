@@ -155,23 +155,36 @@ pub const SETUP_SQL: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/migrations/postgres-partitioned/2026-12-04-000000_maintenance_checks_before_locking/up.sql"
     )),
+    "\n",
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/migrations/postgres-partitioned/2026-12-06-000001_generation_fingerprints_and_results/up.sql"
+    )),
 );
 
 /// SQL converting back to the plain layout; every archived id is copied
-/// back into `inbox_messages` first, so none is forgotten. (The `down.sql` of
-/// the conversion; it also drops the functions as later migrations replaced
+/// back into `inbox_messages` first, with its fingerprint and stored
+/// result, so none is forgotten. (The `down.sql` of the conversion, which
+/// also drops the functions as later migrations replaced them, after a copy
+/// that keeps the 2026-12-06 columns: the conversion's own copy predates
 /// them.)
 ///
 /// ```
 /// assert!(inbox_runtime::prune::partitioned::TEARDOWN_SQL.contains("inbox_messages_archive"));
 /// ```
-pub const TEARDOWN_SQL: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/migrations/postgres-partitioned/2026-12-02-000000_partition_inbox_messages/down.sql"
-));
+pub const TEARDOWN_SQL: &str = concat!(
+    "DROP TRIGGER IF EXISTS inbox_messages_claim_guard ON inbox_messages;\n",
+    "INSERT INTO inbox_messages (handler, message_id, received_at, fingerprint, result)\n",
+    "    SELECT handler, message_id, received_at, fingerprint, result FROM inbox_messages_archive\n",
+    "    ON CONFLICT (handler, message_id) DO NOTHING;\n",
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/migrations/postgres-partitioned/2026-12-02-000000_partition_inbox_messages/down.sql"
+    )),
+);
 
-/// The conversion as Diesel migrations (versions `20261202000000` and
-/// `20261204000000`), to run after [`crate::migrations::POSTGRES`]. Users of
+/// The conversion as Diesel migrations (versions `20261202000000`,
+/// `20261204000000` and `20261206000001`), to run after [`crate::migrations::POSTGRES`]. Users of
 /// `diesel_cli` can copy `inbox-runtime/migrations/postgres-partitioned/`
 /// next to the plain one.
 ///

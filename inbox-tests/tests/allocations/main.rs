@@ -16,7 +16,7 @@
 
 use std::alloc::System;
 
-use diesel::Connection;
+use diesel::connection::LoadConnection;
 use inbox_runtime::{InboxBackend, idempotent};
 use inbox_tests::{AppError, TestBackend};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -35,7 +35,7 @@ pub struct Numbered {
 #[idempotent(id = msg.id, handler = "allocations.text")]
 fn by_text<C>(conn: &mut C, msg: &Text) -> Result<(), AppError>
 where
-    C: Connection<Backend: InboxBackend>,
+    C: LoadConnection<Backend: InboxBackend>,
 {
     let _ = (conn, msg);
     Ok(())
@@ -44,7 +44,7 @@ where
 #[idempotent(id = msg.id, handler = "allocations.numbered")]
 fn by_number<C>(conn: &mut C, msg: &Numbered) -> Result<(), AppError>
 where
-    C: Connection<Backend: InboxBackend>,
+    C: LoadConnection<Backend: InboxBackend>,
 {
     let _ = (conn, msg);
     Ok(())
@@ -70,7 +70,7 @@ struct Counts {
 
 fn counts<C>(conn: &mut C) -> Counts
 where
-    C: Connection<Backend: InboxBackend>,
+    C: LoadConnection<Backend: InboxBackend>,
 {
     // The first deliveries prepare the statements.
     for n in 0..3 {

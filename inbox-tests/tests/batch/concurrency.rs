@@ -13,6 +13,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use diesel::Connection;
+use diesel::connection::LoadConnection;
 use diesel::connection::SimpleConnection;
 use inbox_runtime::{
     AckDecision, ClaimKey, InboxBackend, MaxAttempts, Outcome, Recovery, ack_decision,
@@ -171,7 +172,7 @@ fn single_thread<B: TestBackend>(db: &B, seed: u64, start: &Barrier) -> Seen {
 
 fn deliver_one<C>(conn: &mut C, key: ClaimKey, id: &str) -> Result<Outcome<()>, AppError>
 where
-    C: Connection<Backend: InboxBackend>,
+    C: LoadConnection<Backend: InboxBackend>,
 {
     run_idempotent(conn, key, |conn| {
         increment(conn, id)?;

@@ -5,7 +5,7 @@
 //! message with no effect). Called for another id of the batch, it is a
 //! duplicate: that message's own body runs it.
 
-use diesel::Connection;
+use diesel::connection::LoadConnection;
 use inbox_runtime::{InboxBackend, MaxAttempts, Outcome, idempotent, run_idempotent_batch_with};
 use inbox_tests::TestBackend;
 
@@ -15,7 +15,7 @@ use crate::support::*;
 #[idempotent(id = id, handler = "batch.apply")]
 pub fn apply_handler<C>(conn: &mut C, id: &String) -> Result<(), AppError>
 where
-    C: Connection<Backend: InboxBackend>,
+    C: LoadConnection<Backend: InboxBackend>,
 {
     apply(conn, id)
 }
@@ -24,7 +24,7 @@ where
 #[idempotent(id = other, handler = "batch.apply")]
 pub fn apply_other<C>(conn: &mut C, other: &String) -> Result<(), AppError>
 where
-    C: Connection<Backend: InboxBackend>,
+    C: LoadConnection<Backend: InboxBackend>,
 {
     apply(conn, other)
 }

@@ -32,7 +32,7 @@ fn msg(id: &str) -> Msg {
 #[idempotent(id = msg.id, handler = "loss.classify")]
 fn touch<C>(conn: &mut C, msg: &Msg) -> Result<(), AppError>
 where
-    C: Connection,
+    C: diesel::connection::LoadConnection,
     C::Backend: InboxBackend,
     diesel::query_builder::SqlQuery: diesel::query_builder::QueryFragment<C::Backend>,
 {

@@ -286,7 +286,7 @@ mod queries {
 /// backend's connection, and a pooled one. The methods are the suite's
 /// queries; the bounds of its one (blanket) implementation name what Diesel
 /// needs of a connection to run them, so no test or handler repeats them.
-pub trait Effects: Connection<Backend: InboxBackend> {
+pub trait Effects: diesel::connection::LoadConnection<Backend: InboxBackend> {
     /// The effect of a handler body: one row in `effects`.
     fn record_effect(
         &mut self,

@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 
-use diesel::connection::Connection;
+use diesel::connection::LoadConnection;
 use diesel::query_dsl::methods::ExecuteDsl;
 use diesel::{QueryResult, RunQueryDsl};
 use inbox_runtime::{InboxBackend, InboxError, idempotent};
@@ -51,13 +51,13 @@ impl Msg {
 }
 
 /// What a body needs of its connection.
-pub trait Effects: Connection<Backend: InboxBackend> {
+pub trait Effects: LoadConnection<Backend: InboxBackend> {
     fn effect(&mut self, sql: &str) -> QueryResult<usize>;
 }
 
 impl<C> Effects for C
 where
-    C: Connection<Backend: InboxBackend>,
+    C: LoadConnection<Backend: InboxBackend>,
     Statement: ExecuteDsl<C>,
 {
     fn effect(&mut self, sql: &str) -> QueryResult<usize> {

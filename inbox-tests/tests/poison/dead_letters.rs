@@ -15,7 +15,7 @@ use crate::support::*;
 /// `"<id> failed"`).
 fn make_dead<C>(conn: &mut C, handler_name: &str, id: &str)
 where
-    C: diesel::Connection<Backend: inbox_runtime::InboxBackend>,
+    C: diesel::connection::LoadConnection<Backend: inbox_runtime::InboxBackend>,
 {
     let result = run_idempotent_with(conn, key(handler_name, id), MaxAttempts::limit(1), |conn| {
         write_effect(conn, id, "dying")?;
@@ -36,7 +36,7 @@ where
 /// Delivers `(handler, id)` with a body that must not run (a duplicate).
 fn assert_skipped<C>(conn: &mut C, handler_name: &str, id: &str)
 where
-    C: diesel::Connection<Backend: inbox_runtime::InboxBackend>,
+    C: diesel::connection::LoadConnection<Backend: inbox_runtime::InboxBackend>,
 {
     let result = run_idempotent_with(conn, key(handler_name, id), MaxAttempts::limit(1), |_| {
         Err::<(), AppError>(AppError::Failed("the body ran".to_owned()))

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use diesel::connection::LoadConnection;
 use diesel::prelude::*;
 use inbox_runtime::{InboxBackend, InboxError, idempotent};
 use inbox_tests::statement;
@@ -100,7 +101,7 @@ pub const SCRIPTED: &str = "poison.scripted";
 
 /// Dead after three failed attempts.
 #[idempotent(id = msg.id, handler = "poison.three", max_attempts = 3)]
-pub fn three<C: Connection<Backend: InboxBackend>>(
+pub fn three<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     msg: &Msg,
 ) -> Result<(), AppError> {
@@ -109,7 +110,7 @@ pub fn three<C: Connection<Backend: InboxBackend>>(
 
 /// Never dead.
 #[idempotent(id = msg.id, handler = "poison.unbounded", max_attempts = unbounded)]
-pub fn unbounded<C: Connection<Backend: InboxBackend>>(
+pub fn unbounded<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     msg: &Msg,
 ) -> Result<(), AppError> {
@@ -118,7 +119,7 @@ pub fn unbounded<C: Connection<Backend: InboxBackend>>(
 
 /// No limit of its own: the process default (used by `default_limit` only).
 #[idempotent(id = msg.id, handler = "poison.defaulted")]
-pub fn defaulted<C: Connection<Backend: InboxBackend>>(
+pub fn defaulted<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     msg: &Msg,
 ) -> Result<(), AppError> {
@@ -128,7 +129,7 @@ pub fn defaulted<C: Connection<Backend: InboxBackend>>(
 /// Diesel's error type: a failure is `NotFound`, a rejection travels inside
 /// a `QueryBuilderError`.
 #[idempotent(id = msg.id, handler = "poison.diesel_typed", max_attempts = 3)]
-pub fn diesel_typed<C: Connection<Backend: InboxBackend>>(
+pub fn diesel_typed<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     msg: &Msg,
 ) -> QueryResult<()> {
@@ -175,7 +176,7 @@ impl<'a> Scripted<'a> {
 
 /// Runs the delivery's script, dead after three failed attempts.
 #[idempotent(id = msg.id, handler = "poison.scripted", max_attempts = 3)]
-pub fn scripted<C: Connection<Backend: InboxBackend>>(
+pub fn scripted<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     msg: &Scripted<'_>,
 ) -> Result<(), AppError> {

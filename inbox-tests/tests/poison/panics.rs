@@ -5,6 +5,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use diesel::Connection;
+use diesel::connection::LoadConnection;
 use diesel::connection::TransactionManager;
 use inbox_runtime::AckDecision;
 use inbox_tests::TestBackend;
@@ -21,7 +22,7 @@ fn depth<C: Connection>(conn: &mut C) -> u32 {
 }
 
 /// Delivers `msg` to `three`, which must panic; returns the panic's text.
-fn expect_panic<C: Connection<Backend: inbox_runtime::InboxBackend>>(
+fn expect_panic<C: LoadConnection<Backend: inbox_runtime::InboxBackend>>(
     conn: &mut C,
     msg: &Msg,
 ) -> String {

@@ -35,7 +35,7 @@ impl From<InboxError> for Outer {
 /// Rejects through `Outer`: transparently, or with context (`msg.act` is
 /// `Reject` for the first, `Fail` for the second).
 #[idempotent(id = msg.id, handler = "poison.outer", max_attempts = 3)]
-fn outer<C: diesel::Connection<Backend: inbox_runtime::InboxBackend>>(
+fn outer<C: diesel::connection::LoadConnection<Backend: inbox_runtime::InboxBackend>>(
     conn: &mut C,
     msg: &Msg,
 ) -> Result<(), Outer> {

@@ -123,10 +123,17 @@ where
     };
     let mut observer = db.connect();
     assert_old_inbox_works::<B>(&mut conn, &mut observer);
-    let ran = inbox_runtime::migrations::run_pending(&mut conn).expect("the new migration");
-    assert_eq!(ran, 1);
+    let ran = inbox_runtime::migrations::run_pending(&mut conn).expect("the new migrations");
+    assert_eq!(
+        ran, 2,
+        "the failures migration and the fingerprints one after it"
+    );
     assert_upgraded::<B>(&mut conn, &mut observer);
 
+    let later = conn
+        .revert_last_migration(InboxMigrations)
+        .expect("revert the fingerprints migration");
+    assert_eq!(later.to_string(), "20261206000000");
     let reverted = conn
         .revert_last_migration(InboxMigrations)
         .expect("revert the failures migration");

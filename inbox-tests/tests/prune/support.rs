@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use diesel::connection::LoadConnection;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use inbox_runtime::{
@@ -112,7 +113,7 @@ pub fn deliver<C>(
     ledger: bool,
 ) -> Result<Outcome<()>, InboxError>
 where
-    C: Connection<Backend: InboxBackend>,
+    C: LoadConnection<Backend: InboxBackend>,
 {
     let key = ClaimKey::new(handler(handler_name), id)?;
     run_idempotent(conn, key, |conn| {

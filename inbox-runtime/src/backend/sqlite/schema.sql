@@ -1,7 +1,8 @@
 -- The SQLite inbox as its migrations leave it (2026-12-01, rebuilt by
--- 2026-12-03): what `inbox_runtime::setup()` creates. Safe to run again. A
--- table created by an earlier version is left as it is here; setup() then
--- rebuilds it with the 2026-12-03 migration.
+-- 2026-12-03, two columns added by 2026-12-06): what `inbox_runtime::setup()`
+-- creates. Safe to run again. A table created by an earlier version is left
+-- as it is here; setup() then rebuilds it with the 2026-12-03 migration if it
+-- needs that, and adds the 2026-12-06 columns if it lacks them.
 --
 -- received_at is UTC text with millisecond precision, by the database clock.
 -- The length checks count UTF-8 bytes whatever the database encoding:
@@ -11,6 +12,8 @@ CREATE TABLE IF NOT EXISTS inbox_messages (
     handler     TEXT NOT NULL CHECK (length(CAST(handler AS BLOB)) BETWEEN 1 AND 255 * length(CAST('x' AS BLOB))),
     message_id  TEXT NOT NULL CHECK (length(CAST(message_id AS BLOB)) BETWEEN 1 AND 255 * length(CAST('x' AS BLOB))),
     received_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    fingerprint BLOB NULL,
+    result      BLOB NULL,
     PRIMARY KEY (handler, message_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS inbox_messages_received_at_idx ON inbox_messages (received_at);

@@ -1,5 +1,6 @@
 use std::fmt::Display;
 
+use diesel::connection::LoadConnection;
 use diesel::prelude::*;
 use inbox_runtime::{idempotent, InboxBackend, MessageId, Outcome};
 
@@ -22,7 +23,7 @@ where
 
 // The same with bounds inline.
 #[idempotent(id = msg.id)]
-pub fn handle_inline<C: Connection<Backend = diesel::sqlite::Sqlite>, I: MessageId>(
+pub fn handle_inline<C: LoadConnection<Backend = diesel::sqlite::Sqlite>, I: MessageId>(
     conn: &mut C,
     msg: &Envelope<I>,
 ) -> QueryResult<()> {

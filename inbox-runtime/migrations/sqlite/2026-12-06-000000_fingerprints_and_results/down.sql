@@ -1,0 +1,2 @@
+ALTER TABLE inbox_messages DROP COLUMN result;
+ALTER TABLE inbox_messages DROP COLUMN fingerprint;

@@ -1,0 +1,84 @@
+//! The async handlers (diesel-async): conflicts, replays and the bound of
+//! stored results, as the blocking ones. Read back on a blocking observer
+//! connection.
+
+use inbox_runtime::{
+    AckDecision, InboxError, MAX_STORED_RESULT_BYTES, Outcome, StoredResultProblem, ack_decision,
+};
+use inbox_tests::{AppError, TestBackend};
+
+use crate::handlers::*;
+use crate::handlers_async::*;
+use crate::support::*;
+
+pub async fn async_conflicts_and_replays<B: TestBackend>() {
+    let Some((db, mut observer)) = fresh::<B>() else {
+        return;
+    };
+    let mut conn = db.connect_async().await;
+    assert_eq!(
+        transfer_async(&mut conn, &Transfer::new("a-1", "x"))
+            .await
+            .unwrap(),
+        Outcome::Processed(())
+    );
+    let same = Transfer::new("a-1", "x");
+    assert_eq!(
+        transfer_async(&mut conn, &same).await.unwrap(),
+        Outcome::Duplicate
+    );
+    let changed = Transfer::new("a-1", "y");
+    let result = transfer_async(&mut conn, &changed).await;
+    assert!(
+        matches!(result, Err(AppError::Inbox(InboxError::Conflict(_)))),
+        "{result:?}"
+    );
+    assert_eq!(ack_decision(&result), AckDecision::DeadLetter);
+    assert_eq!(same.runs() + changed.runs(), 0);
+
+    let first = charge_async(&mut conn, &Charge::new("a-2", 3))
+        .await
+        .unwrap();
+    let retry = Charge::new("a-2", 3);
+    let replayed = charge_async(&mut conn, &retry).await.unwrap();
+    assert!(first.is_processed() && replayed.is_replayed());
+    assert_eq!(first.value(), replayed.value());
+    assert_eq!(retry.runs(), 0);
+    // The async handler reads what the blocking one stored, and back.
+    assert!(
+        charge(&mut observer, &Charge::new("a-2", 3))
+            .unwrap()
+            .is_replayed()
+    );
+    assert!(
+        charge(&mut observer, &Charge::new("a-3", 4))
+            .unwrap()
+            .is_processed()
+    );
+    assert!(
+        charge_async(&mut conn, &Charge::new("a-3", 4))
+            .await
+            .unwrap()
+            .is_replayed()
+    );
+
+    let mut big = Charge::new("a-4", 1);
+    big.note_len = MAX_STORED_RESULT_BYTES;
+    let result = charge_async(&mut conn, &big).await;
+    assert!(
+        matches!(
+            &result,
+            Err(AppError::Inbox(InboxError::StoredResult {
+                problem: StoredResultProblem::TooLarge { .. },
+                ..
+            }))
+        ),
+        "{result:?}"
+    );
+    assert_eq!(big.runs(), 1);
+    assert_eq!(claims(&mut observer, CHARGE, "a-4"), 0);
+    assert_eq!(applied(&mut observer, "a-4"), Vec::<String>::new());
+    assert_eq!(all_effects(&mut observer), 3);
+}
+
+inbox_tests::backend_tests!(async async_conflicts_and_replays);

@@ -1,0 +1,127 @@
+//! One delivery at a time: the same payload is a duplicate, another payload
+//! a conflict that runs nothing, writes nothing and dead-letters; claims
+//! without a fingerprint match any; a serde payload's fingerprint does not
+//! depend on a map's order.
+
+use inbox_runtime::{AckDecision, Fingerprint, InboxError, Outcome, PayloadConflict, ack_decision};
+use inbox_tests::{AppError, SqlRows, TestBackend};
+
+use crate::handlers::*;
+use crate::support::*;
+
+pub fn the_same_payload_is_a_duplicate_and_another_a_conflict<B: TestBackend>() {
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let first = Transfer::new("t-1", "amount=250");
+    assert_eq!(transfer(&mut conn, &first).unwrap(), Outcome::Processed(()));
+    assert_eq!(stored_columns(&mut conn, TRANSFER, "t-1"), (1, 0));
+
+    let again = Transfer::new("t-1", "amount=250");
+    assert_eq!(transfer(&mut conn, &again).unwrap(), Outcome::Duplicate);
+    assert_eq!(again.runs(), 0);
+
+    let changed = Transfer::new("t-1", "amount=9999");
+    let result = transfer(&mut conn, &changed);
+    let Err(AppError::Inbox(InboxError::Conflict {
+        handler,
+        message_id,
+        stored,
+        delivered,
+    })) = &result
+    else {
+        panic!("a conflict expected: {result:?}");
+    };
+    assert_eq!((handler.as_str(), message_id.as_str()), (TRANSFER, "t-1"));
+    assert_eq!(
+        *stored,
+        Some(Fingerprint::of("amount=250".as_bytes()).unwrap())
+    );
+    assert_eq!(
+        *delivered,
+        Fingerprint::of("amount=9999".as_bytes()).unwrap()
+    );
+    let text = result.as_ref().unwrap_err().to_string();
+    assert!(text.contains("different payload"), "{text}");
+    assert_eq!(ack_decision(&result), AckDecision::DeadLetter);
+    assert!(!result.as_ref().unwrap_err().recovery().is_retryable());
+    assert_eq!(changed.runs(), 0, "the body did not run");
+    assert_eq!(applied(&mut conn, "t-1"), ["amount=250"]);
+    assert_eq!(claims(&mut conn, TRANSFER, "t-1"), 1);
+    assert_eq!(
+        conn.bigint("SELECT COUNT(*) AS value FROM inbox_failures"),
+        0,
+        "a conflict is not a failed attempt"
+    );
+    // The conflict changed nothing: the original payload is still a duplicate.
+    assert_eq!(
+        transfer(&mut conn, &Transfer::new("t-1", "amount=250")).unwrap(),
+        Outcome::Duplicate
+    );
+}
+
+pub fn a_claim_without_a_fingerprint_matches_any_payload<B: TestBackend>() {
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let old = Transfer::new("t-2", "amount=1");
+    assert_eq!(
+        transfer_unfingerprinted(&mut conn, &old).unwrap(),
+        Outcome::Processed(())
+    );
+    assert_eq!(stored_columns(&mut conn, TRANSFER, "t-2"), (0, 0));
+    for body in ["amount=1", "amount=2"] {
+        let later = Transfer::new("t-2", body);
+        assert_eq!(transfer(&mut conn, &later).unwrap(), Outcome::Duplicate);
+        assert_eq!(later.runs(), 0);
+    }
+    // And a handler without a fingerprint never checks one.
+    assert!(
+        transfer(&mut conn, &Transfer::new("t-3", "amount=3"))
+            .unwrap()
+            .is_processed()
+    );
+    // Stored, though the connection ran claims without a fingerprint before
+    // (a prepared statement of the other shape must not be reused).
+    assert_eq!(stored_columns(&mut conn, TRANSFER, "t-3"), (1, 0));
+    let unchecked = Transfer::new("t-3", "amount=4");
+    assert_eq!(
+        transfer_unfingerprinted(&mut conn, &unchecked).unwrap(),
+        Outcome::Duplicate
+    );
+    assert_eq!(applied(&mut conn, "t-2"), ["amount=1"]);
+    assert_eq!(applied(&mut conn, "t-3"), ["amount=3"]);
+}
+
+pub fn a_serde_payload_is_fingerprinted_whatever_its_map_order<B: TestBackend>() {
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let lines: Vec<(String, u32)> = (0..40).map(|n| (format!("sku-{n}"), n)).collect();
+    let forward: Vec<(&str, u32)> = lines.iter().map(|(s, q)| (s.as_str(), *q)).collect();
+    let backward: Vec<(&str, u32)> = forward.iter().rev().copied().collect();
+    let first = Order::new("o-1", &forward);
+    let again = Order::new("o-1", &backward);
+    let orders: Vec<&String> = first.lines.keys().collect();
+    let agains: Vec<&String> = again.lines.keys().collect();
+    assert_ne!(orders, agains, "two maps that iterate in different orders");
+    assert_eq!(place(&mut conn, &first).unwrap(), Outcome::Processed(()));
+    assert_eq!(place(&mut conn, &again).unwrap(), Outcome::Duplicate);
+
+    let mut changed_lines = backward.clone();
+    changed_lines[0].1 += 1;
+    let changed = Order::new("o-1", &changed_lines);
+    let result = place(&mut conn, &changed);
+    assert!(
+        matches!(result, Err(AppError::Inbox(InboxError::Conflict(_)))),
+        "{result:?}"
+    );
+    assert_eq!(changed.runs(), 0);
+    assert_eq!(all_effects(&mut conn), 1);
+}
+
+inbox_tests::backend_tests!(
+    the_same_payload_is_a_duplicate_and_another_a_conflict,
+    a_claim_without_a_fingerprint_matches_any_payload,
+    a_serde_payload_is_fingerprinted_whatever_its_map_order,
+);

@@ -1,0 +1,137 @@
+//! An inbox created before the fingerprint and result columns: handlers
+//! without them keep working on it; after `setup()` or the new migration it
+//! keeps its claims, which match any fingerprint; reverting the migration
+//! drops the columns and keeps the claims.
+
+use diesel::migration::{Migration, MigrationConnection, MigrationSource};
+use diesel_migrations::MigrationHarness;
+use inbox_runtime::migrations::{EmbeddedInboxMigrations, InboxMigrations};
+use inbox_runtime::{InboxError, Outcome};
+use inbox_tests::{AppError, DieselBackend, TestBackend};
+
+use crate::handlers::*;
+use crate::support::*;
+
+/// The version of the migration that adds the columns.
+const COLUMNS_VERSION: &str = "20261206000000";
+
+/// A fresh database whose inbox was created by every migration older than
+/// the columns, holding one processed message (`old-1`).
+fn old_inbox<B>() -> Option<(B, B::Connection)>
+where
+    B: TestBackend,
+    B::Connection: MigrationHarness<DieselBackend<B>> + MigrationConnection,
+    DieselBackend<B>: EmbeddedInboxMigrations,
+{
+    let (db, mut conn) = fresh::<B>()?;
+    inbox_runtime::schema::teardown(&mut conn).expect("drop the harness's inbox");
+    MigrationConnection::setup(&mut conn).expect("the migrations table");
+    let mut previous =
+        MigrationSource::<DieselBackend<B>>::migrations(&InboxMigrations).expect("the migrations");
+    previous.sort_by_key(|migration| migration.name().version().to_string());
+    previous.retain(|migration| migration.name().version().to_string().as_str() < COLUMNS_VERSION);
+    assert!(!previous.is_empty());
+    for migration in &previous {
+        conn.run_migration(&**migration as &dyn Migration<DieselBackend<B>>)
+            .expect("an older migration");
+    }
+    let old = Transfer::new("old-1", "amount=1");
+    let first = transfer_unfingerprinted(&mut conn, &old).expect("processed by the old inbox");
+    assert!(first.is_processed());
+    Some((db, conn))
+}
+
+/// The old inbox: a handler without a fingerprint works as before; one with
+/// a fingerprint fails, retryably, until the inbox is upgraded.
+fn assert_old_inbox_works<B: TestBackend>(conn: &mut B::Connection) {
+    let again = Transfer::new("old-1", "amount=1");
+    assert_eq!(
+        transfer_unfingerprinted(conn, &again).unwrap(),
+        Outcome::Duplicate
+    );
+    let next = Transfer::new("old-2", "amount=2");
+    assert!(transfer_unfingerprinted(conn, &next).unwrap() == Outcome::Processed(()));
+    let early = transfer(conn, &Transfer::new("old-3", "amount=3"));
+    match &early {
+        Err(AppError::Db(error)) => assert!(inbox_runtime::recovery(error).is_retryable()),
+        other => panic!("a database error expected before the upgrade: {other:?}"),
+    }
+    assert_eq!(claims(conn, TRANSFER, "old-3"), 0);
+}
+
+/// After the upgrade: the old claims kept and matching any payload; new
+/// claims checked.
+fn assert_upgraded<B: TestBackend>(conn: &mut B::Connection) {
+    for id in ["old-1", "old-2"] {
+        let later = Transfer::new(id, "amount=999");
+        assert_eq!(transfer(conn, &later).unwrap(), Outcome::Duplicate, "{id}");
+        assert_eq!(later.runs(), 0);
+    }
+    assert_eq!(
+        transfer(conn, &Transfer::new("old-3", "amount=3")).unwrap(),
+        Outcome::Processed(())
+    );
+    let conflict = transfer(conn, &Transfer::new("old-3", "amount=4"));
+    assert!(
+        matches!(conflict, Err(AppError::Inbox(InboxError::Conflict(_)))),
+        "{conflict:?}"
+    );
+    let first = charge(conn, &Charge::new("new-1", 10)).unwrap();
+    assert!(first.is_processed());
+    assert!(
+        charge(conn, &Charge::new("new-1", 10))
+            .unwrap()
+            .is_replayed()
+    );
+}
+
+pub fn setup_adds_the_columns_to_an_old_inbox<B>()
+where
+    B: TestBackend,
+    B::Connection: MigrationHarness<DieselBackend<B>> + MigrationConnection,
+    DieselBackend<B>: EmbeddedInboxMigrations,
+{
+    let Some((_db, mut conn)) = old_inbox::<B>() else {
+        return;
+    };
+    assert_old_inbox_works::<B>(&mut conn);
+    inbox_runtime::setup(&mut conn).expect("setup upgrades the inbox");
+    inbox_runtime::setup(&mut conn).expect("and runs again harmlessly");
+    assert_upgraded::<B>(&mut conn);
+}
+
+pub fn the_columns_migration_upgrades_an_old_inbox_and_reverts<B>()
+where
+    B: TestBackend,
+    B::Connection: MigrationHarness<DieselBackend<B>> + MigrationConnection,
+    DieselBackend<B>: EmbeddedInboxMigrations,
+{
+    let Some((_db, mut conn)) = old_inbox::<B>() else {
+        return;
+    };
+    assert_old_inbox_works::<B>(&mut conn);
+    let ran = inbox_runtime::migrations::run_pending(&mut conn).expect("the new migration");
+    assert_eq!(ran, 1);
+    assert_upgraded::<B>(&mut conn);
+
+    let reverted = conn
+        .revert_last_migration(InboxMigrations)
+        .expect("revert the columns migration");
+    assert_eq!(reverted.to_string(), COLUMNS_VERSION);
+    for id in ["old-1", "old-3", "new-1"] {
+        assert_eq!(
+            claims(&mut conn, if id == "new-1" { CHARGE } else { TRANSFER }, id),
+            1
+        );
+    }
+    let later = Transfer::new("old-3", "amount=3");
+    assert_eq!(
+        transfer_unfingerprinted(&mut conn, &later).unwrap(),
+        Outcome::Duplicate
+    );
+}
+
+inbox_tests::backend_tests!(
+    setup_adds_the_columns_to_an_old_inbox,
+    the_columns_migration_upgrades_an_old_inbox_and_reverts,
+);
