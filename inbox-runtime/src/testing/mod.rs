@@ -33,6 +33,11 @@
 //! check). What the handler does outside the database (HTTP calls,
 //! e-mails, other databases, sequences, files) is not seen.
 //!
+//! On diesel-async connections (features `testing` and `async`),
+//! `check_idempotent_async`, `assert_idempotent_async` and
+//! `Idempotence::check_async` take an async closure
+//! (`async |conn| handler(conn, &msg).await`) and do the same.
+//!
 //! The check commits real deliveries: run it on a test database, on a
 //! connection with no transaction open (not inside
 //! `begin_test_transaction`), with a message whose id the inbox does not
@@ -70,7 +75,12 @@ use std::panic::{self, AssertUnwindSafe};
 
 use diesel::connection::{LoadConnection, TransactionManager};
 
+#[cfg(feature = "async")]
+mod asynchronous;
 mod digest;
+
+#[cfg(feature = "async")]
+pub use self::asynchronous::{assert_idempotent_async, check_idempotent_async};
 
 pub use self::digest::DigestBackend;
 use self::digest::sealed::Digest as _;

@@ -8,12 +8,16 @@
 //!
 //! Every test is a generic function over the backend, instantiated by
 //! `inbox_tests::backend_tests!` on PostgreSQL, MariaDB/MySQL and SQLite,
-//! so names read `postgres::a_second_connection_is_caught`.
+//! so names read `postgres::a_second_connection_is_caught`; the async
+//! check (`check_idempotent_async`) on PostgreSQL and MariaDB/MySQL's
+//! diesel-async connections, named `asynchronous::postgres::…`.
 //!
 //! Run: `INBOX_REQUIRE_DATABASES=1 cargo test -p inbox-tests --all-features --test testing`
 
 #![allow(missing_docs)]
 
+#[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
+mod asynchronous;
 mod handlers;
 #[cfg(feature = "sqlite")]
 mod readme_example;

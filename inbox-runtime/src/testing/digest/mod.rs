@@ -129,12 +129,35 @@ pub struct Name {
 }
 
 /// One row of a digest statement: the row count and the hash.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 #[derive(QueryableByName)]
 pub struct DigestRow {
     #[diesel(sql_type = BigInt)]
     pub(crate) row_count: i64,
     #[diesel(sql_type = Text)]
     pub(crate) digest: String,
+}
+
+/// The digest a one-row digest statement returned.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn first_digest(rows: Vec<DigestRow>) -> diesel::QueryResult<TableDigest> {
+    let row = rows
+        .into_iter()
+        .next()
+        .ok_or(diesel::result::Error::NotFound)?;
+    Ok(TableDigest {
+        rows: row.row_count,
+        hash: row.digest,
+    })
+}
+
+/// What the database says of a named table that is not there (a table
+/// with no columns, by `information_schema` or `pragma_table_info`).
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) fn no_such_table(table: &TableName) -> diesel::result::Error {
+    diesel::result::Error::QueryBuilderError(
+        format!("no table `{}` in this database", table.label).into(),
+    )
 }
 
 /// One `row_count` column.
@@ -154,7 +177,9 @@ pub(crate) mod sealed {
     use super::{TableDigest, TableName};
 
     /// What a [`DigestBackend`](super::DigestBackend) does, out of users'
-    /// reach.
+    /// reach. (Its `async fn`s are awaited only by the async check's own
+    /// future, which need not be `Send`: a test awaits it in place.)
+    #[allow(async_fn_in_trait)]
     pub trait Digest: diesel::backend::Backend + Sized {
         /// The base tables to compare when the user named none, sorted.
         fn tables<C>(conn: &mut C) -> QueryResult<Vec<TableName>>
@@ -170,6 +195,24 @@ pub(crate) mod sealed {
         fn count_claims<C>(conn: &mut C) -> QueryResult<i64>
         where
             C: LoadConnection<Backend = Self>;
+
+        /// [`tables`](Self::tables) on a diesel-async connection.
+        #[cfg(feature = "async")]
+        async fn tables_async<C>(conn: &mut C) -> QueryResult<Vec<TableName>>
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>;
+
+        /// [`digest_table`](Self::digest_table) on a diesel-async connection.
+        #[cfg(feature = "async")]
+        async fn digest_table_async<C>(conn: &mut C, table: &TableName) -> QueryResult<TableDigest>
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>;
+
+        /// [`count_claims`](Self::count_claims) on a diesel-async connection.
+        #[cfg(feature = "async")]
+        async fn count_claims_async<C>(conn: &mut C) -> QueryResult<i64>
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>;
     }
 }
 
@@ -184,6 +227,17 @@ macro_rules! common_digest_fns {
         {
             use diesel::RunQueryDsl;
             let rows: Vec<super::Count> = diesel::sql_query(super::COUNT_CLAIMS_SQL).load(conn)?;
+            Ok(rows.first().map_or(0, |row| row.row_count))
+        }
+
+        #[cfg(feature = "async")]
+        async fn count_claims_async<C>(conn: &mut C) -> diesel::QueryResult<i64>
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            let rows: Vec<super::Count> =
+                diesel_async::RunQueryDsl::load(diesel::sql_query(super::COUNT_CLAIMS_SQL), conn)
+                    .await?;
             Ok(rows.first().map_or(0, |row| row.row_count))
         }
     };

@@ -9,8 +9,7 @@
 use diesel::QueryResult;
 use diesel::connection::LoadConnection;
 use diesel::mysql::Mysql;
-use diesel::prelude::*;
-use diesel::sql_types::Text;
+use diesel::sql_types::{Nullable, Text};
 
 use super::{DigestBackend, DigestRow, Name, TableDigest, TableName};
 
@@ -29,21 +28,25 @@ fn backquoted(identifier: &str) -> String {
     format!("`{}`", identifier.replace('`', "``"))
 }
 
-/// One table's digest over `columns`; `table` is its quoted name.
-fn digest_sql(table: &str, columns: &[String]) -> String {
+/// One table's digest over its `columns` (none: no such table).
+fn digest_sql(table: &TableName, columns: Vec<Name>) -> QueryResult<String> {
+    if columns.is_empty() {
+        return Err(super::no_such_table(table));
+    }
     let row = columns
         .iter()
-        .map(|column| format!("QUOTE({})", backquoted(column)))
+        .map(|Name { name }| format!("QUOTE({})", backquoted(name)))
         .collect::<Vec<_>>()
         .join(", ");
     let half = |side: &str| format!("CAST(CONV({side}(h, 16), 16, 10) AS UNSIGNED)");
-    format!(
+    Ok(format!(
         "SELECT COUNT(*) AS row_count, CAST(CONCAT(COALESCE(SUM({left}), 0), ':', \
          COALESCE(SUM({right}), 0), ':', BIT_XOR({left})) AS CHAR) AS digest \
          FROM (SELECT MD5(CONCAT_WS(',', {row})) AS h FROM {table}) AS row_hashes",
         left = half("LEFT"),
         right = half("RIGHT"),
-    )
+        table = table.sql(backquoted),
+    ))
 }
 
 impl super::sealed::Digest for Mysql {
@@ -51,43 +54,64 @@ impl super::sealed::Digest for Mysql {
     where
         C: LoadConnection<Backend = Self>,
     {
+        use diesel::RunQueryDsl;
         let tables: Vec<Name> = diesel::sql_query(TABLES_SQL)
             .bind::<Text, _>(super::DIESEL_MIGRATIONS_TABLE)
             .load(conn)?;
-        Ok(tables
-            .into_iter()
-            .map(|Name { name }| TableName::unqualified(name))
-            .collect())
+        Ok(unqualified(tables))
     }
 
     fn digest_table<C>(conn: &mut C, table: &TableName) -> QueryResult<TableDigest>
     where
         C: LoadConnection<Backend = Self>,
     {
+        use diesel::RunQueryDsl;
         let columns: Vec<Name> = diesel::sql_query(COLUMNS_SQL)
-            .bind::<diesel::sql_types::Nullable<Text>, _>(table.schema.as_deref())
+            .bind::<Nullable<Text>, _>(table.schema.as_deref())
             .bind::<Text, _>(&table.table)
             .load(conn)?;
-        if columns.is_empty() {
-            // What the database says of a table that is not there.
-            return Err(diesel::result::Error::QueryBuilderError(
-                format!("no table `{}` in this database", table.label).into(),
-            ));
-        }
-        let columns: Vec<String> = columns.into_iter().map(|Name { name }| name).collect();
-        let rows: Vec<DigestRow> =
-            diesel::sql_query(digest_sql(&table.sql(backquoted), &columns)).load(conn)?;
-        let row = rows
-            .into_iter()
-            .next()
-            .ok_or(diesel::result::Error::NotFound)?;
-        Ok(TableDigest {
-            rows: row.row_count,
-            hash: row.digest,
-        })
+        let sql = digest_sql(table, columns)?;
+        let rows: Vec<DigestRow> = diesel::sql_query(sql).load(conn)?;
+        super::first_digest(rows)
+    }
+
+    #[cfg(feature = "async")]
+    async fn tables_async<C>(conn: &mut C) -> QueryResult<Vec<TableName>>
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>,
+    {
+        use diesel_async::RunQueryDsl;
+        let tables: Vec<Name> = diesel::sql_query(TABLES_SQL)
+            .bind::<Text, _>(super::DIESEL_MIGRATIONS_TABLE)
+            .load(conn)
+            .await?;
+        Ok(unqualified(tables))
+    }
+
+    #[cfg(feature = "async")]
+    async fn digest_table_async<C>(conn: &mut C, table: &TableName) -> QueryResult<TableDigest>
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>,
+    {
+        use diesel_async::RunQueryDsl;
+        let columns: Vec<Name> = diesel::sql_query(COLUMNS_SQL)
+            .bind::<Nullable<Text>, _>(table.schema.clone())
+            .bind::<Text, _>(table.table.clone())
+            .load(conn)
+            .await?;
+        let sql = digest_sql(table, columns)?;
+        let rows: Vec<DigestRow> = diesel::sql_query(sql).load(conn).await?;
+        super::first_digest(rows)
     }
 
     super::common_digest_fns!();
+}
+
+fn unqualified(tables: Vec<Name>) -> Vec<TableName> {
+    tables
+        .into_iter()
+        .map(|Name { name }| TableName::unqualified(name))
+        .collect()
 }
 
 impl DigestBackend for Mysql {}

@@ -5,7 +5,6 @@
 use diesel::QueryResult;
 use diesel::connection::LoadConnection;
 use diesel::pg::Pg;
-use diesel::prelude::*;
 use diesel::sql_types::Text;
 
 use super::{DigestBackend, DigestRow, Name, TableDigest, TableName, double_quoted};
@@ -34,41 +33,67 @@ impl super::sealed::Digest for Pg {
     where
         C: LoadConnection<Backend = Self>,
     {
+        use diesel::RunQueryDsl;
         let schema: Vec<Name> = diesel::sql_query(CURRENT_SCHEMA_SQL).load(conn)?;
-        // No schema on the search path: no tables to compare.
-        let Some(Name { name: schema }) = schema.into_iter().next() else {
-            return Ok(Vec::new());
-        };
         let tables: Vec<Name> = diesel::sql_query(TABLES_SQL)
             .bind::<Text, _>(super::DIESEL_MIGRATIONS_TABLE)
             .load(conn)?;
-        Ok(tables
-            .into_iter()
-            .map(|Name { name }| TableName {
-                schema: Some(schema.clone()),
-                label: name.clone(),
-                table: name,
-            })
-            .collect())
+        Ok(qualified(schema, tables))
     }
 
     fn digest_table<C>(conn: &mut C, table: &TableName) -> QueryResult<TableDigest>
     where
         C: LoadConnection<Backend = Self>,
     {
+        use diesel::RunQueryDsl;
         let rows: Vec<DigestRow> =
             diesel::sql_query(digest_sql(&table.sql(double_quoted))).load(conn)?;
-        let row = rows
-            .into_iter()
-            .next()
-            .ok_or(diesel::result::Error::NotFound)?;
-        Ok(TableDigest {
-            rows: row.row_count,
-            hash: row.digest,
-        })
+        super::first_digest(rows)
+    }
+
+    #[cfg(feature = "async")]
+    async fn tables_async<C>(conn: &mut C) -> QueryResult<Vec<TableName>>
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>,
+    {
+        use diesel_async::RunQueryDsl;
+        let schema: Vec<Name> = diesel::sql_query(CURRENT_SCHEMA_SQL).load(conn).await?;
+        let tables: Vec<Name> = diesel::sql_query(TABLES_SQL)
+            .bind::<Text, _>(super::DIESEL_MIGRATIONS_TABLE)
+            .load(conn)
+            .await?;
+        Ok(qualified(schema, tables))
+    }
+
+    #[cfg(feature = "async")]
+    async fn digest_table_async<C>(conn: &mut C, table: &TableName) -> QueryResult<TableDigest>
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>,
+    {
+        use diesel_async::RunQueryDsl;
+        let rows: Vec<DigestRow> = diesel::sql_query(digest_sql(&table.sql(double_quoted)))
+            .load(conn)
+            .await?;
+        super::first_digest(rows)
     }
 
     super::common_digest_fns!();
+}
+
+/// `tables` of the current `schema`; none when no schema is on the search
+/// path.
+fn qualified(schema: Vec<Name>, tables: Vec<Name>) -> Vec<TableName> {
+    let Some(Name { name: schema }) = schema.into_iter().next() else {
+        return Vec::new();
+    };
+    tables
+        .into_iter()
+        .map(|Name { name }| TableName {
+            schema: Some(schema.clone()),
+            label: name.clone(),
+            table: name,
+        })
+        .collect()
 }
 
 impl DigestBackend for Pg {}

@@ -9,7 +9,6 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use diesel::QueryResult;
 use diesel::connection::LoadConnection;
-use diesel::prelude::*;
 use diesel::sql_types::Text;
 use diesel::sqlite::Sqlite;
 
@@ -25,15 +24,21 @@ const TABLES_SQL: &str = "SELECT name FROM sqlite_master \
 /// unless the user named another).
 const COLUMNS_SQL: &str = "SELECT name FROM pragma_table_info(?, ?) ORDER BY cid";
 
-/// Every row of a table over `columns`, rendered and sorted; `table` is its
-/// quoted name.
-fn rows_sql(table: &str, columns: &[String]) -> String {
+/// Every row of a table over its `columns` (none: no such table),
+/// rendered and sorted.
+fn rows_sql(table: &TableName, columns: Vec<Name>) -> QueryResult<String> {
+    if columns.is_empty() {
+        return Err(super::no_such_table(table));
+    }
     let row = columns
         .iter()
-        .map(|column| format!("quote({})", double_quoted(column)))
+        .map(|Name { name }| format!("quote({})", double_quoted(name)))
         .collect::<Vec<_>>()
         .join(" || ',' || ");
-    format!("SELECT {row} AS name FROM {table} ORDER BY 1")
+    Ok(format!(
+        "SELECT {row} AS name FROM {} ORDER BY 1",
+        table.sql(double_quoted)
+    ))
 }
 
 impl super::sealed::Digest for Sqlite {
@@ -41,44 +46,78 @@ impl super::sealed::Digest for Sqlite {
     where
         C: LoadConnection<Backend = Self>,
     {
+        use diesel::RunQueryDsl;
         let tables: Vec<Name> = diesel::sql_query(TABLES_SQL)
             .bind::<Text, _>(super::DIESEL_MIGRATIONS_TABLE)
             .load(conn)?;
-        Ok(tables
-            .into_iter()
-            .map(|Name { name }| TableName::unqualified(name))
-            .collect())
+        Ok(unqualified(tables))
     }
 
     fn digest_table<C>(conn: &mut C, table: &TableName) -> QueryResult<TableDigest>
     where
         C: LoadConnection<Backend = Self>,
     {
+        use diesel::RunQueryDsl;
         let columns: Vec<Name> = diesel::sql_query(COLUMNS_SQL)
             .bind::<Text, _>(&table.table)
             .bind::<Text, _>(table.schema.as_deref().unwrap_or("main"))
             .load(conn)?;
-        if columns.is_empty() {
-            return Err(diesel::result::Error::QueryBuilderError(
-                format!("no table `{}` in this database", table.label).into(),
-            ));
-        }
-        let columns: Vec<String> = columns.into_iter().map(|Name { name }| name).collect();
-        let rows: Vec<Name> =
-            diesel::sql_query(rows_sql(&table.sql(double_quoted), &columns)).load(conn)?;
-        // Deterministic within the process, which is all a comparison of two
-        // digests taken by one check needs.
-        let mut hasher = DefaultHasher::new();
-        for Name { name } in &rows {
-            name.hash(&mut hasher);
-        }
-        Ok(TableDigest {
-            rows: i64::try_from(rows.len()).unwrap_or(i64::MAX),
-            hash: format!("{:016x}", hasher.finish()),
-        })
+        let sql = rows_sql(table, columns)?;
+        let rows: Vec<Name> = diesel::sql_query(sql).load(conn)?;
+        Ok(hashed(&rows))
+    }
+
+    #[cfg(feature = "async")]
+    async fn tables_async<C>(conn: &mut C) -> QueryResult<Vec<TableName>>
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>,
+    {
+        use diesel_async::RunQueryDsl;
+        let tables: Vec<Name> = diesel::sql_query(TABLES_SQL)
+            .bind::<Text, _>(super::DIESEL_MIGRATIONS_TABLE)
+            .load(conn)
+            .await?;
+        Ok(unqualified(tables))
+    }
+
+    #[cfg(feature = "async")]
+    async fn digest_table_async<C>(conn: &mut C, table: &TableName) -> QueryResult<TableDigest>
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>,
+    {
+        use diesel_async::RunQueryDsl;
+        let columns: Vec<Name> = diesel::sql_query(COLUMNS_SQL)
+            .bind::<Text, _>(table.table.clone())
+            .bind::<Text, _>(table.schema.clone().unwrap_or_else(|| "main".to_owned()))
+            .load(conn)
+            .await?;
+        let sql = rows_sql(table, columns)?;
+        let rows: Vec<Name> = diesel::sql_query(sql).load(conn).await?;
+        Ok(hashed(&rows))
     }
 
     super::common_digest_fns!();
+}
+
+fn unqualified(tables: Vec<Name>) -> Vec<TableName> {
+    tables
+        .into_iter()
+        .map(|Name { name }| TableName::unqualified(name))
+        .collect()
+}
+
+/// The digest of a table's rendered rows, in their order. The hash is
+/// deterministic within the process, which is all a comparison of two
+/// digests taken by one check needs.
+fn hashed(rows: &[Name]) -> TableDigest {
+    let mut hasher = DefaultHasher::new();
+    for Name { name } in rows {
+        name.hash(&mut hasher);
+    }
+    TableDigest {
+        rows: i64::try_from(rows.len()).unwrap_or(i64::MAX),
+        hash: format!("{:016x}", hasher.finish()),
+    }
 }
 
 impl DigestBackend for Sqlite {}
