@@ -132,8 +132,8 @@
 //! runs through the `log` facade), `tracing` (a span per delivery and
 //! events through `tracing`) and `metrics` (counters and histograms through
 //! the `metrics` facade): see [`observe`] for every span field, event and
-//! metric. `testing` adds `inbox_runtime::testing`: a check, for your own tests, that a
-//! handler is idempotent.
+//! metric. `testing` adds `inbox_runtime::testing`: a check, for your own
+//! tests, that a handler is idempotent.
 //!
 //! ## Retention
 //! [`RetentionPolicy`] and [`Prune`] forget ids older than a window in short
