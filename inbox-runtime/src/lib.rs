@@ -132,7 +132,8 @@
 //! runs through the `log` facade), `tracing` (a span per delivery and
 //! events through `tracing`) and `metrics` (counters and histograms through
 //! the `metrics` facade): see [`observe`] for every span field, event and
-//! metric.
+//! metric. `testing` adds `inbox_runtime::testing`: a check, for your own
+//! tests, that a handler is idempotent.
 //!
 //! ## Retention
 //! [`RetentionPolicy`] and [`Prune`] forget ids older than a window in short
@@ -173,6 +174,8 @@ mod transaction_async;
 #[cfg(feature = "migrations")]
 pub mod migrations;
 pub mod schema;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 #[doc(hidden)]
 #[path = "private.rs"]
