@@ -2,7 +2,7 @@
 //! generic over the connection: one correct handler, and one of each
 //! mistake `inbox_runtime::testing` must catch.
 
-use diesel::{Connection, RunQueryDsl};
+use diesel::RunQueryDsl;
 use inbox_runtime::{InboxBackend, Outcome, idempotent};
 use inbox_tests::{AppError, statement};
 
@@ -48,7 +48,7 @@ fn audit_sql(msg: &Payment) -> String {
 #[idempotent(id = msg.id, handler = "testing.credit")]
 pub fn credit<C>(conn: &mut C, msg: &Payment) -> Result<(), AppError>
 where
-    C: Connection<Backend: InboxBackend>,
+    C: diesel::connection::LoadConnection<Backend: InboxBackend>,
 {
     statement(credit_sql(msg)).execute(conn)?;
     statement(audit_sql(msg)).execute(conn)?;
@@ -59,7 +59,7 @@ where
 #[idempotent(id = msg.id, handler = "testing.credit_valued")]
 pub fn credit_valued<C>(conn: &mut C, msg: &Payment) -> Result<Outcome<i64>, AppError>
 where
-    C: Connection<Backend: InboxBackend>,
+    C: diesel::connection::LoadConnection<Backend: InboxBackend>,
 {
     statement(credit_sql(msg)).execute(conn)?;
     Ok(Outcome::Processed(msg.cents))
@@ -74,7 +74,7 @@ pub fn credit_auditing_outside<C>(
     msg: &Payment,
 ) -> Result<(), AppError>
 where
-    C: Connection<Backend: InboxBackend>,
+    C: diesel::connection::LoadConnection<Backend: InboxBackend>,
 {
     statement(credit_sql(msg)).execute(conn)?;
     statement(audit_sql(msg)).execute(outside)?;
@@ -84,7 +84,7 @@ where
 /// Wrong: not annotated, so every delivery credits and audits again.
 pub fn credit_unguarded<C>(conn: &mut C, msg: &Payment) -> Result<(), AppError>
 where
-    C: Connection<Backend: InboxBackend>,
+    C: diesel::connection::LoadConnection<Backend: InboxBackend>,
 {
     statement(credit_sql(msg)).execute(conn)?;
     statement(audit_sql(msg)).execute(conn)?;
@@ -95,7 +95,7 @@ where
 /// new or not.
 pub fn credit_then_audit<C>(conn: &mut C, msg: &Payment) -> Result<(), AppError>
 where
-    C: Connection<Backend: InboxBackend>,
+    C: diesel::connection::LoadConnection<Backend: InboxBackend>,
 {
     credit(conn, msg)?;
     statement(audit_sql(msg)).execute(conn)?;
@@ -106,7 +106,7 @@ where
 /// toggles the account's note between `NULL` and `''` on every delivery.
 pub fn credit_then_toggle_note<C>(conn: &mut C, msg: &Payment) -> Result<(), AppError>
 where
-    C: Connection<Backend: InboxBackend>,
+    C: diesel::connection::LoadConnection<Backend: InboxBackend>,
 {
     credit(conn, msg)?;
     statement(
