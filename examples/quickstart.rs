@@ -96,7 +96,7 @@ impl Error for AppError {
 
 /// The effects of payments, written and read through the handler's
 /// connection. One implementation per backend, from the same Diesel queries.
-trait Ledger: Connection {
+trait Ledger: diesel::connection::LoadConnection {
     fn credit(&mut self, account: i32, amount_cents: i64) -> QueryResult<usize>;
     fn balances(&mut self) -> QueryResult<BTreeMap<i32, i64>>;
 }

@@ -443,6 +443,24 @@ impl InboxError {
         matches!(self, InboxError::InvalidMessageId { .. })
     }
 
+    /// `true` when the id was already processed with a different payload
+    /// ([`InboxError::Conflict`]): dead-letter the message.
+    ///
+    /// ```
+    /// use inbox_runtime::{Fingerprint, InboxError, PayloadConflict};
+    /// let conflict = InboxError::Conflict(Box::new(PayloadConflict {
+    ///     handler: "h".into(),
+    ///     message_id: "m".into(),
+    ///     stored: None,
+    ///     delivered: Fingerprint::of("x")?,
+    /// }));
+    /// assert!(conflict.is_conflict() && !conflict.is_retryable());
+    /// # Ok::<(), InboxError>(())
+    /// ```
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, InboxError::Conflict(_))
+    }
+
     /// A business rejection: return it from a handler's body (through the
     /// handler's error type) when the message can never succeed, such as an
     /// order for an item that does not exist. The body's effects roll back,

@@ -168,7 +168,7 @@ impl<T> From<T> for StoredOutcome<T> {
 #[diagnostic::on_unimplemented(
     message = "an idempotent handler cannot return `Ok({Self})`: a duplicate delivery skips the body and has no `{Self}` to return",
     label = "the `Ok` type must be `()` or `inbox_runtime::Outcome<T>`",
-    note = "return `Result<(), E>` to treat a duplicate as done, or `Result<inbox_runtime::Outcome<{Self}>, E>` to tell a processed message from a duplicate"
+    note = "return `Result<(), E>` to treat a duplicate as done, or `Result<inbox_runtime::Outcome<{Self}>, E>` to tell a processed message from a duplicate; to replay a stored result to duplicates, add `store_result` and return `Result<inbox_runtime::StoredOutcome<T>, E>`"
 )]
 pub trait OnDuplicate {
     /// The value returned, without running the body, for a duplicate delivery.

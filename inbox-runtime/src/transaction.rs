@@ -218,6 +218,10 @@ where
     let taken = match claim_with_retries(conn, &scope, &key, P::STORES, &delivery) {
         Ok(taken) => taken,
         Err(error) => {
+            if error.is_conflict() {
+                // A claim that found its id taken, as a duplicate does.
+                delivery.claimed();
+            }
             delivery.finish(&key, ending_of_inbox_error(&error));
             return Err(into_handler_error(error));
         }

@@ -454,6 +454,10 @@ where
             answer.map(Begun::Duplicate)
         }
         Err(error) => {
+            if error.is_conflict() {
+                // A claim that found its id taken, as a duplicate does.
+                delivery.claimed();
+            }
             delivery.finish(&transaction.key, ending_of_inbox_error(&error));
             Err(error)
         }

@@ -34,6 +34,7 @@ mod cancel;
 mod connections;
 pub mod failure_rows;
 mod macros;
+mod migrated;
 mod panics;
 mod rows;
 #[cfg(feature = "async")]
@@ -56,6 +57,7 @@ pub use self::cancel::CancelAfter;
 pub use self::connections::{connection_id, terminate};
 #[cfg(feature = "async")]
 pub use self::connections::{connection_id_async, terminate_async};
+pub use self::migrated::migrate_inbox_before;
 pub use self::panics::{panic_text, quiet_deliberate_panics};
 pub use self::rows::SqlRows;
 pub use self::sent::{statement_shapes, statements_of};

@@ -216,13 +216,9 @@ impl Idempotence {
         };
         let mut digest = Digest::new();
         for table in tables {
-            let table_digest =
-                C::Backend::digest_table_async(conn, table)
-                    .await
-                    .map_err(|error| IdempotenceViolation::Database {
-                        during: format!("reading table `{}` {during}", table.label),
-                        error,
-                    })?;
+            let table_digest = C::Backend::digest_table_async(conn, table)
+                .await
+                .map_err(super::reading_table(table, during))?;
             digest.insert(table.label.clone(), table_digest);
         }
         Ok(digest)
@@ -233,16 +229,7 @@ fn no_transaction_open<C>(conn: &mut C) -> Result<(), IdempotenceViolation>
 where
     C: AsyncConnection,
 {
-    let depth = C::TransactionManager::transaction_manager_status_mut(conn)
-        .transaction_depth()
-        .map_err(|error| IdempotenceViolation::Database {
-            during: "reading the connection's transaction state".to_owned(),
-            error,
-        })?;
-    match depth {
-        None => Ok(()),
-        Some(depth) => Err(IdempotenceViolation::TransactionOpen { depth: depth.get() }),
-    }
+    super::no_transaction_in(C::TransactionManager::transaction_manager_status_mut(conn))
 }
 
 /// The blocking probe's steps, awaited: one delivery inside a transaction of the

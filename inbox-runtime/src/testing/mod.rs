@@ -408,12 +408,8 @@ impl Idempotence {
         };
         let mut digest = Digest::new();
         for table in tables {
-            let table_digest = C::Backend::digest_table(conn, table).map_err(|error| {
-                IdempotenceViolation::Database {
-                    during: format!("reading table `{}` {during}", table.label),
-                    error,
-                }
-            })?;
+            let table_digest =
+                C::Backend::digest_table(conn, table).map_err(reading_table(table, during))?;
             digest.insert(table.label.clone(), table_digest);
         }
         Ok(digest)
@@ -426,7 +422,15 @@ fn no_transaction_open<C>(conn: &mut C) -> Result<(), IdempotenceViolation>
 where
     C: LoadConnection,
 {
-    let depth = C::TransactionManager::transaction_manager_status_mut(conn)
+    no_transaction_in(C::TransactionManager::transaction_manager_status_mut(conn))
+}
+
+/// [`no_transaction_open`] on a connection's transaction status (blocking
+/// or diesel-async).
+pub(crate) fn no_transaction_in(
+    status: &mut diesel::connection::TransactionManagerStatus,
+) -> Result<(), IdempotenceViolation> {
+    let depth = status
         .transaction_depth()
         .map_err(|error| IdempotenceViolation::Database {
             during: "reading the connection's transaction state".to_owned(),
@@ -436,6 +440,15 @@ where
         None => Ok(()),
         Some(depth) => Err(IdempotenceViolation::TransactionOpen { depth: depth.get() }),
     }
+}
+
+/// The error of reading `table`'s digest `during` a step of the check.
+pub(crate) fn reading_table(
+    table: &TableName,
+    during: &str,
+) -> impl FnOnce(diesel::result::Error) -> IdempotenceViolation {
+    let during = format!("reading table `{}` {during}", table.label);
+    move |error| IdempotenceViolation::Database { during, error }
 }
 
 /// One delivery inside a transaction of the check's own, rolled back

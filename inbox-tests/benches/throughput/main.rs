@@ -36,7 +36,10 @@
 //!   for the new messages of the batch, whose effect is one `UPDATE` adding
 //!   their count (what a batch's effects written in one statement cost)
 //! - `batch-N`: `N` messages through `run_idempotent_batch`
-//!   (`run_idempotent_batch_async`), one transaction per batch.
+//!   (`run_idempotent_batch_async`), one transaction per batch;
+//! - `fingerprint`, `fingerprint-duplicate`, `stored-result`,
+//!   `stored-duplicate`: payload fingerprints and stored results, blocking
+//!   connections only (see `payload.rs`; not in the default list).
 //!
 //! # Configurations
 //!
@@ -110,6 +113,7 @@ mod connections;
 mod growth;
 #[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
 mod nonblocking;
+mod payload;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod proxy;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -148,6 +152,12 @@ enum Variant {
     Duplicate,
     Batch(usize),
     Bulk(usize),
+    Fingerprint,
+    FingerprintDuplicate,
+    #[cfg(feature = "serde")]
+    Stored,
+    #[cfg(feature = "serde")]
+    StoredDuplicate,
 }
 
 impl Variant {
@@ -160,6 +170,22 @@ impl Variant {
             Variant::Duplicate => "duplicate".into(),
             Variant::Batch(size) => format!("batch-{size}"),
             Variant::Bulk(size) => format!("bulk-{size}"),
+            Variant::Fingerprint => "fingerprint".into(),
+            Variant::FingerprintDuplicate => "fingerprint-duplicate".into(),
+            #[cfg(feature = "serde")]
+            Variant::Stored => "stored-result".into(),
+            #[cfg(feature = "serde")]
+            Variant::StoredDuplicate => "stored-duplicate".into(),
+        }
+    }
+
+    /// Whether this is one of `payload.rs`'s variants (blocking only).
+    fn is_payload(self) -> bool {
+        match self {
+            Variant::Fingerprint | Variant::FingerprintDuplicate => true,
+            #[cfg(feature = "serde")]
+            Variant::Stored | Variant::StoredDuplicate => true,
+            _ => false,
         }
     }
 
@@ -170,6 +196,12 @@ impl Variant {
             "claim-uncached" => Variant::ClaimUncached,
             "handler" => Variant::Handler,
             "duplicate" => Variant::Duplicate,
+            "fingerprint" => Variant::Fingerprint,
+            "fingerprint-duplicate" => Variant::FingerprintDuplicate,
+            #[cfg(feature = "serde")]
+            "stored-result" => Variant::Stored,
+            #[cfg(feature = "serde")]
+            "stored-duplicate" => Variant::StoredDuplicate,
             _ => {
                 let size = |prefix: &str| -> Option<usize> {
                     name.strip_prefix(prefix)?.parse().ok().filter(|&n| n > 0)
@@ -351,6 +383,8 @@ struct Worker<C> {
     /// Ids this connection claimed, for `duplicate`.
     redeliver: Vec<u64>,
     next_redelivery: usize,
+    /// Bodies and ids of the payload variants.
+    payloads: payload::Payloads,
 }
 
 fn key(handler: &HandlerName, id: impl MessageId) -> ClaimKey {
@@ -375,6 +409,7 @@ impl<C: BenchConnection> Worker<C> {
             ids: Ids::Counter,
             redeliver,
             next_redelivery: 0,
+            payloads: payload::Payloads::new(),
         }
     }
 
@@ -443,6 +478,7 @@ impl<C: BenchConnection> Worker<C> {
                 let ids: Vec<u64> = (first..first + size as u64).collect();
                 batch::deliver_bulk(&mut self.conn, handler, &ids, account);
             }
+            payload => self.deliver_payload(payload),
         }
     }
 

@@ -138,6 +138,7 @@ impl<C: AsyncBenchConnection> AsyncWorker<C> {
                     panic!("a bulk batch delivery failed: {error}");
                 }
             }
+            payload => unreachable!("{}: filtered out in `run`", payload.name()),
         }
     }
 
@@ -195,7 +196,13 @@ pub fn run<B: Server>(name: &str, config: &Config, db: &B, proxy: Option<&(Proxy
     let runtime = inbox_tests::runtime::multi_thread(
         std::thread::available_parallelism().map_or(2, |n| n.get()),
     );
-    let variants = &config.variants;
+    // The payload variants run on blocking connections only.
+    let variants: &Vec<Variant> = &config
+        .variants
+        .iter()
+        .copied()
+        .filter(|variant| !variant.is_payload())
+        .collect();
     let session = session_sql::<B>(config);
     let url = B::async_tcp_url(db.url());
     let trips = proxy.map(|(proxy, proxied)| {

@@ -313,6 +313,77 @@ pub fn an_invalid_id_is_reported_without_a_claim<B: TestBackend>() {
     );
 }
 
+pub fn a_conflict_is_refused_and_counted<B: TestBackend>() {
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let first = Payload {
+        id: "m-c".into(),
+        body: "amount=1".into(),
+    };
+    let changed = Payload {
+        id: "m-c".into(),
+        body: "amount=2".into(),
+    };
+    let ((result, conflict), seen, metrics) = observed(|| {
+        (
+            fingerprinted(&mut conn, &first),
+            fingerprinted(&mut conn, &changed),
+        )
+    });
+    result.expect("the first payload is processed");
+    let Err(AppError::Inbox(error @ InboxError::Conflict(_))) = &conflict else {
+        panic!("a conflict expected: {conflict:?}");
+    };
+    assert_eq!(effects(&mut conn), 1);
+
+    let deliveries = seen.deliveries();
+    let [(_, processed_span), (refused, conflict_span)] = deliveries[..] else {
+        panic!("two deliveries: {deliveries:#?}");
+    };
+    assert_delivery(
+        processed_span,
+        FINGERPRINTED,
+        "m-c",
+        "processed",
+        None,
+        true,
+    );
+    assert_delivery(conflict_span, FINGERPRINTED, "m-c", "conflict", None, true);
+    let events = seen.inbox_events();
+    let [event] = events[..] else {
+        panic!("one event: {events:#?}");
+    };
+    assert_eq!(event.name, "inbox.refused");
+    assert_eq!(event.level, Level::WARN);
+    assert_eq!(event.span, Some(refused));
+    assert_eq!(
+        event.fields,
+        Fields::from([
+            ("inbox.handler".into(), s(FINGERPRINTED)),
+            ("messaging.message.id".into(), s("m-c")),
+            ("inbox.outcome".into(), s("conflict")),
+            ("error".into(), s(&error.to_string())),
+            (
+                "message".into(),
+                s("the delivery was refused without running the body; dead-letter it")
+            ),
+        ])
+    );
+    assert_metrics(
+        &metrics,
+        &[
+            (messages(FINGERPRINTED, "processed"), 1),
+            (messages(FINGERPRINTED, "conflict"), 1),
+        ],
+        &[
+            (duration(FINGERPRINTED, "processed"), 1),
+            (duration(FINGERPRINTED, "conflict"), 1),
+            (claim_wait(FINGERPRINTED), 2),
+        ],
+    );
+}
+
 /// `describe_metrics` gives the recorder every metric's unit.
 pub fn metrics_are_described<B: TestBackend>() {
     let Some((_db, mut conn)) = fresh::<B>() else {
@@ -351,5 +422,6 @@ inbox_tests::backend_tests!(only [sqlite, postgres]:
     a_rejection_is_dead_lettered,
     exhausted_attempts_are_dead_lettered,
     an_invalid_id_is_reported_without_a_claim,
+    a_conflict_is_refused_and_counted,
     metrics_are_described,
 );

@@ -13,6 +13,8 @@ use inbox_tests::{AppError, Statement, TestBackend, statement};
 pub const APPLY: &str = "obs.apply";
 /// The handler name of `limited`.
 pub const LIMITED: &str = "obs.limited";
+/// The handler name of `fingerprinted`.
+pub const FINGERPRINTED: &str = "obs.fingerprinted";
 
 /// The effects table; valid on every backend.
 pub const EFFECTS_DDL: &str = "CREATE TABLE obs_effects (message_id VARCHAR(255) NOT NULL)";
@@ -134,4 +136,17 @@ mod asynchronous {
             Mode::Panic | Mode::IgnoreFailedStatement => unimplemented!("not used async"),
         }
     }
+}
+
+/// A message with a payload.
+pub struct Payload {
+    pub id: String,
+    pub body: String,
+}
+
+/// Applies a payload; the same id with another body is a conflict.
+#[idempotent(id = msg.id, handler = "obs.fingerprinted", fingerprint = msg.body)]
+pub fn fingerprinted<C: Effects>(conn: &mut C, msg: &Payload) -> Result<(), AppError> {
+    conn.effect(&insert_effect(&msg.id))?;
+    Ok(())
 }

@@ -3,7 +3,7 @@
 //! keeps its claims, which match any fingerprint; reverting the migration
 //! drops the columns and keeps the claims.
 
-use diesel::migration::{Migration, MigrationConnection, MigrationSource};
+use diesel::migration::MigrationConnection;
 use diesel_migrations::MigrationHarness;
 use inbox_runtime::migrations::{EmbeddedInboxMigrations, InboxMigrations};
 use inbox_runtime::{InboxError, Outcome};
@@ -24,17 +24,7 @@ where
     DieselBackend<B>: EmbeddedInboxMigrations,
 {
     let (db, mut conn) = fresh::<B>()?;
-    inbox_runtime::schema::teardown(&mut conn).expect("drop the harness's inbox");
-    MigrationConnection::setup(&mut conn).expect("the migrations table");
-    let mut previous =
-        MigrationSource::<DieselBackend<B>>::migrations(&InboxMigrations).expect("the migrations");
-    previous.sort_by_key(|migration| migration.name().version().to_string());
-    previous.retain(|migration| migration.name().version().to_string().as_str() < COLUMNS_VERSION);
-    assert!(!previous.is_empty());
-    for migration in &previous {
-        conn.run_migration(&**migration as &dyn Migration<DieselBackend<B>>)
-            .expect("an older migration");
-    }
+    inbox_tests::migrate_inbox_before::<B>(&mut conn, COLUMNS_VERSION);
     let old = Transfer::new("old-1", "amount=1");
     let first = transfer_unfingerprinted(&mut conn, &old).expect("processed by the old inbox");
     assert!(first.is_processed());

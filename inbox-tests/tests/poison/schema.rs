@@ -4,7 +4,7 @@
 //! and counts failures. Reverting the migration drops the table alone.
 
 use diesel::Connection;
-use diesel::migration::{Migration, MigrationConnection, MigrationSource};
+use diesel::migration::MigrationConnection;
 use diesel_migrations::MigrationHarness;
 use inbox_runtime::migrations::{EmbeddedInboxMigrations, InboxMigrations};
 use inbox_runtime::{AckDecision, InboxError, ack_decision};
@@ -30,17 +30,7 @@ where
     DieselBackend<B>: EmbeddedInboxMigrations,
 {
     let (db, mut conn) = fresh::<B>()?;
-    inbox_runtime::schema::teardown(&mut conn).expect("drop the harness's inbox");
-    MigrationConnection::setup(&mut conn).expect("the migrations table");
-    let mut previous =
-        MigrationSource::<DieselBackend<B>>::migrations(&InboxMigrations).expect("the migrations");
-    previous.sort_by_key(|migration| migration.name().version().to_string());
-    previous.retain(|migration| migration.name().version().to_string().as_str() < FAILURES_VERSION);
-    assert!(!previous.is_empty());
-    for migration in &previous {
-        conn.run_migration(&**migration as &dyn Migration<DieselBackend<B>>)
-            .expect("an older migration");
-    }
+    inbox_tests::migrate_inbox_before::<B>(&mut conn, FAILURES_VERSION);
     assert!(!has_failures_table(&mut conn));
     three(&mut conn, &Msg::succeeding("old-1")).expect("processed by the old inbox");
     Some((db, conn))

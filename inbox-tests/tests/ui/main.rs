@@ -17,6 +17,8 @@
 //! - `all_backends/`: `sqlite`, `postgres` and `mysql` (the compiler's list
 //!   of `Connection` implementations in the expected message names all
 //!   three).
+//! - `sqlite_serde/`: `sqlite` and `serde` (fingerprints of serde values,
+//!   stored results); `postgres_async_serde/`: the same on async handlers;
 //! - `sqlite_lapin/`, `sqlite_async_nats/`: `sqlite` and the broker client's
 //!   feature (ids of the client's own types).
 //!
@@ -29,6 +31,18 @@ const GROUPS: &[(&str, bool)] = &[
     (
         "postgres_async",
         cfg!(all(feature = "postgres", feature = "async")),
+    ),
+    (
+        "sqlite_serde",
+        cfg!(all(feature = "sqlite", feature = "serde")),
+    ),
+    (
+        "postgres_async_serde",
+        cfg!(all(
+            feature = "postgres",
+            feature = "async",
+            feature = "serde"
+        )),
     ),
     (
         "sqlite_lapin",

@@ -73,7 +73,7 @@ fn mut_binding(mut conn: &mut SqliteConnection, msg: &Payment) -> QueryResult<()
 #[idempotent(id = msg.id, handler = "warnings.generic")]
 fn generic<C>(conn: &mut C, msg: &Payment) -> QueryResult<()>
 where
-    C: Connection,
+    C: diesel::connection::LoadConnection,
     C::Backend: InboxBackend,
 {
     let _ = conn;

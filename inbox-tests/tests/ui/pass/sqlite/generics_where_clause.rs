@@ -9,11 +9,12 @@ pub struct Envelope<I> {
     pub body: String,
 }
 
-// Generic over the connection (any backend the inbox supports) and the id.
+// Generic over the connection (any backend the inbox supports; every Diesel
+// connection is a `LoadConnection`) and the id.
 #[idempotent(id = msg.id, handler = "generic.handle")]
 pub fn handle<'m, C, I>(conn: &mut C, msg: &'m Envelope<I>) -> QueryResult<Outcome<&'m str>>
 where
-    C: Connection,
+    C: LoadConnection,
     C::Backend: InboxBackend,
     I: MessageId + Display,
 {
