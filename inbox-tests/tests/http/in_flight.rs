@@ -11,7 +11,7 @@ use crate::support::{Service, payment};
 #[test]
 fn a_retry_waits_for_the_request_in_flight_and_gets_its_response() {
     let Some(service) = Service::with(|config| {
-        config.hold = Duration::from_millis(700);
+        config.hold = Duration::from_secs(1);
         config.claim_wait = Duration::from_secs(5);
     }) else {
         return;
@@ -26,7 +26,10 @@ fn a_retry_waits_for_the_request_in_flight_and_gets_its_response() {
         let other = scope.spawn(|| service.post(Some("key-1"), &payment("acc-1", 999)));
         let missing = service.post(None, &body);
         assert_eq!(missing.status, 400, "{missing:?}");
-        assert!(missing.elapsed < Duration::from_millis(500), "{missing:?}");
+        assert!(
+            !first.is_finished(),
+            "no key: answered at once, not after the first"
+        );
 
         let first = first.join().unwrap();
         let same = same.join().unwrap();
@@ -35,7 +38,7 @@ fn a_retry_waits_for_the_request_in_flight_and_gets_its_response() {
         assert_eq!((same.status, same.replayed()), (201, true), "{same:?}");
         assert_eq!(same.body, first.body);
         assert!(
-            same.elapsed > Duration::from_millis(200) && same.elapsed < Duration::from_secs(5),
+            same.elapsed > Duration::from_millis(100) && same.elapsed < Duration::from_secs(5),
             "the retry waited for the first request, within the claim wait: {same:?}"
         );
         assert_eq!(other.status, 422, "{other:?}");
@@ -74,7 +77,7 @@ fn a_retry_still_waiting_after_the_claim_wait_is_409_and_then_replays() {
             // Five tries of a 200 ms lock_timeout, and the round trips.
             assert!(
                 retry.elapsed >= Duration::from_millis(900)
-                    && retry.elapsed < Duration::from_millis(3_500),
+                    && retry.elapsed < Duration::from_secs(4),
                 "waited about the claim wait: {retry:?}"
             );
         }
@@ -93,7 +96,7 @@ fn a_retry_still_waiting_after_the_claim_wait_is_409_and_then_replays() {
         assert_eq!((retry.status, retry.replayed()), (201, true), "{retry:?}");
         assert_eq!(retry.body, first.body);
         assert!(
-            retry.elapsed < Duration::from_secs(1),
+            retry.elapsed < Duration::from_secs(2),
             "no wait once done: {retry:?}"
         );
         let other = service.post(Some("key-1"), &payment("acc-1", 999));

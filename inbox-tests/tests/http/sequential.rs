@@ -95,6 +95,9 @@ fn a_request_without_a_key_is_400_and_creates_nothing() {
     assert_eq!(service.claims(), 0);
 }
 
+/// A request's headers, values as raw bytes.
+type Headers<'a> = Vec<(&'a str, &'a [u8])>;
+
 #[test]
 fn invalid_keys_are_400_and_claim_nothing() {
     let Some(service) = Service::start() else {
@@ -102,7 +105,7 @@ fn invalid_keys_are_400_and_claim_nothing() {
     };
     let body = payment("acc-1", 250);
     let too_long = "k".repeat(256);
-    let cases: [(&str, Vec<(&str, &[u8])>); 6] = [
+    let cases: [(&str, Headers); 6] = [
         ("256 bytes", vec![("Idempotency-Key", too_long.as_bytes())]),
         ("empty", vec![("Idempotency-Key", b"")]),
         ("empty string", vec![("Idempotency-Key", b"\"\"")]),
