@@ -10,10 +10,15 @@
 //! DATABASE_URL=inbox.sqlite3 cargo run --example dead_letters -- summary
 //! cargo run --example rabbitmq --features brokers   # a ledger consumer on RabbitMQ and PostgreSQL
 //! cargo run --example nats --features brokers       # the same on NATS JetStream
+//! cargo run --example http_idempotency --features http   # POST /payments with Idempotency-Key
 //! ```
 //!
-//! The `brokers` module is the ledger consumer of the last two (and of the chaos
-//! tests in `inbox-tests`).
+//! The `brokers` module is the ledger consumer of the rabbitmq and nats
+//! examples (and of the chaos tests in `inbox-tests`); the `http` module is
+//! the HTTP service of `http_idempotency` (and of the HTTP suite in
+//! `inbox-tests`).
 
 #[cfg(feature = "brokers")]
 pub mod brokers;
+#[cfg(feature = "http")]
+pub mod http;
