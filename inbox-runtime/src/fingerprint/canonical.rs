@@ -16,14 +16,12 @@ const LARGE_UNSIGNED: u8 = b'u';
 const FLOAT: u8 = b'd';
 const SEQUENCE: u8 = b'a';
 const MAP: u8 = b'm';
-/// The length of an integer's encoding: its tag and 16 bytes.
-const INTEGER_LEN: usize = 17;
 
 /// The fingerprint of `value`'s canonical encoding, or why its `Serialize`
 /// implementation refused to be encoded.
 pub(super) fn fingerprint<T: Serialize + ?Sized>(value: &T) -> Result<Fingerprint, EncodeError> {
     let mut encoding = vec![ENCODING_VERSION];
-    value.serialize(Encoder { out: &mut encoding })?;
+    value.serialize(Encoder::new(&mut encoding))?;
     Ok(Fingerprint::of_encoding(&encoding))
 }
 
@@ -60,24 +58,24 @@ fn push_integer(out: &mut Vec<u8>, value: i128) {
     out.extend_from_slice(&value.to_be_bytes());
 }
 
-/// The byte an element's encoding stands for, if it is an integer from 0 to
-/// 255 (a sequence of only those is encoded as bytes).
-fn as_byte(encoding: &[u8]) -> Option<u8> {
-    if encoding.len() != INTEGER_LEN || encoding[0] != INTEGER {
-        return None;
-    }
-    let value = i128::from_be_bytes(encoding[1..].try_into().ok()?);
-    u8::try_from(value).ok()
-}
-
 /// Encodes one value into `out`.
 struct Encoder<'a> {
     out: &'a mut Vec<u8>,
+    /// For a sequence's element: where an integer from 0 to 255 goes
+    /// instead of `out` (a sequence of only those is encoded as bytes, and
+    /// a long one should not pay for 17 bytes of encoding per byte).
+    byte: Option<&'a mut Option<u8>>,
+}
+
+impl<'a> Encoder<'a> {
+    fn new(out: &'a mut Vec<u8>) -> Self {
+        Encoder { out, byte: None }
+    }
 }
 
 fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
     let mut out = Vec::new();
-    value.serialize(Encoder { out: &mut out })?;
+    value.serialize(Encoder::new(&mut out))?;
     Ok(out)
 }
 
@@ -103,12 +101,15 @@ impl SequenceState {
 
     fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
         self.scratch.clear();
+        let mut byte = None;
         value.serialize(Encoder {
             out: &mut self.scratch,
+            byte: Some(&mut byte),
         })?;
         self.count += 1;
-        match (&mut self.bytes, as_byte(&self.scratch)) {
+        match (&mut self.bytes, byte) {
             (Some(bytes), Some(byte)) => bytes.push(byte),
+            (None, Some(byte)) => push_integer(&mut self.elements, i128::from(byte)),
             (Some(bytes), None) => {
                 for byte in std::mem::take(bytes) {
                     push_integer(&mut self.elements, i128::from(byte));
@@ -116,7 +117,7 @@ impl SequenceState {
                 self.bytes = None;
                 self.elements.extend_from_slice(&self.scratch);
             }
-            (None, _) => self.elements.extend_from_slice(&self.scratch),
+            (None, None) => self.elements.extend_from_slice(&self.scratch),
         }
         Ok(())
     }
@@ -348,7 +349,10 @@ impl<'a> ser::Serializer for Encoder<'a> {
     }
 
     fn serialize_i128(self, value: i128) -> Result<(), EncodeError> {
-        push_integer(self.out, value);
+        match (self.byte, u8::try_from(value)) {
+            (Some(slot), Ok(byte)) => *slot = Some(byte),
+            _ => push_integer(self.out, value),
+        }
         Ok(())
     }
 

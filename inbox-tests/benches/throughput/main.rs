@@ -316,6 +316,9 @@ fn main() {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    if config.variants.iter().any(|variant| variant.is_payload()) {
+        payload::print_hash_cost();
+    }
     for backend in &config.backends {
         match backend.as_str() {
             #[cfg(feature = "postgres")]
