@@ -667,3 +667,41 @@ pub(crate) const SERVER_MESSAGES: [&ServerMessages; 4] = [
     &sqlite::MESSAGES,
     &IO_MESSAGES,
 ];
+
+#[cfg(test)]
+mod tests {
+    /// The schema's SQL is sent as the client's text, which a server whose
+    /// database encoding is not UTF-8 (PostgreSQL `LATIN1`) converts: a
+    /// character it has no equivalent for, even in a comment, fails the
+    /// whole setup. So it is plain ASCII.
+    #[test]
+    fn the_schema_sql_is_ascii() {
+        let mut schemas: Vec<(&str, &str)> = Vec::new();
+        #[cfg(feature = "postgres")]
+        schemas.extend([
+            (
+                "postgres",
+                <diesel::pg::Pg as super::InboxBackend>::CREATE_SCHEMA_SQL,
+            ),
+            ("partitioned setup", crate::prune::partitioned::SETUP_SQL),
+            (
+                "partitioned teardown",
+                crate::prune::partitioned::TEARDOWN_SQL,
+            ),
+        ]);
+        #[cfg(feature = "mysql")]
+        schemas.push((
+            "mysql",
+            <diesel::mysql::Mysql as super::InboxBackend>::CREATE_SCHEMA_SQL,
+        ));
+        #[cfg(feature = "sqlite")]
+        schemas.push((
+            "sqlite",
+            <diesel::sqlite::Sqlite as super::InboxBackend>::CREATE_SCHEMA_SQL,
+        ));
+        for (name, sql) in schemas {
+            let odd = sql.char_indices().find(|(_, c)| !c.is_ascii());
+            assert_eq!(odd, None, "{name}: not ASCII at (byte, char)");
+        }
+    }
+}

@@ -1,4 +1,4 @@
--- Payload fingerprints and stored results (`#[idempotent(fingerprint = …,
+-- Payload fingerprints and stored results (`#[idempotent(fingerprint = ...,
 -- store_result)]`), kept with each claim: fingerprint is the SHA-256 of the
 -- payload's canonical encoding (32 bytes), result the handler's result as
 -- JSON (at most 64 KiB, checked by the runtime). Both NULL for claims made
