@@ -2,7 +2,7 @@
 
 use syn::{Expr, ReturnType, Type, parse_quote};
 
-use super::syntax::{binding, closures, local, named, runtime, runtime_roots, text};
+use super::syntax::{self, binding, closures, local, named, runtime, runtime_roots, text};
 use super::{Expanded, HANDLER, expand};
 
 /// The function's return type.
@@ -182,6 +182,42 @@ fn passes_max_attempts_to_the_runtime() {
         );
         assert_eq!(out.run_async().begin.args[2], expected, "{args} (async)");
     }
+}
+
+#[test]
+fn fingerprints_the_payload_and_stores_results() {
+    let sync = expand("id = msg.id, fingerprint = msg.body, store_result", HANDLER);
+    let claim = sync.output.block.stmts.first().expect("the claim");
+    let (_, value) = local(claim);
+    let claim = syntax::call(value);
+    assert_eq!(claim.entry, runtime("::inbox_runtime", "fingerprinted_key"));
+    assert_eq!(claim.args.len(), 3, "name, id, payload: {}", text(value));
+    assert_eq!(claim.args[2], parse_quote!(&msg.body));
+    assert_eq!(
+        sync.run_sync().call.entry,
+        runtime("::inbox_runtime", "run_sync_storing")
+    );
+
+    let only_fingerprint = expand("id = msg.id, fingerprint = msg.body", HANDLER);
+    assert_eq!(
+        only_fingerprint.run_sync().call.entry,
+        runtime("::inbox_runtime", "run_sync"),
+        "a fingerprint alone stores no result"
+    );
+
+    let run = expand(
+        "id = msg.id, fingerprint = msg.body, store_result",
+        "async fn apply(conn: &mut AsyncPgConnection, msg: &Payment) -> Result<StoredOutcome<u8>, E> { todo!() }",
+    )
+    .run_async();
+    assert_eq!(
+        run.begin.entry,
+        runtime("::inbox_runtime", "begin_async_storing")
+    );
+    assert_eq!(
+        run.finish.entry,
+        runtime("::inbox_runtime", "finish_async_storing")
+    );
 }
 
 #[test]
