@@ -18,7 +18,9 @@
 //!     Ok(())
 //! }
 //!
-//! registry::check()?; // no scope declared twice
+//! // No scope declared twice (the handlers of every example on this page
+//! // are in one program: edition 2024 merges doctests).
+//! registry::check()?;
 //! let ship = registry::handlers()
 //!     .into_iter()
 //!     .find(|handler| handler.scope() == "docs.registry.ship")
@@ -61,6 +63,14 @@
 //! macros (which do, at the crate root) defined inside a function or an
 //! `impl` are linted against by the compiler (`non_local_definitions`). And a
 //! default scope (`module_path!()`) is only known after expansion.
+//!
+//! # Doctests
+//!
+//! Edition 2024 compiles a crate's doctests into one program, so the
+//! handlers of all its doc examples are registered together: examples that
+//! reuse one scope name are two handlers of one scope, and their deliveries
+//! are refused. Give each example its own scope (or mark the doctest
+//! `standalone_crate`).
 //!
 //! # Linking
 //!
@@ -118,8 +128,8 @@ impl fmt::Display for Flavor {
 /// use inbox_runtime::{idempotent, registry};
 ///
 /// #[idempotent(id = msg, handler = "docs.registered.audit", store_result)]
-/// fn audit(conn: &mut SqliteConnection, msg: &str) -> QueryResult<inbox_runtime::Outcome<u32>> {
-///     Ok(inbox_runtime::Outcome::Processed(1))
+/// fn audit(conn: &mut SqliteConnection, msg: &str) -> QueryResult<inbox_runtime::StoredOutcome<u32>> {
+///     Ok(inbox_runtime::StoredOutcome::Processed(1))
 /// }
 ///
 /// let audit = registry::find("docs.registered.audit").next().expect("registered");
