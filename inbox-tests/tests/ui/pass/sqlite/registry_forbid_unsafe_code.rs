@@ -79,6 +79,7 @@ fn main() {
     assert_eq!(
         scopes[1..],
         [
+            "ui.free",
             "ui.generic",
             "ui.method",
             "ui.never_called",
