@@ -1,8 +1,9 @@
 //! Parses the attribute's arguments: `id`, `handler`, `conn`, `crate`,
-//! `outside_transaction`, `max_attempts`, `fingerprint` and `store_result`.
+//! `outside_transaction`, `max_attempts`, `fingerprint`, `store_result` and
+//! `shared_scope`.
 //!
-//! Every argument is `name = value`, separated by commas, except the flag
-//! `store_result`. The parser never
+//! Every argument is `name = value`, separated by commas, except the flags
+//! `store_result` and `shared_scope`. The parser never
 //! stops at the first mistake: a bad argument is recorded and skipped up to
 //! the next comma, so all mistakes of one attribute are reported together.
 
@@ -43,6 +44,9 @@ pub(crate) struct Args {
     /// `store_result` (a flag, at its span): the body's result is stored
     /// with the claim and returned to duplicates.
     pub(crate) store_result: Option<Span>,
+    /// `shared_scope` (a flag, at its span): other handlers declare this
+    /// handler's scope too, on purpose.
+    pub(crate) shared_scope: Option<Span>,
 }
 
 impl Args {
@@ -129,12 +133,13 @@ fn parse_one(
             | "max_attempts"
             | "fingerprint"
             | "store_result"
+            | "shared_scope"
     ) {
         return Err(syn::Error::new(
             name.span(),
             format!(
                 "unknown argument `{key}`; `#[idempotent]` takes `id`, `handler`, `conn`, \
-                 `max_attempts`, `fingerprint`, `store_result`, `crate` and \
+                 `max_attempts`, `fingerprint`, `store_result`, `shared_scope`, `crate` and \
                  `outside_transaction`"
             ),
         ));
@@ -146,14 +151,18 @@ fn parse_one(
         ));
     }
     seen.push(key.clone());
-    if key == "store_result" {
+    if key == "store_result" || key == "shared_scope" {
         if input.peek(Token![=]) {
             return Err(syn::Error::new(
                 name.span(),
-                "`store_result` is a flag and takes no value: write `store_result` on its own",
+                format!("`{key}` is a flag and takes no value: write `{key}` on its own"),
             ));
         }
-        args.store_result = Some(name.span());
+        if key == "store_result" {
+            args.store_result = Some(name.span());
+        } else {
+            args.shared_scope = Some(name.span());
+        }
         return Ok(());
     }
     if !input.peek(Token![=]) {

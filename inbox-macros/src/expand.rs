@@ -5,8 +5,10 @@
 //! ```text
 //! {
 //!     #![inner attributes]
+//!     KRATE::__private::inventory::submit! { KRATE::__private::registered(HANDLER, module_path!(), NAME, file!(), line!(), column!(), MAX_ATTEMPTS, FLAGS) }
 //!     let __inbox_key = KRATE::__private::claim_key(HANDLER, &ID);   // at the id's span
-//!     // HANDLER: the literal, or const { KRATE::__private::checked_handler(concat!(module_path!(), "::", NAME)) }
+//!     // HANDLER: the literal, or `__INBOX_HANDLER`, defined first as
+//!     // const __INBOX_HANDLER: &str = KRATE::__private::checked_handler(concat!(module_path!(), "::", NAME));
 //!     KRATE::__private::run_sync::<_, RET, _>(&mut *conn, __inbox_key, MAX_ATTEMPTS, |conn| -> RET { body })
 //! }
 //! ```
@@ -64,6 +66,7 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
         max_attempts,
         fingerprint,
         store_result,
+        shared_scope,
     } = handler;
     let ItemFn {
         attrs,
@@ -78,7 +81,19 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
     let stmts = &block.stmts;
 
     let key = Ident::new("__inbox_key", Span::mixed_site());
-    let name = handler_expr(&krate, handler_name.as_ref(), &sig.ident);
+    let (scope_item, name) = handler_expr(&krate, handler_name.as_ref(), &sig.ident);
+    let registration = registration(
+        &krate,
+        &name,
+        &sig.ident,
+        max_attempts,
+        [
+            fingerprint.is_some(),
+            store_result,
+            shared_scope,
+            flavor == Flavor::Async,
+        ],
+    );
     let claim = claim_key(&krate, &key, &name, &id, fingerprint.as_ref());
     let lent = lend(&connection);
     let run = run(
@@ -98,6 +113,8 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
         body_span,
         quote! {
             #(#inner_attrs)*
+            #scope_item
+            #registration
             #claim
             #setup
             #run
@@ -173,19 +190,59 @@ fn braced(span: Span, content: TokenStream) -> Group {
 
 /// The handler name, checked once, when the handler compiles: the literal
 /// given (checked by the attribute), or `module_path!()::fn_name` (checked
-/// by the runtime's `checked_handler` in a `const` block).
-fn handler_expr(krate: &Path, explicit: Option<&LitStr>, fn_name: &Ident) -> TokenStream {
+/// by the runtime's `checked_handler` in a `const` item of the body, which
+/// the registration and the claim both name, so a name too long is
+/// reported once).
+fn handler_expr(
+    krate: &Path,
+    explicit: Option<&LitStr>,
+    fn_name: &Ident,
+) -> (TokenStream, TokenStream) {
     match explicit {
-        Some(name) => name.to_token_stream(),
+        Some(name) => (TokenStream::new(), name.to_token_stream()),
         None => {
             let fn_name = LitStr::new(&fn_name.unraw().to_string(), fn_name.span());
-            quote! {
-                const {
-                    #krate::__private::checked_handler(
+            let scope = Ident::new("__INBOX_HANDLER", Span::call_site());
+            (
+                quote! {
+                    const #scope: &'static str = #krate::__private::checked_handler(
                         ::core::concat!(::core::module_path!(), "::", #fn_name)
-                    )
-                }
-            }
+                    );
+                },
+                quote!(#scope),
+            )
+        }
+    }
+}
+
+/// The handler's entry in the registry (`inbox_runtime::registry`): an item
+/// in the handler's body, so it is allowed wherever the function is (a
+/// method, a generic or an `async fn`), is emitted once per function (not
+/// per monomorphization), and resolves `module_path!()`, `file!()` and
+/// `line!()` where the handler is. `inventory::submit!` is a `macro_rules!`
+/// of another crate, so its `unsafe` (a life-before-main constructor) is no
+/// `unsafe_code` of the user's crate, which may `#![forbid(unsafe_code)]`.
+fn registration(
+    krate: &Path,
+    name: &TokenStream,
+    fn_name: &Ident,
+    max_attempts: Option<MaxAttempts>,
+    [fingerprint, store_result, shared_scope, is_async]: [bool; 4],
+) -> TokenStream {
+    let fn_name = LitStr::new(&fn_name.unraw().to_string(), fn_name.span());
+    let max_attempts = max_attempts_expr(krate, max_attempts);
+    quote! {
+        #krate::__private::inventory::submit! {
+            #krate::__private::registered(
+                #name,
+                ::core::module_path!(),
+                #fn_name,
+                ::core::file!(),
+                ::core::line!(),
+                ::core::column!(),
+                #max_attempts,
+                (#fingerprint, #store_result, #shared_scope, #is_async),
+            )
         }
     }
 }

@@ -84,4 +84,6 @@ pub(crate) struct Handler {
     pub(crate) fingerprint: Option<Expr>,
     /// `store_result`: the body's result is stored and replayed.
     pub(crate) store_result: bool,
+    /// `shared_scope`: the scope is shared with other handlers on purpose.
+    pub(crate) shared_scope: bool,
 }

@@ -41,6 +41,14 @@ pub(crate) fn handler(
     let flavor = signature::flavor(&function, &mut errors);
     let output = signature::output(&function.sig, &mut errors);
     signature::method_scope(&function.sig, args.handler_given, &mut errors);
+    if let (Some(span), false) = (args.shared_scope, args.handler_given) {
+        errors.push(syn::Error::new(
+            span,
+            "`shared_scope` declares that other handlers use this handler's scope on purpose; \
+             name that scope with `handler = \"…\"`, so the handlers sharing it all name it \
+             (the default scope, the function's path, is this function's alone)",
+        ));
+    }
     let classifier = kind::Classifier::of(&function.sig);
     let found = connection::find(&function.sig, args.conn.as_ref(), &classifier, &mut errors);
     let conn_ident = found.connection.as_ref().map(|c| &c.ident);
@@ -90,6 +98,7 @@ pub(crate) fn handler(
             max_attempts: args.max_attempts,
             fingerprint: args.fingerprint,
             store_result: args.store_result.is_some(),
+            shared_scope: args.shared_scope.is_some(),
         }),
         // Every `None` above was recorded as an error, so this is not reached.
         _ => Err(Box::new(Rejected {

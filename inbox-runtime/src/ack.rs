@@ -14,6 +14,7 @@ use crate::recovery::{Recovery, recovery};
 /// | `Ok` (processed, or a duplicate — also a redelivery of a dead message) | [`Ack`](AckDecision::Ack) |
 /// | a database failure, a lost transaction, an ignored failed statement, a batch aborted ([`InboxError::BatchAborted`]) | [`Retry`](AckDecision::Retry) |
 /// | its own error (a failed attempt, counted; see [`MaxAttempts`](crate::MaxAttempts)) | [`Retry`](AckDecision::Retry) |
+/// | the handler's scope is declared by another handler too ([`InboxError::SharedScope`]): nothing ran | [`Retry`](AckDecision::Retry) |
 /// | an invalid or missing message id | [`DeadLetter`](AckDecision::DeadLetter) |
 /// | a rejection ([`InboxError::rejected`]) | [`DeadLetter`](AckDecision::DeadLetter) |
 /// | attempts exhausted ([`InboxError::AttemptsExhausted`]) | [`DeadLetter`](AckDecision::DeadLetter) |
@@ -100,7 +101,7 @@ where
         Ok(_) => AckDecision::Ack,
         Err(error) => match classify(error) {
             Found::Final | Found::Rejected => AckDecision::DeadLetter,
-            Found::Database(_) | Found::HandlerOwn => AckDecision::Retry,
+            Found::Database(_) | Found::HandlerOwn | Found::Misconfigured => AckDecision::Retry,
         },
     }
 }
@@ -132,6 +133,9 @@ pub(crate) enum Found {
     Rejected,
     /// A database failure (the body's, or the inbox's own).
     Database(Recovery),
+    /// The program is misconfigured (a shared scope): retried, once the
+    /// deploy is fixed, and never counted as a failed attempt.
+    Misconfigured,
     /// Neither: the handler's own failure.
     HandlerOwn,
 }
@@ -145,7 +149,7 @@ impl Found {
             Found::HandlerOwn => !says_database_trouble(error),
             Found::Database(Recovery::Reconnect) => false,
             Found::Database(_) => !carries_lock_conflict(error),
-            Found::Final | Found::Rejected => false,
+            Found::Final | Found::Rejected | Found::Misconfigured => false,
         }
     }
 }
@@ -179,6 +183,7 @@ fn of_inbox_error(error: &InboxError) -> Found {
         | InboxError::InvalidFingerprint { .. }
         | InboxError::StoredResult { .. } => Found::Final,
         InboxError::Rejected { .. } => Found::Rejected,
+        InboxError::SharedScope { .. } => Found::Misconfigured,
         other => Found::Database(other.recovery()),
     }
 }
@@ -255,6 +260,12 @@ impl StdError for Marker {}
 pub(crate) static FINAL: Marker = Marker {
     found: Found::Final,
     text: "redelivering this message will not help: dead-letter it",
+};
+
+/// Marks a delivery refused for a shared scope.
+pub(crate) static MISCONFIGURED: Marker = Marker {
+    found: Found::Misconfigured,
+    text: "the handler's scope is shared with another handler: redeliver once the deploy is fixed",
 };
 
 /// Marks a business rejection.

@@ -361,6 +361,21 @@ pub enum InboxError {
         /// What went wrong.
         problem: crate::StoredResultProblem,
     },
+    /// The handler's deduplication scope is declared by another
+    /// `#[idempotent]` handler of the program too, and not all of them say
+    /// `shared_scope` (see [`registry::check`](crate::registry::check)):
+    /// each would skip, as duplicates, the messages the other processed.
+    /// Nothing was claimed and the body did not run. Retryable: the message
+    /// stays with the broker until a deploy gives each handler its own
+    /// scope (or declares the sharing); dead-lettering it would not lose it
+    /// either, but would leave every message of the scope to be replayed by
+    /// hand.
+    SharedScope {
+        /// The shared scope.
+        handler: String,
+        /// The handlers that declare it: `module::function (file:line:column)`.
+        handlers: Vec<String>,
+    },
     /// Applying the inbox's migrations failed.
     Migration(Box<dyn StdError + Send + Sync>),
     /// A pruning batch size of zero, or larger than
@@ -423,9 +438,9 @@ impl InboxError {
             | InboxError::InvalidFingerprint { .. }
             | InboxError::StoredResult { .. } => Recovery::Never,
             InboxError::Database(error) => crate::recovery(error),
-            InboxError::IgnoredStatementFailure { .. } | InboxError::Migration(_) => {
-                Recovery::Retry
-            }
+            InboxError::IgnoredStatementFailure { .. }
+            | InboxError::Migration(_)
+            | InboxError::SharedScope { .. } => Recovery::Retry,
             InboxError::TransactionLost { .. } => Recovery::Reconnect,
             InboxError::BatchAborted { recovery, .. } => *recovery,
         }
@@ -593,6 +608,14 @@ impl fmt::Display for InboxError {
                 f,
                 "handler `{handler}`, message id \"{message_id}\": {problem}"
             ),
+            InboxError::SharedScope { handler, handlers } => write!(
+                f,
+                "handler scope `{handler}` is declared by {} handlers ({}), so each would skip the \
+                 messages the others processed; nothing ran: give each its own `handler = \"…\"` \
+                 (or mark all of them `shared_scope`), deploy, and redeliver",
+                handlers.len(),
+                handlers.join(", ")
+            ),
             InboxError::Migration(_) => f.write_str("applying the inbox's migrations failed"),
             InboxError::InvalidBatchSize { requested, max } => write!(
                 f,
@@ -638,6 +661,9 @@ impl StdError for InboxError {
             | InboxError::InvalidFingerprint { .. }
             | InboxError::StoredResult { .. } => Some(&crate::ack::FINAL),
             InboxError::Rejected { .. } => Some(&crate::ack::REJECTED),
+            // Retried, but never counted as a failed attempt of a handler
+            // whose body called the refused one.
+            InboxError::SharedScope { .. } => Some(&crate::ack::MISCONFIGURED),
             _ => None,
         }
     }

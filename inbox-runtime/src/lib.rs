@@ -67,6 +67,10 @@
 //! - `max_attempts = 3` (or `max_attempts = unbounded`): how many failed
 //!   attempts a message gets before it is recorded as dead (see
 //!   [`MaxAttempts`]; default [`default_max_attempts`]).
+//! - `shared_scope`: this handler shares its scope with other handlers on
+//!   purpose (versions of one handler, one handler for two connection
+//!   types); without it, two handlers of one scope are refused at run time
+//!   (see [`registry`]). Needs `handler = "…"`.
 //! - `crate = "path::to::inbox_runtime"`: for a renamed dependency.
 //!
 //! The handler returns `Result<R, E>` where `R` is `()` or [`Outcome<T>`]
@@ -164,6 +168,7 @@ pub mod observe;
 mod outcome;
 pub mod prune;
 mod recovery;
+pub mod registry;
 pub mod retention;
 mod scope;
 mod stored;

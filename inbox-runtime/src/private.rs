@@ -19,11 +19,52 @@ use crate::stored::{Plain, Reply, StoredResult, Storing};
 /// checked it when the handler was compiled (a `handler = "…"` literal in
 /// the attribute, the default `module_path!()::name` through
 /// [`checked_handler`] in a `const` block).
+///
+/// A handler whose scope another handler declares too (see
+/// [`crate::registry::check`]) gets [`InboxError::SharedScope`] instead.
+#[inline]
 pub fn claim_key<M: MessageId + ?Sized>(
     handler: &'static str,
     id: &M,
 ) -> Result<ClaimKey, InboxError> {
-    ClaimKey::new(HandlerName::from_checked(handler), id)
+    let key = ClaimKey::new(HandlerName::from_checked(handler), id)?;
+    match crate::registry::refusal(handler) {
+        None => Ok(key),
+        Some(error) => {
+            observe::shared_scope(&key, &error);
+            Err(error)
+        }
+    }
+}
+
+/// The registry's collection of handlers, for the registration
+/// `#[idempotent]` emits in the handler's body:
+/// `inventory::submit! { registered(..) }`.
+pub use inventory;
+
+/// What `#[idempotent]` registers for one handler (see
+/// [`crate::registry`]): evaluated at compile time, in a `static`.
+#[allow(clippy::too_many_arguments)]
+pub const fn registered(
+    scope: &'static str,
+    module_path: &'static str,
+    name: &'static str,
+    file: &'static str,
+    line: u32,
+    column: u32,
+    max_attempts: Option<MaxAttempts>,
+    flags: (bool, bool, bool, bool),
+) -> crate::registry::RegisteredHandler {
+    crate::registry::RegisteredHandler::__new(
+        scope,
+        module_path,
+        name,
+        file,
+        line,
+        column,
+        max_attempts,
+        flags,
+    )
 }
 
 /// [`claim_key`] with the fingerprint of `payload`

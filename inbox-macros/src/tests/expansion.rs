@@ -110,19 +110,33 @@ fn expands_the_sync_shape() {
     let claim = out.claim();
     assert_eq!(claim.entry, runtime("::inbox_runtime", "claim_key"));
     // The default scope: module path and function name, checked when the
-    // handler compiles.
-    assert_eq!(
-        claim.handler,
-        parse_quote!(
-            const {
-                ::inbox_runtime::__private::checked_handler(::core::concat!(
-                    ::core::module_path!(),
-                    "::",
-                    "apply"
-                ))
-            }
-        )
+    // handler compiles, in a `const` item the claim and the registration
+    // both name.
+    assert_eq!(claim.handler, parse_quote!(__INBOX_HANDLER));
+    let items = out.items();
+    let [scope, registration] = items else {
+        panic!("the scope and the registration: {items:?}");
+    };
+    let scope: syn::Stmt = scope.clone();
+    let expected: syn::Stmt = parse_quote!(
+        const __INBOX_HANDLER: &'static str = ::inbox_runtime::__private::checked_handler(
+            ::core::concat!(::core::module_path!(), "::", "apply"),
+        );
     );
+    assert_eq!(scope, expected);
+    let expected: syn::Stmt = parse_quote!(::inbox_runtime::__private::inventory::submit! {
+        ::inbox_runtime::__private::registered(
+            __INBOX_HANDLER,
+            ::core::module_path!(),
+            "apply",
+            ::core::file!(),
+            ::core::line!(),
+            ::core::column!(),
+            ::core::option::Option::None,
+            (false, false, false, false),
+        )
+    });
+    assert_eq!(text(registration), text(&expected));
     assert_eq!(
         claim.id,
         parse_quote!(msg.id),

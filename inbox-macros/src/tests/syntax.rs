@@ -207,9 +207,30 @@ impl Expanded {
         }
     }
 
-    /// The first statement: the claim.
+    /// The items the expansion puts first: the default scope's `const`
+    /// (when no `handler = "…"` is given) and the registration
+    /// (`inventory::submit! { .. }`).
+    pub(super) fn items(&self) -> &[Stmt] {
+        &self.output.block.stmts[..self.items_len()]
+    }
+
+    fn items_len(&self) -> usize {
+        self.output
+            .block
+            .stmts
+            .iter()
+            .take_while(|stmt| matches!(stmt, Stmt::Item(_) | Stmt::Macro(_)))
+            .count()
+    }
+
+    /// The first statement after the items: the claim.
     pub(super) fn claim(&self) -> Claim {
-        let stmt = self.output.block.stmts.first().expect("a statement");
+        let stmt = self
+            .output
+            .block
+            .stmts
+            .get(self.items_len())
+            .expect("a statement");
         let (pat, value) = local(stmt);
         let (key, _) = binding(pat);
         let call = call(value);
@@ -227,7 +248,7 @@ impl Expanded {
     /// The statements between the claim and the runtime call.
     pub(super) fn setup(&self) -> &[Stmt] {
         let stmts = &self.output.block.stmts;
-        &stmts[1..stmts.len() - self.run_len()]
+        &stmts[self.items_len() + 1..stmts.len() - self.run_len()]
     }
 
     /// The runtime call of a sync handler.

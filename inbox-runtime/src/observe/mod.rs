@@ -29,6 +29,7 @@
 //! | `database_error` | the inbox's own database work failed (begin, claim, commit, rollback): nothing committed |
 //! | `conflict` | the id was already processed with a different payload ([`InboxError::Conflict`](crate::InboxError::Conflict)): the body did not run |
 //! | `refused` | the payload could not be fingerprinted, or a duplicate's stored result could not be read back: the body did not run |
+//! | `shared_scope` | the handler's scope is declared by another handler too ([`InboxError::SharedScope`](crate::InboxError::SharedScope), see [`registry`](crate::registry)): nothing ran |
 //!
 //! A delivery whose future is dropped before it ends (a cancelled async
 //! handler) reports no outcome: its span closes without one, and no counter
@@ -74,6 +75,9 @@
 //! | `inbox.dead_lettered` | `WARN` | a message was recorded as dead: rejected, or its attempts used up | `inbox.handler`, `messaging.message.id`, `inbox.outcome` (`rejected` or `dead`), `inbox.attempt` (for `dead`), `inbox.reason` (the rejection's reason) or `inbox.last_error` (the last attempt's error) |
 //! | `inbox.database_error` | `WARN` | a delivery ended in `database_error` | `inbox.handler`, `messaging.message.id`, `error` |
 //! | `inbox.refused` | `WARN` | a delivery ended in `conflict` or `refused` | `inbox.handler`, `messaging.message.id`, `inbox.outcome`, `error` |
+//! | `inbox.shared_scope` | `ERROR` | a delivery ended in `shared_scope` | `inbox.handler`, `messaging.message.id`, `error` |
+//! | `inbox.shared_scopes` | `ERROR` | once per process, at the first delivery, when [`registry::check`](crate::registry::check) fails (no delivery span; also through `log` with feature `log`) | `inbox.scopes` (how many), `error` (the check's report) |
+//! | `inbox.unregistered_scopes` | `WARN` | once per pruning run that found ids of scopes no registered handler declares (no delivery span; also through `log`) | `inbox.scopes` (how many), `inbox.handlers` (the scopes, comma-separated) |
 //! | `inbox.pruned` | `DEBUG` | a pruning batch committed (no delivery span) | `inbox.table`, `inbox.handler` (when the batch pruned one handler), `inbox.rows` |
 //!
 //! # Metrics (feature `metrics`)
@@ -211,6 +215,10 @@ pub(crate) enum Ending<'a> {
     Refused { error: &'a dyn fmt::Display },
     /// The inbox's own database work failed (begin, claim, commit, rollback).
     DatabaseError { error: &'a dyn fmt::Display },
+    /// The handler's scope is declared by another handler too
+    /// ([`InboxError::SharedScope`]): nothing ran, the message is to be
+    /// redelivered once the deploy is fixed.
+    SharedScope { error: &'a dyn fmt::Display },
 }
 
 impl Ending<'_> {
@@ -227,6 +235,7 @@ impl Ending<'_> {
             Ending::Conflict { .. } => "conflict",
             Ending::Refused { .. } => "refused",
             Ending::DatabaseError { .. } => "database_error",
+            Ending::SharedScope { .. } => "shared_scope",
         }
     }
 
@@ -430,6 +439,7 @@ pub(crate) fn ending_of_inbox_error(error: &InboxError) -> Ending<'_> {
         error @ (InboxError::InvalidFingerprint { .. } | InboxError::StoredResult { .. }) => {
             Ending::Refused { error }
         }
+        error @ InboxError::SharedScope { .. } => Ending::SharedScope { error },
         error => Ending::DatabaseError { error },
     }
 }
@@ -457,6 +467,46 @@ pub(crate) fn invalid_key(error: &InboxError) {
 /// fingerprinted): reported as a `refused` delivery.
 pub(crate) fn refused(key: &ClaimKey, error: &InboxError) {
     Delivery::start(key).finish(key, Ending::Refused { error });
+}
+
+/// A delivery of `key` refused because its scope is shared
+/// ([`InboxError::SharedScope`]): reported as a `shared_scope` delivery.
+pub(crate) fn shared_scope(key: &ClaimKey, error: &InboxError) {
+    Delivery::start(key).finish(key, Ending::SharedScope { error });
+}
+
+/// The first delivery of the process found scopes declared by more than one
+/// handler ([`registry::check`](crate::registry::check)): reported once, as
+/// the `inbox.shared_scopes` event (`ERROR`) and through `log`.
+#[cold]
+pub(crate) fn shared_scopes(shared: &crate::registry::SharedScopes) {
+    let _ = shared;
+    #[cfg(feature = "tracing")]
+    tracing::shared_scopes(shared);
+    #[cfg(feature = "log")]
+    ::log::error!(target: TARGET, "{shared}");
+}
+
+/// A pruning run found rows of scopes that no registered handler declares
+/// (see [`Prune::warn_unregistered`](crate::Prune::warn_unregistered)):
+/// reported once per run, as the `inbox.unregistered_scopes` event (`WARN`)
+/// and through `log`.
+pub(crate) fn unregistered_scopes(scopes: &[String]) {
+    let _ = scopes;
+    #[cfg(any(feature = "tracing", feature = "log"))]
+    if !scopes.is_empty() {
+        let list = scopes.join(", ");
+        #[cfg(feature = "tracing")]
+        tracing::unregistered_scopes(scopes.len(), &list);
+        #[cfg(feature = "log")]
+        ::log::warn!(
+            target: TARGET,
+            "the inbox holds ids of {} scope{} that no handler of this program declares \
+             (renamed or removed handlers, kept until the retention window passes): {list}",
+            scopes.len(),
+            if scopes.len() == 1 { "" } else { "s" },
+        );
+    }
 }
 
 /// A pruning batch deleted `rows` rows of `table` (`inbox_messages` or

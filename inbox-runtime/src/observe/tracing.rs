@@ -127,8 +127,44 @@ pub(super) fn finish(
             },
             "the delivery was refused without running the body; dead-letter it",
         ),
+        Ending::SharedScope { error } => ::tracing::event!(
+            name: "inbox.shared_scope",
+            target: TARGET,
+            parent: &span,
+            Level::ERROR,
+            {
+                "inbox.handler" = handler,
+                "messaging.message.id" = message_id,
+                error = %error,
+            },
+            "the handler's scope is declared by another handler too; nothing ran, redeliver once the deploy is fixed",
+        ),
         Ending::Processed | Ending::Duplicate | Ending::Failed { .. } | Ending::InvalidId => {}
     }
+}
+
+/// `inbox.shared_scopes`: the registry's check failed (once per process).
+#[cold]
+pub(super) fn shared_scopes(shared: &crate::registry::SharedScopes) {
+    ::tracing::event!(
+        name: "inbox.shared_scopes",
+        target: TARGET,
+        Level::ERROR,
+        { "inbox.scopes" = shared.0.len(), error = %shared },
+        "deduplication scopes are declared by more than one handler; their deliveries are refused",
+    );
+}
+
+/// `inbox.unregistered_scopes`: a pruning run found ids of scopes no
+/// registered handler declares.
+pub(super) fn unregistered_scopes(count: usize, list: &str) {
+    ::tracing::event!(
+        name: "inbox.unregistered_scopes",
+        target: TARGET,
+        Level::WARN,
+        { "inbox.scopes" = count, "inbox.handlers" = list },
+        "the inbox holds ids of scopes that no handler of this program declares",
+    );
 }
 
 /// `inbox.pruned`: a pruning batch committed.

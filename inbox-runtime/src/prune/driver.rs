@@ -78,7 +78,36 @@ where
             }
         }
     }
-    Ok(run.finish())
+    let unregistered = if prune.warn_unregistered && !run.stopped() {
+        unregistered_scopes(exec)
+            .await
+            .map_err(|error| run.fail(error))?
+    } else {
+        Vec::new()
+    };
+    observe::unregistered_scopes(&unregistered);
+    let mut report = run.finish();
+    report.unregistered_scopes = unregistered;
+    Ok(report)
+}
+
+/// The scopes of `inbox_messages` that the program did not register (see
+/// [`Prune::warn_unregistered`]): one index probe per scope. None when the
+/// program registered no scope at all.
+async fn unregistered_scopes<X: Execute>(exec: &mut X) -> QueryResult<Vec<String>> {
+    let known = crate::registry::known_scopes();
+    let mut unknown = Vec::new();
+    if known.is_empty() {
+        return Ok(unknown);
+    }
+    let mut after = String::new();
+    while let Some(scope) = exec.next_handler(&after).await? {
+        if !known.contains(&scope) {
+            unknown.push(scope.clone());
+        }
+        after = scope;
+    }
+    Ok(unknown)
 }
 
 /// One batch, tried again after a lock conflict ([`RetryPolicy::BATCH`]). A

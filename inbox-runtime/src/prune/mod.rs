@@ -170,6 +170,9 @@ pub struct Prune {
     pause: Duration,
     /// The tables pruned, in order.
     tables: &'static [PrunedTable],
+    /// Whether a run reports the scopes in the inbox that no registered
+    /// handler declares.
+    warn_unregistered: bool,
 }
 
 /// Both tables: the claims first.
@@ -198,7 +201,34 @@ impl Prune {
             max_batches: None,
             pause: Duration::ZERO,
             tables: ALL_TABLES,
+            warn_unregistered: true,
         }
+    }
+
+    /// Whether a run looks for scopes in the inbox that no handler of the
+    /// program declares (on by default): handlers renamed or removed, whose
+    /// old ids are kept until their window passes, or forgotten ones. After
+    /// its batches, a run walks the distinct scopes of `inbox_messages` (one
+    /// index probe each) and compares them with the
+    /// [`registry`](crate::registry) (the `#[idempotent]` handlers linked
+    /// into the program, and the scopes given to
+    /// [`registry::register_scope`](crate::registry::register_scope)); the
+    /// ones it does not know are in [`PruneReport::unregistered_scopes`] and
+    /// reported once per run as a warning (the `inbox.unregistered_scopes`
+    /// event with feature `tracing`, and through `log` with feature `log`).
+    ///
+    /// A program that registered no scope at all (a pruner of its own,
+    /// without the handlers linked in) is not checked, nor is a run stopped
+    /// early. Turn it off for a pruner that serves several programs.
+    ///
+    /// ```
+    /// # use inbox_runtime::{Prune, RetentionPolicy};
+    /// let prune = Prune::new(RetentionPolicy::parse("7d", "1d")?).warn_unregistered(false);
+    /// # Ok::<(), inbox_runtime::InboxError>(())
+    /// ```
+    pub fn warn_unregistered(mut self, warn: bool) -> Self {
+        self.warn_unregistered = warn;
+        self
     }
 
     /// Prunes `inbox_failures` only (the generation layout drops claims by

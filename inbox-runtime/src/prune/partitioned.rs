@@ -644,6 +644,7 @@ fn prune_failure_records(
     tally.report.batches += report.batches;
     tally.report.failure_rows_deleted += report.failure_rows_deleted;
     tally.report.caught_up &= report.caught_up;
+    tally.report.unregistered_scopes = report.unregistered_scopes;
     Ok(())
 }
 

@@ -82,6 +82,10 @@ pub struct PruneReport {
     pub partitions_dropped: u64,
     /// Partitions (generations) started by the `partitioned` layout.
     pub partitions_created: u64,
+    /// Scopes (handler names) found in `inbox_messages` that no handler of
+    /// the program declares, in the database's order: see
+    /// [`Prune::warn_unregistered`](crate::Prune::warn_unregistered).
+    pub unregistered_scopes: Vec<String>,
 }
 
 impl PruneReport {
@@ -141,7 +145,21 @@ impl fmt::Display for PruneReport {
             " (caught up)"
         } else {
             " (not caught up)"
-        })
+        })?;
+        if !self.unregistered_scopes.is_empty() {
+            write!(
+                f,
+                "; ids of {} scope{} no handler declares: {}",
+                self.unregistered_scopes.len(),
+                if self.unregistered_scopes.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                },
+                self.unregistered_scopes.join(", ")
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -167,6 +167,12 @@ impl<'p> RunState<'p> {
         self.stopped = true;
     }
 
+    /// Whether the run was asked to stop (by the progress callback or a
+    /// pause).
+    pub(crate) fn stopped(&self) -> bool {
+        self.stopped
+    }
+
     /// A step failed: the run stops with `error`.
     pub(crate) fn fail(&self, error: impl Into<InboxError>) -> PruneError {
         self.tally.fail(error)

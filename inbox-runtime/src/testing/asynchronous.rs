@@ -24,7 +24,7 @@ use super::{Delivery, DigestBackend, Idempotence, IdempotenceReport, Idempotence
 ///
 /// struct Deposit { id: String }
 ///
-/// #[idempotent(id = msg.id, handler = "bank.deposit")]
+/// #[idempotent(id = msg.id, handler = "bank.deposit.4")]
 /// async fn deposit(conn: &mut AsyncPgConnection, msg: &Deposit) -> diesel::QueryResult<()> {
 ///     diesel::sql_query("UPDATE account SET cents = cents + 1").execute(conn).await?;
 ///     Ok(())
@@ -57,7 +57,7 @@ where
 /// use inbox_runtime::idempotent;
 /// use inbox_runtime::testing::assert_idempotent_async;
 ///
-/// #[idempotent(id = id, handler = "noop")]
+/// #[idempotent(id = id, handler = "noop.2")]
 /// async fn noop(conn: &mut AsyncPgConnection, id: &str) -> diesel::QueryResult<()> {
 ///     Ok(())
 /// }
@@ -86,7 +86,7 @@ impl Idempotence {
     /// use inbox_runtime::idempotent;
     /// use inbox_runtime::testing::Idempotence;
     ///
-    /// #[idempotent(id = id, handler = "noop")]
+    /// #[idempotent(id = id, handler = "noop.3")]
     /// async fn noop(conn: &mut AsyncPgConnection, id: &str) -> diesel::QueryResult<()> {
     ///     Ok(())
     /// }
@@ -171,7 +171,7 @@ impl Idempotence {
     /// use inbox_runtime::idempotent;
     /// use inbox_runtime::testing::Idempotence;
     ///
-    /// #[idempotent(id = id, handler = "noop")]
+    /// #[idempotent(id = id, handler = "noop.4")]
     /// async fn noop(conn: &mut AsyncPgConnection, id: &str) -> diesel::QueryResult<()> {
     ///     Ok(())
     /// }

@@ -139,7 +139,7 @@ where
 ///
 /// struct Deposit { id: String }
 ///
-/// #[idempotent(id = msg.id, handler = "bank.deposit")]
+/// #[idempotent(id = msg.id, handler = "bank.deposit.2")]
 /// fn deposit(conn: &mut SqliteConnection, msg: &Deposit) -> QueryResult<()> {
 ///     diesel::sql_query("UPDATE account SET cents = cents + 1").execute(conn)?;
 ///     Ok(())
@@ -218,7 +218,7 @@ where
 ///
 /// struct Deposit { id: String }
 ///
-/// #[idempotent(id = msg.id, handler = "bank.deposit")]
+/// #[idempotent(id = msg.id, handler = "bank.deposit.3")]
 /// fn deposit(conn: &mut SqliteConnection, msg: &Deposit) -> QueryResult<()> {
 ///     diesel::sql_query("UPDATE account SET cents = cents + 1").execute(conn)?;
 ///     Ok(())

@@ -47,7 +47,7 @@ impl Msg {
 }
 
 /// Records one effect row, then behaves as the message asks.
-#[idempotent(id = msg.id, handler = "async.record")]
+#[idempotent(id = msg.id, handler = "async.record", shared_scope)]
 pub async fn record<C>(conn: &mut C, msg: &Msg) -> Result<Outcome<i32>, AppError>
 where
     C: AsyncConnection<Backend: InboxBackend>,
@@ -74,7 +74,7 @@ where
 }
 
 /// The same handler on a pooled connection (a deadpool `Object`).
-#[idempotent(id = msg.id, handler = "async.record")]
+#[idempotent(id = msg.id, handler = "async.record", shared_scope)]
 pub async fn record_deadpool<P>(conn: &mut P, msg: &Msg) -> Result<Outcome<()>, AppError>
 where
     P: AsyncConnection<Backend: InboxBackend>,
@@ -85,7 +85,7 @@ where
 
 /// The same handler on a pooled connection taken by value (a bb8
 /// `PooledConnection`).
-#[idempotent(id = msg.id, handler = "async.record")]
+#[idempotent(id = msg.id, handler = "async.record", shared_scope)]
 pub async fn record_bb8<P>(conn: P, msg: &Msg) -> Result<(), AppError>
 where
     P: AsyncConnection<Backend: InboxBackend>,

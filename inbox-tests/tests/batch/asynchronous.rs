@@ -375,7 +375,7 @@ pub async fn async_racing_batches_apply_each_effect_once<B: TestBackend>() {
 }
 
 /// The batch's per-message handler, under the batch's scope.
-#[inbox_runtime::idempotent(id = id, handler = "batch.apply")]
+#[inbox_runtime::idempotent(id = id, handler = "batch.apply", shared_scope)]
 async fn apply_handler_async<C>(conn: &mut C, id: &String) -> Result<(), AppError>
 where
     C: AsyncConnection<Backend: inbox_runtime::InboxBackend>,

@@ -12,7 +12,7 @@ use inbox_tests::TestBackend;
 use crate::support::*;
 
 /// The batch's per-message handler, under the batch's scope.
-#[idempotent(id = id, handler = "batch.apply")]
+#[idempotent(id = id, handler = "batch.apply", shared_scope)]
 pub fn apply_handler<C>(conn: &mut C, id: &String) -> Result<(), AppError>
 where
     C: LoadConnection<Backend: InboxBackend>,
@@ -21,7 +21,7 @@ where
 }
 
 /// The handler of the same scope, applying `other`'s effect as well.
-#[idempotent(id = other, handler = "batch.apply")]
+#[idempotent(id = other, handler = "batch.apply", shared_scope)]
 pub fn apply_other<C>(conn: &mut C, other: &String) -> Result<(), AppError>
 where
     C: LoadConnection<Backend: InboxBackend>,

@@ -15,7 +15,7 @@ pub const AUDIT: &str = "e2e.audit";
 
 /// The workhorse: `()` result, application error type, behaviour
 /// chosen by the message's mode.
-#[idempotent(id = msg.id, handler = "e2e.apply")]
+#[idempotent(id = msg.id, handler = "e2e.apply", shared_scope)]
 pub fn apply<C: Effects>(conn: &mut C, msg: &Msg) -> Result<(), AppError> {
     msg.ran();
     if msg.mode == Mode::EarlyReturn {
@@ -120,7 +120,7 @@ pub fn header<C: Effects>(conn: &mut C, msg: &Optional) -> Result<(), AppError> 
 }
 
 /// A pooled connection by `&mut`.
-#[idempotent(id = msg.id, handler = "e2e.pooled")]
+#[idempotent(id = msg.id, handler = "e2e.pooled", shared_scope)]
 pub fn pooled_by_ref<C: Effects + R2D2Connection + Send + 'static>(
     conn: &mut PooledConnection<ConnectionManager<C>>,
     msg: &Msg,
@@ -131,7 +131,7 @@ pub fn pooled_by_ref<C: Effects + R2D2Connection + Send + 'static>(
 }
 
 /// A pooled connection moved in (binding without `mut`).
-#[idempotent(id = msg.id, handler = "e2e.pooled")]
+#[idempotent(id = msg.id, handler = "e2e.pooled", shared_scope)]
 pub fn pooled_by_value<C: Effects + R2D2Connection + Send + 'static>(
     conn: PooledConnection<ConnectionManager<C>>,
     msg: &Msg,
@@ -146,7 +146,7 @@ pub fn pooled_by_value<C: Effects + R2D2Connection + Send + 'static>(
 /// body writes `&mut **conn` for the pooled connection's own: the
 /// `&mut *conn` an owned binding would take does not compile under the
 /// attribute.
-#[idempotent(id = msg.id, handler = "e2e.pooled")]
+#[idempotent(id = msg.id, handler = "e2e.pooled", shared_scope)]
 pub fn pooled_by_mut_value<C: Effects + R2D2Connection + Send + 'static>(
     mut conn: PooledConnection<ConnectionManager<C>>,
     msg: &Msg,
@@ -157,7 +157,7 @@ pub fn pooled_by_mut_value<C: Effects + R2D2Connection + Send + 'static>(
 }
 
 /// Claims under `APPLY`, tells the test, and waits for its verdict.
-#[idempotent(id = msg.id, handler = "e2e.apply")]
+#[idempotent(id = msg.id, handler = "e2e.apply", shared_scope)]
 pub fn gated<C: Effects>(conn: &mut C, msg: &Gated) -> Result<(), AppError> {
     conn.record_effect(APPLY, &msg.id, 0, "gated")?;
     msg.claimed.send(()).expect("the test listens");

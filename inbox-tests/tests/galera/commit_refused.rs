@@ -98,7 +98,7 @@ mod asynchronous {
         pub pause: Option<(&'a Notify, &'a Notify)>,
     }
 
-    #[idempotent(id = msg.id, handler = "galera.apply")]
+    #[idempotent(id = msg.id, handler = "galera.apply", shared_scope)]
     async fn apply_async(
         conn: &mut AsyncMysqlConnection,
         msg: &AsyncDelivery<'_>,

@@ -51,7 +51,7 @@ impl<'a> Delivery<'a> {
 }
 
 /// The handler: one effect row per body run that commits.
-#[idempotent(id = msg.id, handler = "galera.apply")]
+#[idempotent(id = msg.id, handler = "galera.apply", shared_scope)]
 pub fn apply(
     conn: &mut MysqlConnection,
     msg: &Delivery<'_>,

@@ -73,7 +73,7 @@ fn insert_effect(id: &str) -> String {
 
 /// The body every test drives: logs, writes its effect, then behaves as the
 /// message asks.
-#[idempotent(id = msg.id, handler = "obs.apply")]
+#[idempotent(id = msg.id, handler = "obs.apply", shared_scope)]
 pub fn apply<C: Effects>(conn: &mut C, msg: &Msg) -> Result<(), AppError> {
     msg.runs.set(msg.runs.get() + 1);
     tracing::info!(name: "body", "in the body");
@@ -120,7 +120,7 @@ mod asynchronous {
     use super::{Mode, Msg, insert_effect};
 
     /// `apply`'s async twin (same handler name), awaiting inside its body.
-    #[idempotent(id = msg.id, handler = "obs.apply")]
+    #[idempotent(id = msg.id, handler = "obs.apply", shared_scope)]
     pub async fn apply_async<C>(conn: &mut C, msg: &Msg) -> Result<(), AppError>
     where
         C: AsyncConnection<Backend: InboxBackend>,

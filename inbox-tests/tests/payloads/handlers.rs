@@ -49,7 +49,7 @@ impl Transfer {
 }
 
 /// Applies the transfer's body; the body's bytes are the fingerprint.
-#[idempotent(id = msg.id, handler = "payloads.transfer", fingerprint = msg.body.as_bytes())]
+#[idempotent(id = msg.id, handler = "payloads.transfer", fingerprint = msg.body.as_bytes(), shared_scope)]
 pub fn transfer<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     msg: &Transfer,
@@ -60,7 +60,7 @@ pub fn transfer<C: LoadConnection<Backend: InboxBackend>>(
 }
 
 /// The same scope without a fingerprint: an older version of `transfer`.
-#[idempotent(id = msg.id, handler = "payloads.transfer")]
+#[idempotent(id = msg.id, handler = "payloads.transfer", shared_scope)]
 pub fn transfer_unfingerprinted<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     msg: &Transfer,
@@ -122,7 +122,7 @@ pub struct Receipt {
 }
 
 /// Charges once per request id; a retry gets the first receipt.
-#[idempotent(id = req.request_id, handler = "payloads.charge", fingerprint = req, store_result)]
+#[idempotent(id = req.request_id, handler = "payloads.charge", fingerprint = req, store_result, shared_scope)]
 pub fn charge<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     req: &Charge,
@@ -137,7 +137,7 @@ pub fn charge<C: LoadConnection<Backend: InboxBackend>>(
 
 /// The same scope, reading results back as another type: a later version
 /// of `charge` whose receipt changed shape.
-#[idempotent(id = req.request_id, handler = "payloads.charge", fingerprint = req, store_result)]
+#[idempotent(id = req.request_id, handler = "payloads.charge", fingerprint = req, store_result, shared_scope)]
 pub fn charge_reshaped<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     req: &Charge,
@@ -147,7 +147,7 @@ pub fn charge_reshaped<C: LoadConnection<Backend: InboxBackend>>(
 }
 
 /// The same scope without `store_result`: an older version of `charge`.
-#[idempotent(id = req.request_id, handler = "payloads.charge", fingerprint = req)]
+#[idempotent(id = req.request_id, handler = "payloads.charge", fingerprint = req, shared_scope)]
 pub fn charge_unstored<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     req: &Charge,
@@ -195,7 +195,7 @@ pub fn place<C: LoadConnection<Backend: InboxBackend>>(
 }
 
 /// The same scope, failing after its effect.
-#[idempotent(id = req.request_id, handler = "payloads.charge", fingerprint = req, store_result)]
+#[idempotent(id = req.request_id, handler = "payloads.charge", fingerprint = req, store_result, shared_scope)]
 pub fn failing_charge<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     req: &Charge,

@@ -10,7 +10,7 @@ use crate::handlers::{Charge, Receipt, Transfer};
 use crate::support::literal;
 
 /// `transfer`, async.
-#[idempotent(id = msg.id, handler = "payloads.transfer", fingerprint = msg.body.as_bytes())]
+#[idempotent(id = msg.id, handler = "payloads.transfer", fingerprint = msg.body.as_bytes(), shared_scope)]
 pub async fn transfer_async<C>(conn: &mut C, msg: &Transfer) -> Result<Outcome<()>, AppError>
 where
     C: AsyncConnection<Backend: InboxBackend>,
@@ -21,7 +21,7 @@ where
 }
 
 /// `charge`, async.
-#[idempotent(id = req.request_id, handler = "payloads.charge", fingerprint = req, store_result)]
+#[idempotent(id = req.request_id, handler = "payloads.charge", fingerprint = req, store_result, shared_scope)]
 pub async fn charge_async<C>(conn: &mut C, req: &Charge) -> Result<StoredOutcome<Receipt>, AppError>
 where
     C: AsyncConnection<Backend: InboxBackend>,

@@ -100,7 +100,7 @@ pub const DIESEL_TYPED: &str = "poison.diesel_typed";
 pub const SCRIPTED: &str = "poison.scripted";
 
 /// Dead after three failed attempts.
-#[idempotent(id = msg.id, handler = "poison.three", max_attempts = 3)]
+#[idempotent(id = msg.id, handler = "poison.three", max_attempts = 3, shared_scope)]
 pub fn three<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     msg: &Msg,
@@ -118,7 +118,7 @@ pub fn unbounded<C: LoadConnection<Backend: InboxBackend>>(
 }
 
 /// No limit of its own: the process default (used by `default_limit` only).
-#[idempotent(id = msg.id, handler = "poison.defaulted")]
+#[idempotent(id = msg.id, handler = "poison.defaulted", shared_scope)]
 pub fn defaulted<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     msg: &Msg,
@@ -128,7 +128,7 @@ pub fn defaulted<C: LoadConnection<Backend: InboxBackend>>(
 
 /// Diesel's error type: a failure is `NotFound`, a rejection travels inside
 /// a `QueryBuilderError`.
-#[idempotent(id = msg.id, handler = "poison.diesel_typed", max_attempts = 3)]
+#[idempotent(id = msg.id, handler = "poison.diesel_typed", max_attempts = 3, shared_scope)]
 pub fn diesel_typed<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     msg: &Msg,
@@ -175,7 +175,7 @@ impl<'a> Scripted<'a> {
 }
 
 /// Runs the delivery's script, dead after three failed attempts.
-#[idempotent(id = msg.id, handler = "poison.scripted", max_attempts = 3)]
+#[idempotent(id = msg.id, handler = "poison.scripted", max_attempts = 3, shared_scope)]
 pub fn scripted<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     msg: &Scripted<'_>,

@@ -9,7 +9,7 @@ use crate::handlers::{Act, AppError, Msg};
 use crate::support::literal;
 
 /// Dead after three failed attempts.
-#[idempotent(id = msg.id, handler = "poison.three", max_attempts = 3)]
+#[idempotent(id = msg.id, handler = "poison.three", max_attempts = 3, shared_scope)]
 pub async fn three_async<C>(conn: &mut C, msg: &Msg) -> Result<(), AppError>
 where
     C: AsyncConnection<Backend: InboxBackend>,
@@ -18,7 +18,7 @@ where
 }
 
 /// No limit of its own: the process default (used by `default_limit` only).
-#[idempotent(id = msg.id, handler = "poison.defaulted")]
+#[idempotent(id = msg.id, handler = "poison.defaulted", shared_scope)]
 pub async fn defaulted_async<C>(conn: &mut C, msg: &Msg) -> Result<(), AppError>
 where
     C: AsyncConnection<Backend: InboxBackend>,
@@ -27,7 +27,7 @@ where
 }
 
 /// Diesel's error type.
-#[idempotent(id = msg.id, handler = "poison.diesel_typed", max_attempts = 3)]
+#[idempotent(id = msg.id, handler = "poison.diesel_typed", max_attempts = 3, shared_scope)]
 pub async fn diesel_typed_async<C>(conn: &mut C, msg: &Msg) -> diesel::QueryResult<()>
 where
     C: AsyncConnection<Backend: InboxBackend>,
@@ -43,7 +43,7 @@ where
 }
 
 /// Runs each statement after its effect; dead after three failed attempts.
-#[idempotent(id = msg.id, handler = "poison.scripted", max_attempts = 3)]
+#[idempotent(id = msg.id, handler = "poison.scripted", max_attempts = 3, shared_scope)]
 pub async fn scripted_async<C>(conn: &mut C, msg: &ScriptedAsync) -> Result<(), AppError>
 where
     C: AsyncConnection<Backend: InboxBackend>,

@@ -8,6 +8,8 @@
 mod first_example;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "sqlite")]
+mod registry_example;
 
 #[test]
 fn the_readme_shows_the_example_file_verbatim() {
@@ -18,4 +20,61 @@ fn the_readme_shows_the_example_file_verbatim() {
         .and_then(|rest| rest.split("```").next())
         .expect("the README's first rust block");
     assert_eq!(block, include_str!("first_example.rs"));
+}
+
+/// The "Handler registry" section's example: `tests/readme/registry_example.rs`,
+/// character for character, and what it does on SQLite.
+#[test]
+fn the_registry_section_shows_its_example_file_verbatim() {
+    let readme = include_str!("../../../README.md");
+    let block = readme
+        .split("## Handler registry\n")
+        .nth(1)
+        .and_then(|section| section.split("```rust\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("the registry section's rust block");
+    assert_eq!(block, include_str!("registry_example.rs"));
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn the_registry_example_runs() {
+    use diesel::prelude::*;
+    use inbox_runtime::{ClaimKey, HandlerName, registry};
+
+    let mut conn = SqliteConnection::establish(":memory:").unwrap();
+    inbox_runtime::setup(&mut conn).unwrap();
+    diesel::sql_query("CREATE TABLE stock (reserved BIGINT NOT NULL)")
+        .execute(&mut conn)
+        .unwrap();
+    diesel::sql_query("INSERT INTO stock VALUES (0)")
+        .execute(&mut conn)
+        .unwrap();
+    registry_example::dispatch(&mut conn, "o-1").unwrap();
+    registry_example::cancel(&mut conn, "o-1").unwrap();
+    registry_example::cancel_v2(&mut conn, "o-1").unwrap(); // a duplicate
+    let old = ClaimKey::new(HandlerName::new("shipping.dispatch_v0").unwrap(), "o-0").unwrap();
+    inbox_runtime::run_idempotent(&mut conn, old, |_| Ok::<(), diesel::result::Error>(())).unwrap();
+    registry_example::start_up(&mut conn).unwrap();
+
+    let policy = inbox_runtime::RetentionPolicy::parse("7d", "2d").unwrap();
+    let lines: Vec<String> = registry::describe(&policy)
+        .to_string()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let scopes: Vec<&str> = lines
+        .iter()
+        .filter_map(|line| line.split("  ").next())
+        .collect();
+    assert!(
+        scopes.ends_with(&["shipping.cancel", "shipping.cancel", "shipping.dispatch"]),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.ends_with("max_attempts 3  sync")),
+        "{lines:?}"
+    );
 }

@@ -131,7 +131,7 @@ pub mod blocking {
     use super::{AppError, Payment, accounts, effects};
     use crate::consumer::{Progress, Report, consume};
 
-    #[idempotent(id = msg.id, handler = "reconnect.apply_payment")]
+    #[idempotent(id = msg.id, handler = "reconnect.apply_payment", shared_scope)]
     pub fn apply_payment(conn: &mut PgConnection, msg: &Payment) -> Result<Outcome<()>, AppError> {
         diesel::insert_into(effects::table)
             .values((
@@ -173,7 +173,7 @@ pub mod nonblocking {
     use super::{AppError, Payment, accounts, effects};
     use crate::consumer::{Progress, Report, consume_async};
 
-    #[idempotent(id = msg.id, handler = "reconnect.apply_payment")]
+    #[idempotent(id = msg.id, handler = "reconnect.apply_payment", shared_scope)]
     pub async fn apply_payment(
         conn: &mut AsyncPgConnection,
         msg: &Payment,
