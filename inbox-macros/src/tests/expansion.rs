@@ -118,11 +118,12 @@ fn expands_the_sync_shape() {
         panic!("the scope and the registration: {items:?}");
     };
     let scope: syn::Stmt = scope.clone();
-    let expected: syn::Stmt = parse_quote!(
+    // Braces: rustfmt leaves the tokens as written (no trailing comma).
+    let expected: syn::Stmt = parse_quote! {
         const __INBOX_HANDLER: &'static str = ::inbox_runtime::__private::checked_handler(
-            ::core::concat!(::core::module_path!(), "::", "apply"),
+            ::core::concat!(::core::module_path!(), "::", "apply")
         );
-    );
+    };
     assert_eq!(scope, expected);
     let expected: syn::Stmt = parse_quote!(::inbox_runtime::__private::inventory::submit! {
         ::inbox_runtime::__private::registered(
@@ -201,7 +202,13 @@ fn passes_max_attempts_to_the_runtime() {
 #[test]
 fn fingerprints_the_payload_and_stores_results() {
     let sync = expand("id = msg.id, fingerprint = msg.body, store_result", HANDLER);
-    let claim = sync.output.block.stmts.first().expect("the claim");
+    let claim = sync
+        .output
+        .block
+        .stmts
+        .iter()
+        .find(|stmt| matches!(stmt, syn::Stmt::Local(_)))
+        .expect("the claim");
     let (_, value) = local(claim);
     let claim = syntax::call(value);
     assert_eq!(claim.entry, runtime("::inbox_runtime", "fingerprinted_key"));
