@@ -320,7 +320,7 @@ where
 
 /// [`finish_async`] for `store_result`: the body's result is stored with
 /// the claim before the commit (a result that cannot be stored fails the
-/// delivery and rolls it back).
+/// delivery and rolls it back, without counting a failed attempt).
 #[cfg(feature = "async")]
 pub async fn finish_async_storing<C, T>(
     mut claimed: crate::ClaimedTransaction<'_, C>,
@@ -333,13 +333,13 @@ where
     T::Ok: StoredResult,
     T::Err: HandlerError,
 {
-    let result = match result.map(HandlerResult::into_result) {
-        Ok(Ok(value)) => Ok(match claimed.store::<Storing, T::Ok>(&value).await {
-            Ok(()) => Ok(value),
-            Err(error) => Err(crate::error::into_handler_error(error)),
-        }),
-        other => other,
-    };
+    let result = result.map(HandlerResult::into_result);
+    if let Ok(Ok(value)) = &result {
+        if let Err(error) = claimed.store::<Storing, T::Ok>(value).await {
+            let error = claimed.abandon(error).await;
+            return T::from_result(Err(crate::error::into_handler_error(error)));
+        }
+    }
     T::from_result(claimed.finish_or_resume(result).await)
 }
 

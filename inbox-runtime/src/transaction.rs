@@ -238,19 +238,14 @@ where
         );
         return answer.map_err(into_handler_error);
     }
-    let body = |conn: &mut C| {
-        let value = body(conn)?;
-        store_after_body::<P, C, R>(conn, &key, &value).map_err(into_handler_error::<E>)?;
-        Ok(value)
-    };
     match panic::catch_unwind(AssertUnwindSafe(|| body(conn))) {
-        Ok(Ok(value)) => match commit(conn, &scope) {
+        Ok(Ok(value)) => match store_and_commit::<P, C, R>(conn, &scope, &key, &value) {
             Ok(()) => {
                 delivery.finish(&key, Ending::Processed);
                 Ok(value)
             }
             Err(error) => {
-                delivery.finish(&key, Ending::DatabaseError { error: &error });
+                delivery.finish(&key, ending_of_inbox_error(&error));
                 Err(into_handler_error(error))
             }
         },
@@ -305,17 +300,33 @@ where
     }
 }
 
-/// Stores the body's result with the claim, for a handler that stores
-/// results: before the commit, in the claim's transaction.
-fn store_after_body<P, C, R>(conn: &mut C, key: &ClaimKey, value: &R) -> Result<(), InboxError>
+/// After the body succeeded: stores its result with the claim (a handler
+/// that stores results), then commits the handler's level. A result that
+/// cannot be stored (too large, or the inbox's statement failed) rolls the
+/// level back: the inbox's own step failed, not the body, so it is no failed
+/// attempt of the message.
+fn store_and_commit<P, C, R>(
+    conn: &mut C,
+    scope: &Scope,
+    key: &ClaimKey,
+    value: &R,
+) -> Result<(), InboxError>
 where
     P: Reply<R>,
     C: Connection,
     C::Backend: InboxBackend,
 {
-    match P::to_store(key, value)? {
-        Some(result) => store_result(conn, key, &result).map_err(InboxError::from),
-        None => Ok(()),
+    let stored = match P::to_store(key, value) {
+        Ok(Some(result)) => store_result(conn, key, &result).map_err(InboxError::from),
+        Ok(None) => Ok(()),
+        Err(error) => Err(error),
+    };
+    match stored {
+        Ok(()) => commit(conn, scope),
+        Err(error) => match roll_back(conn, scope) {
+            Ok(()) => Err(error),
+            Err(rollback_error) => Err(either(report_after_failed_rollback(error, rollback_error))),
+        },
     }
 }
 

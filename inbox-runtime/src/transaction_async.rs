@@ -344,14 +344,11 @@ where
     let result = scope
         .instrument(AssertUnwindSafe(body(claimed.conn())).catch_unwind())
         .await;
-    let result = match result {
-        Ok(Ok(value)) => Ok(claimed
-            .store::<P, R>(&value)
-            .await
-            .map(|()| value)
-            .map_err(into_handler_error)),
-        other => other,
-    };
+    if let Ok(Ok(value)) = &result {
+        if let Err(error) = claimed.store::<P, R>(value).await {
+            return Err(into_handler_error(claimed.abandon(error).await));
+        }
+    }
     claimed.finish_or_resume(result).await
 }
 
@@ -521,6 +518,26 @@ where
                 }
             }
         }
+    }
+
+    /// Ends the transaction after the inbox's own step after a successful
+    /// body failed with `error` (storing its result): rolls it back and
+    /// reports the delivery, without recording a failed attempt (the body
+    /// did not fail). Returns what the delivery fails with.
+    pub(crate) async fn abandon(mut self, error: InboxError) -> InboxError {
+        let scope = self.observed();
+        scope
+            .instrument(async move {
+                let error = match self.level.roll_back().await {
+                    Ok(()) => error,
+                    Err(rollback_error) => {
+                        either(report_after_failed_rollback(error, rollback_error))
+                    }
+                };
+                self.report(ending_of_inbox_error(&error));
+                error
+            })
+            .await
     }
 
     /// Stores the body's result with the claim, for a handler that stores

@@ -5,7 +5,7 @@
 use inbox_runtime::{
     AckDecision, InboxError, MAX_STORED_RESULT_BYTES, Outcome, StoredResultProblem, ack_decision,
 };
-use inbox_tests::{AppError, TestBackend};
+use inbox_tests::{AppError, SqlRows, TestBackend};
 
 use crate::handlers::*;
 use crate::handlers_async::*;
@@ -79,6 +79,11 @@ pub async fn async_conflicts_and_replays<B: TestBackend>() {
     assert_eq!(claims(&mut observer, CHARGE, "a-4"), 0);
     assert_eq!(applied(&mut observer, "a-4"), Vec::<String>::new());
     assert_eq!(all_effects(&mut observer), 3);
+    assert_eq!(
+        observer.bigint("SELECT COUNT(*) AS value FROM inbox_failures"),
+        0,
+        "a result the inbox cannot store is no failed attempt of the body"
+    );
 }
 
 inbox_tests::backend_tests!(async async_conflicts_and_replays);

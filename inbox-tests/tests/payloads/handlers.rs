@@ -203,3 +203,18 @@ pub fn failing_charge<C: LoadConnection<Backend: InboxBackend>>(
     apply(conn, &req.request_id, "failed", &req.runs)?;
     Err(AppError::Failed("the payment provider is down"))
 }
+
+/// Stores its receipt, without a fingerprint (its claim statement is the
+/// plain one, so only storing the result needs the new columns).
+#[idempotent(id = req.request_id, handler = "payloads.receipt", store_result, max_attempts = 2)]
+pub fn receipt_only<C: LoadConnection<Backend: InboxBackend>>(
+    conn: &mut C,
+    req: &Charge,
+) -> Result<StoredOutcome<Receipt>, AppError> {
+    apply(conn, &req.request_id, &req.amount.to_string(), &req.runs)?;
+    Ok(StoredOutcome::Processed(Receipt {
+        request_id: req.request_id.clone(),
+        amount: req.amount,
+        note: String::new(),
+    }))
+}

@@ -6,8 +6,8 @@
 use diesel::migration::MigrationConnection;
 use diesel_migrations::MigrationHarness;
 use inbox_runtime::migrations::{EmbeddedInboxMigrations, InboxMigrations};
-use inbox_runtime::{InboxError, Outcome};
-use inbox_tests::{AppError, DieselBackend, TestBackend};
+use inbox_runtime::{AckDecision, InboxError, Outcome, ack_decision};
+use inbox_tests::{AppError, DieselBackend, SqlRows, TestBackend};
 
 use crate::handlers::*;
 use crate::support::*;
@@ -47,6 +47,25 @@ fn assert_old_inbox_works<B: TestBackend>(conn: &mut B::Connection) {
         other => panic!("a database error expected before the upgrade: {other:?}"),
     }
     assert_eq!(claims(conn, TRANSFER, "old-3"), 0);
+    // Storing a result fails too, after the body: the inbox's own step,
+    // not a failed attempt of the body (never dead, however often).
+    for _ in 0..3 {
+        let storing = Charge::new("old-4", 4);
+        let result = receipt_only(conn, &storing);
+        match &result {
+            Err(AppError::Db(error)) => assert!(inbox_runtime::recovery(error).is_retryable()),
+            other => panic!("a database error expected before the upgrade: {other:?}"),
+        }
+        assert_eq!(ack_decision(&result), AckDecision::Retry);
+        assert_eq!(storing.runs(), 1, "the body ran");
+    }
+    assert_eq!(claims(conn, "payloads.receipt", "old-4"), 0);
+    assert_eq!(applied(conn, "old-4"), Vec::<String>::new(), "rolled back");
+    assert_eq!(
+        conn.bigint("SELECT COUNT(*) AS value FROM inbox_failures"),
+        0,
+        "no failed attempt counted"
+    );
 }
 
 /// After the upgrade: the old claims kept and matching any payload; new

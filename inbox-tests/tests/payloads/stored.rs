@@ -7,7 +7,7 @@ use inbox_runtime::{
     AckDecision, InboxError, MAX_STORED_RESULT_BYTES, StoredOutcome, StoredResultProblem,
     ack_decision,
 };
-use inbox_tests::{AppError, TestBackend};
+use inbox_tests::{AppError, SqlRows, TestBackend};
 
 use crate::handlers::*;
 use crate::support::*;
@@ -67,6 +67,11 @@ pub fn an_oversized_result_rolls_its_delivery_back<B: TestBackend>() {
     assert_eq!(big.runs(), 1, "the body ran");
     assert_eq!(all_effects(&mut conn), 0, "its effect rolled back");
     assert_eq!(claims(&mut conn, CHARGE, "c-2"), 0, "and its claim");
+    assert_eq!(
+        conn.bigint("SELECT COUNT(*) AS value FROM inbox_failures"),
+        0,
+        "the inbox's own step failed, not the body: no failed attempt"
+    );
 
     // A result just under the bound is stored whole.
     let mut largest = Charge::new("c-2", 7);
