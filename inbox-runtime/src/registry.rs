@@ -45,7 +45,7 @@
 //!   not all say `#[idempotent(shared_scope)]`; call it at start-up to fail
 //!   before consuming;
 //! - a delivery to a handler whose scope is shared without `shared_scope`
-//!   fails with [`InboxError::SharedScope`](crate::InboxError::SharedScope)
+//!   fails with [`InboxError::SharedScope`]
 //!   before it claims anything. It is retryable: the body did not run,
 //!   nothing was recorded, the message stays in the broker until a deploy
 //!   gives each handler its own scope (or declares the sharing). The first
@@ -405,7 +405,7 @@ impl std::error::Error for SharedScopes {}
 /// Checks that no scope is declared by two handlers, except by handlers
 /// that all say `#[idempotent(shared_scope)]`. Call it at start-up, before
 /// consuming: deliveries to the handlers it reports fail with
-/// [`InboxError::SharedScope`](crate::InboxError::SharedScope).
+/// [`InboxError::SharedScope`].
 ///
 /// ```
 /// if let Err(shared) = inbox_runtime::registry::check() {

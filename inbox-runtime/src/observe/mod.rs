@@ -27,9 +27,9 @@
 //! | `dead` | the failed attempt that used up the handler's [`MaxAttempts`](crate::MaxAttempts): the message is recorded as dead |
 //! | `invalid_id` | the message id cannot be stored (empty, too long, a NUL, refused by the database): nothing ran |
 //! | `database_error` | the inbox's own database work failed (begin, claim, commit, rollback): nothing committed |
-//! | `conflict` | the id was already processed with a different payload ([`InboxError::Conflict`](crate::InboxError::Conflict)): the body did not run |
+//! | `conflict` | the id was already processed with a different payload ([`InboxError::Conflict`]): the body did not run |
 //! | `refused` | the payload could not be fingerprinted, or a duplicate's stored result could not be read back: the body did not run |
-//! | `shared_scope` | the handler's scope is declared by another handler too ([`InboxError::SharedScope`](crate::InboxError::SharedScope), see [`registry`](crate::registry)): nothing ran |
+//! | `shared_scope` | the handler's scope is declared by another handler too ([`InboxError::SharedScope`], see [`registry`](crate::registry)): nothing ran |
 //!
 //! A delivery whose future is dropped before it ends (a cancelled async
 //! handler) reports no outcome: its span closes without one, and no counter
