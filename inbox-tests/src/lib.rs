@@ -164,10 +164,12 @@ fn env_or(name: &str, default: &str) -> String {
 }
 
 #[cfg(feature = "postgres")]
-pub use self::throwaway::PgServer;
+pub use self::throwaway::{PgServer, Replication};
 
 #[cfg(feature = "postgres")]
 mod throwaway {
+    pub use inbox_test_servers::Replication;
+
     /// A PostgreSQL server of a test's own, for the faults a test must not
     /// inflict on the shared server (an immediate restart, a read-only
     /// setting): [`inbox_test_servers::PgServer::start`] (`initdb` into a
@@ -202,6 +204,34 @@ mod throwaway {
                 Ok(server) => Some(PgServer(server)),
                 Err(error) => {
                     super::report_unavailable("a throwaway PostgreSQL server", "127.0.0.1", &error);
+                    None
+                }
+            }
+        }
+
+        /// A streaming standby of this server
+        /// ([`inbox_test_servers::PgServer::start_standby`]), or `None` after
+        /// a loud `skipped:` line when it cannot be made (no
+        /// `pg_basebackup`, no streaming within 30 s); with
+        /// `INBOX_REQUIRE_DATABASES=1` that panics instead.
+        ///
+        /// ```no_run
+        /// use inbox_tests::{PgServer, Replication};
+        ///
+        /// let Some(primary) = PgServer::start() else { return };
+        /// let Some(standby) = primary.start_standby(Replication::Synchronous) else { return };
+        /// primary.stop_immediate();
+        /// standby.promote(); // every commit the primary acknowledged is here
+        /// ```
+        pub fn start_standby(&self, replication: Replication) -> Option<Self> {
+            match self.0.start_standby(replication) {
+                Ok(server) => Some(PgServer(server)),
+                Err(error) => {
+                    super::report_unavailable(
+                        "a streaming standby of a throwaway PostgreSQL server",
+                        "127.0.0.1",
+                        &error,
+                    );
                     None
                 }
             }

@@ -3,7 +3,8 @@
 //! on 127.0.0.1 on a port the OS picks, and is stopped and removed on drop.
 //!
 //! - [`PgServer`]: a PostgreSQL server from the installed binaries
-//!   (`initdb`, `pg_ctl`, `psql`);
+//!   (`initdb`, `pg_ctl`, `psql`), and streaming standbys of one
+//!   (`pg_basebackup`), synchronous or asynchronous ([`Replication`]);
 //! - [`MariaDbServer`]: a MariaDB server (`mariadb-install-db`, `mariadbd`)
 //!   with a user of its own and a random password;
 //! - [`GaleraCluster`]: a 3-node MariaDB Galera cluster.
@@ -33,5 +34,5 @@ mod secret;
 
 pub use galera::GaleraCluster;
 pub use mariadb::MariaDbServer;
-pub use postgres::PgServer;
+pub use postgres::{PgServer, Replication};
 pub use process::{free_ports, running_as_root, unique_name};

@@ -122,6 +122,18 @@ pub struct Report {
     pub failed_connects: usize,
     /// Every distinct failure, with its classification and how often it came.
     pub errors: BTreeMap<(String, String), usize>,
+    /// Every acknowledged delivery, in order.
+    pub acks: Vec<Ack>,
+}
+
+/// A delivery the handler answered `Ok`, which the broker then forgets.
+pub struct Ack {
+    /// The message's id.
+    pub id: String,
+    /// `Outcome::Processed` (else `Outcome::Duplicate`).
+    pub processed: bool,
+    /// When the handler returned.
+    pub at: Instant,
 }
 
 impl fmt::Display for Report {
@@ -168,10 +180,16 @@ impl<'a> State<'a> {
 
     fn delivered(
         &mut self,
+        message: &Payment,
         outcome: Result<Outcome<()>, (Recovery, String)>,
     ) -> Result<Step, String> {
         match outcome {
             Ok(outcome) => {
+                self.report.acks.push(Ack {
+                    id: message.id.clone(),
+                    processed: matches!(outcome, Outcome::Processed(())),
+                    at: Instant::now(),
+                });
                 if self.failures > 0 {
                     let mut recoveries = self
                         .progress
@@ -267,7 +285,7 @@ pub fn consume<C, E: Debug>(
         };
         std::thread::sleep(BROKER_POLL);
         let outcome = deliver(c, message).map_err(|e| (classify(&e), format!("{e:?}")));
-        match state.delivered(outcome) {
+        match state.delivered(message, outcome) {
             Ok(Step::Next) => next += 1,
             Ok(Step::Again(delay)) => std::thread::sleep(delay),
             Ok(Step::Reconnect(delay)) => {
@@ -313,7 +331,7 @@ pub async fn consume_async<C, E: Debug>(
         let outcome = deliver(c, message)
             .await
             .map_err(|e| (classify(&e), format!("{e:?}")));
-        match state.delivered(outcome) {
+        match state.delivered(message, outcome) {
             Ok(Step::Next) => next += 1,
             Ok(Step::Again(delay)) => tokio::time::sleep(delay).await,
             Ok(Step::Reconnect(delay)) => {

@@ -8,7 +8,13 @@
 //!   doubled; the pools never hand out a connection that died while idle;
 //! - `read_only`: a read-only server (25006) → the handler's error says
 //!   `Reconnect`; a multi-host URL with `target_session_attrs=read-write`
-//!   (libpq, tokio-postgres) → the consumer reaches the writable server.
+//!   (libpq, tokio-postgres) → the consumer reaches the writable server;
+//! - `failover` (issue 12): a primary and its streaming standby
+//!   (synchronous, asynchronous), the primary killed and the standby
+//!   promoted under a running consumer → with synchronous replication every
+//!   acknowledged claim survives; with asynchronous replication claims are
+//!   lost only with their effects, and the window is printed; a standby's
+//!   refusal says `Reconnect`.
 //!
 //! The consumer is the one the README describes, written once in
 //! `consumer.rs`: redeliver while the error's `recovery()` says
@@ -21,5 +27,6 @@
 
 mod app;
 mod consumer;
+mod failover;
 mod read_only;
 mod restart;

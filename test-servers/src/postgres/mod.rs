@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 use crate::process::{free_ports, private_dir, run, running_as_root};
 use crate::secret::random_password;
 
+mod standby;
+
+pub use standby::Replication;
+
 /// The environment variable naming the directory of the PostgreSQL binaries.
 const BIN_ENV: &str = "INBOX_TEST_PG_BIN";
 
@@ -28,7 +32,9 @@ const BIN_ENV: &str = "INBOX_TEST_PG_BIN";
 /// they run as the `postgres` OS user (`runuser`). `fsync` is off: only the
 /// server's processes ever die here, never the machine, so a commit written
 /// to the kernel survives an immediate stop (`synchronous_commit` stays on).
-/// SQL goes through the server's own `psql`.
+/// SQL goes through the server's own `psql`. [`PgServer::start_standby`]
+/// makes a streaming standby of a server (synchronous or asynchronous),
+/// [`PgServer::promote`] promotes it.
 ///
 /// ```no_run
 /// use inbox_test_servers::PgServer;
@@ -144,17 +150,10 @@ impl PgServer {
         let initialized = server.run(&mut initdb);
         let _ = std::fs::remove_file(&pwfile);
         initialized?;
-        let conf = data.join("postgresql.conf");
-        let mut text = std::fs::read_to_string(&conf).map_err(|e| e.to_string())?;
-        text.push_str(&format!(
-            "\nport = {}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\n\
-             fsync = off\nmax_connections = {}\nshared_buffers = {}\n",
-            server.port,
-            server.dir.display(),
-            settings.max_connections,
-            settings.shared_buffers,
-        ));
-        std::fs::write(&conf, text).map_err(|e| e.to_string())?;
+        server.append_conf(&format!(
+            "fsync = off\nmax_connections = {}\nshared_buffers = {}\n",
+            settings.max_connections, settings.shared_buffers,
+        ))?;
         server.pg_ctl(&["start"])?;
         Ok(server)
     }
@@ -264,10 +263,7 @@ impl PgServer {
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
             .args(["-U", "postgres", "-d", "postgres", "-c", sql])
             .env("PGCONNECT_TIMEOUT", "10");
-        match &self.password {
-            Some(password) => command.env("PGPASSWORD", password),
-            None => command.env_remove("PGPASSWORD"),
-        };
+        self.with_password(&mut command);
         run(&mut command).map(|out| out.trim().to_owned())
     }
 
@@ -364,6 +360,28 @@ impl PgServer {
 
     fn data_dir(&self) -> PathBuf {
         self.dir.join("data")
+    }
+
+    /// Appends `lines` to `postgresql.conf`, after this server's own
+    /// address (port, 127.0.0.1 only, the socket in its directory): later
+    /// lines win, so a copied configuration gets this server's address.
+    fn append_conf(&self, lines: &str) -> Result<(), String> {
+        let conf = self.data_dir().join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).map_err(|e| e.to_string())?;
+        text.push_str(&format!(
+            "\nport = {}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\n{lines}",
+            self.port,
+            self.dir.display(),
+        ));
+        std::fs::write(&conf, text).map_err(|e| e.to_string())
+    }
+
+    /// `PGPASSWORD` for the server's own client programs, when it has one.
+    fn with_password<'c>(&self, command: &'c mut Command) -> &'c mut Command {
+        match &self.password {
+            Some(password) => command.env("PGPASSWORD", password),
+            None => command.env_remove("PGPASSWORD"),
+        }
     }
 
     /// Writes `contents` to a new file of mode 0600 that the server's OS

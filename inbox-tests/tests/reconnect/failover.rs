@@ -1,0 +1,436 @@
+//! Issue 12: a primary and its streaming standby, and a failover under a
+//! running consumer.
+//!
+//! Each test starts a throwaway primary (`inbox_tests::PgServer`) with the
+//! inbox and the payment tables, makes a streaming standby of it
+//! (`pg_basebackup`, synchronous or asynchronous replication), and runs the
+//! README's consumer on a multi-host URL naming both
+//! (`target_session_attrs=read-write`). After some deliveries the primary
+//! is stopped in immediate mode (every backend killed, no shutdown
+//! checkpoint, as in a crash) and, [`NO_WRITABLE_SERVER`] later, the
+//! standby is promoted; the consumer reconnects to it and delivers the rest.
+//!
+//! - Synchronous replication: every delivery acknowledged before the
+//!   failover is on the promoted server, claim and effect; the messages the
+//!   broker redelivers after the failover are duplicates; every message
+//!   took effect exactly once.
+//! - Asynchronous replication: a commit the standby had not received when
+//!   the primary died is lost, claim and effect together, never one without
+//!   the other: an acknowledged message whose effect is gone (the window,
+//!   printed), and whose replay from the broker's log then processes once.
+//!   Measured twice: a standby keeping up (the window of a crash under
+//!   load) and a standby that stopped receiving (a lagging one: every
+//!   commit after the cut is lost).
+//! - A standby refuses the claim with `read_only_sql_transaction` (25006):
+//!   `Reconnect`, blocking and async.
+//!
+//! Run: `cargo test -p inbox-tests --all-features --test reconnect failover -- --nocapture`
+//! (the runs print their figures).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use diesel::prelude::*;
+use inbox_runtime::Outcome;
+use inbox_tests::{PgServer, Replication};
+
+use crate::app::blocking::{apply_payment, consume_at};
+use crate::app::{Payment, Recovery, assert_exactly_once, deliveries, effects, prepare};
+use crate::consumer::{Progress, Report};
+
+/// Payments per run; with every fifth delivered twice, 720 deliveries.
+const MESSAGES: usize = 600;
+/// The consumer's acknowledged deliveries at which the primary dies.
+const FAIL_AT: usize = 250;
+/// How long no server is writable: from the primary's death to the promotion.
+const NO_WRITABLE_SERVER: Duration = Duration::from_millis(300);
+
+/// A primary with the application's tables, its standby, and the multi-host
+/// URL naming both (the primary first).
+struct Pair {
+    primary: PgServer,
+    standby: PgServer,
+    url: String,
+}
+
+impl Pair {
+    fn start(replication: Replication) -> Option<Pair> {
+        let primary = PgServer::start()?;
+        prepare(&primary.url());
+        let standby = primary.start_standby(replication)?;
+        let url = format!(
+            "postgres://postgres@{},{}/postgres?target_session_attrs=read-write",
+            primary.host_port(),
+            standby.host_port()
+        );
+        Some(Pair {
+            primary,
+            standby,
+            url,
+        })
+    }
+}
+
+/// What happens to the standby before the primary dies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Standby {
+    /// It streams until the end.
+    KeepsUp,
+    /// It stops receiving ([`PgServer::stop_streaming`]) once the consumer
+    /// acknowledged half of [`FAIL_AT`]; the primary dies once the consumer
+    /// reaches [`FAIL_AT`], or [`HELD`] after the cut if it does not (a
+    /// synchronous primary acknowledges nothing without its standby).
+    StopsReceiving,
+}
+
+/// How long the primary outlives a cut in the stream at most.
+const HELD: Duration = Duration::from_secs(2);
+
+/// What a failover did, seen from the consumer and the promoted server.
+struct Failover {
+    report: Report,
+    /// When the standby stopped receiving, for [`Standby::StopsReceiving`].
+    cut_at: Option<Instant>,
+    /// When the primary was gone: its immediate stop had returned (a
+    /// delivery acknowledged before then may have committed on it).
+    gone_at: Instant,
+    /// From the promotion to the consumer's next acknowledged delivery.
+    back_after: Duration,
+    /// WAL the standby had not replayed just before the primary died.
+    lag: String,
+}
+
+impl Failover {
+    /// The ids acknowledged as processed between `from` and `to`, in
+    /// delivery order.
+    fn processed_between(&self, from: Option<Instant>, to: Instant) -> Vec<String> {
+        self.report
+            .acks
+            .iter()
+            .filter(|ack| ack.processed && from.is_none_or(|from| ack.at > from) && ack.at < to)
+            .map(|ack| ack.id.clone())
+            .collect()
+    }
+
+    /// The ids acknowledged as processed while the primary was alive.
+    fn processed_on_the_primary(&self) -> Vec<String> {
+        self.processed_between(None, self.gone_at)
+    }
+}
+
+/// The consumer a test runs: the README's loop on blocking or async
+/// connections to a URL.
+type Consumer = fn(&str, &[Payment], &Progress) -> Result<Report, String>;
+
+/// The blocking consumer (`PgConnection`, libpq).
+const BLOCKING: Consumer = consume_at;
+
+/// The async consumer (`AsyncPgConnection`, tokio-postgres), on a runtime
+/// of its own.
+#[cfg(feature = "async")]
+const ASYNC: Consumer = |url, messages, progress| {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(crate::app::nonblocking::consume_at(url, messages, progress))
+};
+
+/// Runs the consumer over the pair, kills the primary as `standby` says,
+/// waits [`NO_WRITABLE_SERVER`], promotes the standby, and lets the
+/// consumer finish on it.
+fn fail_over(pair: &Pair, standby: Standby) -> Failover {
+    fail_over_with(BLOCKING, pair, standby)
+}
+
+/// [`fail_over`] with the given consumer.
+fn fail_over_with(consumer: Consumer, pair: &Pair, standby: Standby) -> Failover {
+    let progress = Progress::default();
+    let messages = deliveries(MESSAGES);
+    std::thread::scope(|scope| {
+        let injector = scope.spawn(|| -> Result<_, String> {
+            let mut cut_at = None;
+            if standby == Standby::StopsReceiving {
+                progress.wait_for_processed(FAIL_AT / 2)?;
+                pair.standby.stop_streaming();
+                let cut = Instant::now();
+                cut_at = Some(cut);
+                while progress.processed() < FAIL_AT && cut.elapsed() < HELD {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            } else {
+                progress.wait_for_processed(FAIL_AT)?;
+            }
+            let lag = pair
+                .primary
+                .psql(
+                    "SELECT COALESCE((SELECT (pg_current_wal_lsn() - replay_lsn)::text || ' B' \
+                     FROM pg_stat_replication), 'no standby streaming')",
+                )
+                .unwrap_or_else(|error| format!("unknown ({error})"));
+            pair.primary.stop_immediate();
+            let gone_at = Instant::now();
+            std::thread::sleep(NO_WRITABLE_SERVER);
+            let promoted_at = Instant::now();
+            pair.standby.promote();
+            let back = progress.wait_for_recovery(promoted_at)?;
+            Ok((cut_at, gone_at, back - promoted_at, lag))
+        });
+        let report = consumer(&pair.url, &messages, &progress)
+            .unwrap_or_else(|error| panic!("the consumer gave up: {error}"));
+        let (cut_at, gone_at, back_after, lag) = injector
+            .join()
+            .expect("the injector panicked")
+            .unwrap_or_else(|error| panic!("failover: {error}"));
+        Failover {
+            report,
+            cut_at,
+            gone_at,
+            back_after,
+            lag,
+        }
+    })
+}
+
+/// The promoted server's effects per message id and its claims, with the
+/// invariant a failover must keep whatever the replication: a claim and its
+/// effect are there together or not at all, and no effect twice.
+fn claims_and_effects(url: &str) -> BTreeSet<String> {
+    let mut conn = PgConnection::establish(url).expect("connect to the promoted server");
+    let counted: Vec<(String, i64)> = effects::table
+        .group_by(effects::message_id)
+        .select((effects::message_id, diesel::dsl::count_star()))
+        .load(&mut conn)
+        .expect("count the effects");
+    let effects: BTreeMap<String, i64> = counted.into_iter().collect();
+    let claims: BTreeSet<String> = {
+        use inbox_runtime::schema::postgres::inbox_messages::dsl::*;
+        inbox_messages
+            .select(message_id)
+            .load(&mut conn)
+            .expect("read the claims")
+            .into_iter()
+            .collect()
+    };
+    let doubled: Vec<_> = effects.iter().filter(|&(_, &n)| n > 1).collect();
+    assert!(doubled.is_empty(), "effects doubled: {doubled:?}");
+    let with_effect: BTreeSet<String> = effects.into_keys().collect();
+    assert_eq!(
+        claims
+            .symmetric_difference(&with_effect)
+            .collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "a claim without its effect, or an effect without its claim"
+    );
+    claims
+}
+
+fn payment(id: &str) -> Payment {
+    let position: i64 = id
+        .strip_prefix("pay-")
+        .and_then(|n| n.parse().ok())
+        .expect("a payment id");
+    Payment {
+        id: id.to_owned(),
+        amount: position + 1,
+    }
+}
+
+/// Delivers each of `ids` again on `url`: what each delivery answered.
+fn redeliver(url: &str, ids: &[String]) -> Vec<Outcome<()>> {
+    let mut conn = PgConnection::establish(url).expect("connect to the promoted server");
+    ids.iter()
+        .map(|id| apply_payment(&mut conn, &payment(id)).expect("a redelivery"))
+        .collect()
+}
+
+/// Synchronous replication: every delivery acknowledged while the primary
+/// lived is on the promoted server, and its redelivery there is a
+/// duplicate. Returns the acknowledged ids.
+fn synchronous(label: &str, pair: &Pair, failover: &Failover) -> Vec<String> {
+    let acknowledged = failover.processed_on_the_primary();
+    let promoted = pair.standby.url();
+    let claims = claims_and_effects(&promoted);
+    let lost: Vec<&String> = acknowledged
+        .iter()
+        .filter(|id| !claims.contains(*id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{label}: acknowledged before the failover, missing after it: {lost:?}"
+    );
+    // What a broker redelivers after a failover (a consumer's unacknowledged
+    // window, a rebalance): every message acknowledged before it is a
+    // duplicate on the promoted server, none runs twice.
+    let answers = redeliver(&promoted, &acknowledged);
+    let ran_again: Vec<_> = answers
+        .iter()
+        .zip(&acknowledged)
+        .filter(|(answer, _)| **answer != Outcome::Duplicate)
+        .collect();
+    assert!(
+        ran_again.is_empty(),
+        "{label}: a redelivery after the failover ran again: {ran_again:?}"
+    );
+    assert_exactly_once(&[promoted], MESSAGES);
+    println!(
+        "failover synchronous, {label}: {} deliveries acknowledged as processed on the primary, \
+         all present after the promotion and redelivered there as duplicates; standby lag at \
+         the crash: {}; consumer back {:?} after the promotion ({NO_WRITABLE_SERVER:?} without \
+         a writable server); {}",
+        acknowledged.len(),
+        failover.lag,
+        failover.back_after,
+        failover.report
+    );
+    acknowledged
+}
+
+#[test]
+fn synchronous_replication_keeps_every_acknowledged_claim_through_a_failover() {
+    let Some(pair) = Pair::start(Replication::Synchronous) else {
+        return;
+    };
+    let failover = fail_over(&pair, Standby::KeepsUp);
+    synchronous("a standby keeping up", &pair, &failover);
+}
+
+#[cfg(feature = "async")]
+#[test]
+fn synchronous_replication_keeps_every_acknowledged_async_claim_through_a_failover() {
+    let Some(pair) = Pair::start(Replication::Synchronous) else {
+        return;
+    };
+    let failover = fail_over_with(ASYNC, &pair, Standby::KeepsUp);
+    synchronous("a standby keeping up, AsyncPgConnection", &pair, &failover);
+}
+
+/// The case that tells synchronous from asynchronous replication: once the
+/// standby stops receiving, the primary acknowledges nothing more (each
+/// COMMIT waits for the standby), so the failover loses nothing. (The same
+/// run with asynchronous replication loses every delivery acknowledged
+/// after the cut: the next test.)
+#[test]
+fn a_synchronous_primary_without_its_standby_acknowledges_nothing() {
+    let Some(pair) = Pair::start(Replication::Synchronous) else {
+        return;
+    };
+    let failover = fail_over(&pair, Standby::StopsReceiving);
+    let cut = failover.cut_at.expect("the stream was cut");
+    let after_cut = failover.processed_between(Some(cut), failover.gone_at);
+    // A COMMIT that returned just before the cut may be acknowledged just
+    // after it: one at most, the consumer delivers one message at a time.
+    assert!(
+        after_cut.len() <= 1,
+        "acknowledged while no standby received: {after_cut:?}"
+    );
+    synchronous("a standby that stopped receiving", &pair, &failover);
+}
+
+/// Asynchronous replication: checks the invariant, prints the window, then
+/// replays the lost messages as an operator would from the broker's log;
+/// returns the ids acknowledged then lost.
+fn asynchronous(label: &str, pair: &Pair, failover: &Failover) -> Vec<String> {
+    let acknowledged = failover.processed_on_the_primary();
+    let promoted = pair.standby.url();
+    let claims = claims_and_effects(&promoted);
+    let lost: Vec<String> = (0..MESSAGES)
+        .map(|i| format!("pay-{i}"))
+        .filter(|id| !claims.contains(id))
+        .collect();
+    let not_acknowledged: Vec<&String> = lost
+        .iter()
+        .filter(|id| !acknowledged.contains(id))
+        .collect();
+    assert!(
+        not_acknowledged.is_empty(),
+        "{label}: lost although never acknowledged on the primary: {not_acknowledged:?}"
+    );
+    println!(
+        "failover asynchronous, {label}: {} of {} deliveries acknowledged as processed on the \
+         primary were lost with the promotion (claim and effect both); standby lag at the \
+         crash: {}; consumer back {:?} after the promotion; {}",
+        lost.len(),
+        acknowledged.len(),
+        failover.lag,
+        failover.back_after,
+        failover.report
+    );
+    let replayed = redeliver(&promoted, &lost);
+    assert!(
+        replayed
+            .iter()
+            .all(|answer| *answer == Outcome::Processed(())),
+        "{label}: a lost message's replay was not processed: {replayed:?}"
+    );
+    assert_exactly_once(&[promoted], MESSAGES);
+    lost
+}
+
+#[test]
+fn asynchronous_replication_loses_claims_only_with_their_effects() {
+    let Some(pair) = Pair::start(Replication::Asynchronous) else {
+        return;
+    };
+    let failover = fail_over(&pair, Standby::KeepsUp);
+    asynchronous("a standby keeping up", &pair, &failover);
+}
+
+#[test]
+fn a_lagging_asynchronous_standby_loses_every_commit_after_the_cut() {
+    let Some(pair) = Pair::start(Replication::Asynchronous) else {
+        return;
+    };
+    let failover = fail_over(&pair, Standby::StopsReceiving);
+    let lost = asynchronous("a standby that stopped receiving", &pair, &failover);
+    let after_cut =
+        failover.processed_between(Some(failover.cut_at.expect("cut")), failover.gone_at);
+    assert!(
+        !after_cut.is_empty(),
+        "no delivery was acknowledged between the cut and the crash"
+    );
+    let kept: Vec<&String> = after_cut.iter().filter(|id| !lost.contains(id)).collect();
+    assert!(
+        kept.is_empty(),
+        "committed after the standby stopped receiving, yet on the promoted server: {kept:?}"
+    );
+}
+
+#[test]
+fn a_standby_refuses_the_claim_with_reconnect() {
+    let Some(pair) = Pair::start(Replication::Asynchronous) else {
+        return;
+    };
+    let mut conn = PgConnection::establish(&pair.standby.url()).expect("connect to the standby");
+    let refused =
+        apply_payment(&mut conn, &payment("pay-0")).expect_err("a standby refuses the claim");
+    println!("failover: a standby's refusal: {refused:?}");
+    assert_eq!(refused.recovery(), Recovery::Reconnect, "{refused:?}");
+    assert!(
+        format!("{refused:?}").contains("read-only"),
+        "the refusal is the standby's: {refused:?}"
+    );
+    let mut conn = PgConnection::establish(&pair.primary.url()).expect("connect to the primary");
+    assert_eq!(
+        apply_payment(&mut conn, &payment("pay-0")).expect("the primary takes it"),
+        Outcome::Processed(())
+    );
+}
+
+#[cfg(feature = "async")]
+#[tokio::test]
+async fn a_standby_refuses_the_async_claim_with_reconnect() {
+    use diesel_async::{AsyncConnection, AsyncPgConnection};
+
+    let Some(pair) = Pair::start(Replication::Asynchronous) else {
+        return;
+    };
+    let mut conn = AsyncPgConnection::establish(&pair.standby.url())
+        .await
+        .expect("connect to the standby");
+    let refused = crate::app::nonblocking::apply_payment(&mut conn, &payment("pay-0"))
+        .await
+        .expect_err("a standby refuses the claim");
+    println!("failover: a standby's refusal (async): {refused:?}");
+    assert_eq!(refused.recovery(), Recovery::Reconnect, "{refused:?}");
+}
