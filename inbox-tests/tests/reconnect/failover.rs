@@ -22,7 +22,11 @@
 //!   load) and a standby that stopped receiving (a lagging one: every
 //!   commit after the cut is lost).
 //! - A standby refuses the claim with `read_only_sql_transaction` (25006):
-//!   `Reconnect`, blocking and async.
+//!   `Reconnect`, blocking and async; so does the old primary once demoted
+//!   (`pg_rewind`, then a standby of the promoted server), which then takes
+//!   over again (failback) with every claim of both.
+//! - The one hole in synchronous replication, pinned: a query cancel that
+//!   ends a COMMIT's wait for the standby reports the COMMIT as done.
 //!
 //! Run: `cargo test -p inbox-tests --all-features --test reconnect failover -- --nocapture`
 //! (the runs print their figures).
@@ -303,6 +307,61 @@ fn synchronous_replication_keeps_every_acknowledged_async_claim_through_a_failov
     };
     let failover = fail_over_with(ASYNC, &pair, Standby::KeepsUp);
     synchronous("a standby keeping up, AsyncPgConnection", &pair, &failover);
+}
+
+/// After the failover the old primary is demoted: `pg_rewind`, then a
+/// standby of the promoted server. A delivery on it says `Reconnect`
+/// (read-only); once it has caught up, the roles swap back (failback) and
+/// every message redelivered on it is a duplicate: the claims made on
+/// either server are all there, once.
+#[test]
+fn a_demoted_primary_says_reconnect_and_takes_over_again_with_every_claim() {
+    let Some(pair) = Pair::start(Replication::Synchronous) else {
+        return;
+    };
+    let failover = fail_over(&pair, Standby::KeepsUp);
+    synchronous("before the demotion", &pair, &failover);
+    let demoted_at = Instant::now();
+    pair.primary
+        .rejoin_as_standby_of(&pair.standby)
+        .expect("demote the old primary");
+    let demotion = demoted_at.elapsed();
+
+    let mut conn = PgConnection::establish(&pair.primary.url()).expect("connect to the demoted");
+    let refused = apply_payment(&mut conn, &payment("pay-0"))
+        .expect_err("a demoted primary refuses the claim");
+    assert_eq!(refused.recovery(), Recovery::Reconnect, "{refused:?}");
+    drop(conn);
+
+    // Caught up: the promoted server's claims are all on the demoted one.
+    let claims = claims_and_effects(&pair.standby.url());
+    let started = Instant::now();
+    while claims_and_effects(&pair.primary.url()) != claims {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the demoted primary did not catch up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    pair.standby.stop_immediate();
+    pair.primary.promote();
+    let ids: Vec<String> = (0..MESSAGES).map(|i| format!("pay-{i}")).collect();
+    let answers = redeliver(&pair.primary.url(), &ids);
+    let ran_again: Vec<_> = answers
+        .iter()
+        .zip(&ids)
+        .filter(|(answer, _)| **answer != Outcome::Duplicate)
+        .collect();
+    assert!(
+        ran_again.is_empty(),
+        "ran again after the failback: {ran_again:?}"
+    );
+    assert_exactly_once(&[pair.primary.url()], MESSAGES);
+    println!(
+        "failover: the old primary rejoined as a standby in {demotion:?} (pg_rewind and start), \
+         refused a claim with Reconnect ({refused:?}), and after the failback to it all \
+         {MESSAGES} messages were duplicates"
+    );
 }
 
 /// The case that tells synchronous from asynchronous replication: once the

@@ -14,7 +14,7 @@
 //!   promoted under a running consumer → with synchronous replication every
 //!   acknowledged claim survives; with asynchronous replication claims are
 //!   lost only with their effects, and the window is printed; a standby's
-//!   refusal says `Reconnect`.
+//!   refusal and a demoted primary's say `Reconnect`.
 //!
 //! The consumer is the one the README describes, written once in
 //! `consumer.rs`: redeliver while the error's `recovery()` says

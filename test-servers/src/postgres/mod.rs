@@ -32,6 +32,9 @@ const BIN_ENV: &str = "INBOX_TEST_PG_BIN";
 /// they run as the `postgres` OS user (`runuser`). `fsync` is off: only the
 /// server's processes ever die here, never the machine, so a commit written
 /// to the kernel survives an immediate stop (`synchronous_commit` stays on).
+/// `wal_log_hints` is on and `wal_keep_size` 128 MB, so that a failed-over
+/// primary can rejoin as a standby (`pg_rewind` reads its WAL back to the
+/// last checkpoint before the two diverged).
 /// SQL goes through the server's own `psql`. [`PgServer::start_standby`]
 /// makes a streaming standby of a server (synchronous or asynchronous),
 /// [`PgServer::promote`] promotes it.
@@ -151,7 +154,7 @@ impl PgServer {
         let _ = std::fs::remove_file(&pwfile);
         initialized?;
         server.append_conf(&format!(
-            "fsync = off\nmax_connections = {}\nshared_buffers = {}\n",
+            "fsync = off\nmax_connections = {}\nshared_buffers = {}\nwal_log_hints = on\nwal_keep_size = 128MB\n",
             settings.max_connections, settings.shared_buffers,
         ))?;
         server.pg_ctl(&["start"])?;

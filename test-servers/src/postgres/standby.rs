@@ -1,11 +1,12 @@
-//! A streaming standby of a throwaway server, and the faults of a failover:
-//! the promotion, and a standby that stops receiving.
+//! A streaming standby of a throwaway server, and what a failover does:
+//! the promotion, a standby that stops receiving, and the failed primary
+//! rejoining as a standby.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::PgServer;
-use crate::process::{free_ports, private_dir};
+use crate::process::{free_ports, log_tail, private_dir};
 
 /// How long a standby may take to start streaming, or to stop.
 const STREAMING_WAIT: Duration = Duration::from_secs(30);
@@ -164,6 +165,58 @@ impl PgServer {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Turns this stopped, failed-over primary into a standby of `primary`
+    /// (the standby promoted in its place), as an operator demotes it:
+    /// `pg_rewind` discards what it committed after the two diverged and
+    /// copies the rest from `primary`, then it starts on its own port
+    /// streaming from `primary` (asynchronously), and this returns once
+    /// `primary` sees it streaming. It then refuses writes with SQLSTATE
+    /// 25006, as every standby.
+    ///
+    /// ```no_run
+    /// use inbox_test_servers::{PgServer, Replication};
+    ///
+    /// let primary = PgServer::start()?;
+    /// let standby = primary.start_standby(Replication::Synchronous)?;
+    /// primary.stop_immediate();
+    /// standby.promote();
+    /// primary.rejoin_as_standby_of(&standby)?;
+    /// assert_eq!(primary.psql("SELECT pg_is_in_recovery()")?, "t");
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn rejoin_as_standby_of(&self, primary: &PgServer) -> Result<(), String> {
+        let password = match &primary.password {
+            Some(password) => format!(" password={password}"),
+            None => String::new(),
+        };
+        // A promoted server's control file names its new timeline only after
+        // a checkpoint; before one, pg_rewind sees one timeline and rewinds
+        // nothing.
+        primary.psql("CHECKPOINT")?;
+        let mut rewind = self.command("pg_rewind");
+        rewind
+            .arg("-D")
+            .arg(self.data_dir())
+            .arg(format!(
+                "--source-server=host=127.0.0.1 port={} user=postgres dbname=postgres \
+                 application_name={STANDBY_NAME}{password}",
+                primary.port
+            ))
+            .args(["--write-recovery-conf", "--no-sync"]);
+        self.run(&mut rewind)?;
+        // The configuration came from `primary`: this server's own address again.
+        self.append_conf("")?;
+        self.pg_ctl(&["start"])?;
+        primary
+            .wait_for_standby(|state| state == "async")
+            .map_err(|error| {
+                format!(
+                    "{error}; its log:{}",
+                    log_tail(&self.dir.join("server.log"), 20)
+                )
+            })
     }
 
     /// Waits until this primary's `pg_stat_replication` shows the standby
