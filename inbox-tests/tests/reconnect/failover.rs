@@ -85,6 +85,33 @@ enum Standby {
     /// reaches [`FAIL_AT`], or [`HELD`] after the cut if it does not (a
     /// synchronous primary acknowledges nothing without its standby).
     StopsReceiving,
+    /// It streams while [`WRITERS`] other sessions write bulk rows on the
+    /// primary (about 1 MB of WAL per statement) until it dies: a busy
+    /// primary, whose standby is further behind.
+    KeepsUpUnderWriteLoad,
+}
+
+/// The sessions writing bulk rows for [`Standby::KeepsUpUnderWriteLoad`].
+const WRITERS: usize = 3;
+
+/// Writes bulk rows on `url` until `stop` is set or the server is gone.
+fn write_ballast(url: &str, stop: &std::sync::atomic::AtomicBool) {
+    use diesel::connection::SimpleConnection;
+    use std::sync::atomic::Ordering;
+
+    let Ok(mut conn) = PgConnection::establish(url) else {
+        return;
+    };
+    let _ = conn
+        .batch_execute("CREATE TABLE IF NOT EXISTS ballast (id serial PRIMARY KEY, filler text)");
+    while !stop.load(Ordering::SeqCst) {
+        if conn
+            .batch_execute("INSERT INTO ballast (filler) SELECT repeat('x', 900) FROM generate_series(1, 1000)")
+            .is_err()
+        {
+            return;
+        }
+    }
 }
 
 /// How long the primary outlives a cut in the stream at most.
@@ -100,7 +127,9 @@ struct Failover {
     gone_at: Instant,
     /// From the promotion to the consumer's next acknowledged delivery.
     back_after: Duration,
-    /// WAL the standby had not replayed just before the primary died.
+    /// WAL the standby had not flushed, and not replayed, just before the
+    /// primary died (what it flushed survives the promotion, which replays
+    /// it).
     lag: String,
 }
 
@@ -151,7 +180,13 @@ fn fail_over(pair: &Pair, standby: Standby) -> Failover {
 fn fail_over_with(consumer: Consumer, pair: &Pair, standby: Standby) -> Failover {
     let progress = Progress::default();
     let messages = deliveries(MESSAGES);
+    let stop_writers = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
+        if standby == Standby::KeepsUpUnderWriteLoad {
+            for _ in 0..WRITERS {
+                scope.spawn(|| write_ballast(&pair.primary.url(), &stop_writers));
+            }
+        }
         let injector = scope.spawn(|| -> Result<_, String> {
             let mut cut_at = None;
             if standby == Standby::StopsReceiving {
@@ -168,12 +203,14 @@ fn fail_over_with(consumer: Consumer, pair: &Pair, standby: Standby) -> Failover
             let lag = pair
                 .primary
                 .psql(
-                    "SELECT COALESCE((SELECT (pg_current_wal_lsn() - replay_lsn)::text || ' B' \
-                     FROM pg_stat_replication), 'no standby streaming')",
+                    "SELECT COALESCE((SELECT (pg_current_wal_lsn() - flush_lsn)::text \
+                     || ' B not yet flushed there, ' || (pg_current_wal_lsn() - replay_lsn)::text \
+                     || ' B not yet replayed' FROM pg_stat_replication), 'no standby streaming')",
                 )
                 .unwrap_or_else(|error| format!("unknown ({error})"));
             pair.primary.stop_immediate();
             let gone_at = Instant::now();
+            stop_writers.store(true, std::sync::atomic::Ordering::SeqCst);
             std::thread::sleep(NO_WRITABLE_SERVER);
             let promoted_at = Instant::now();
             pair.standby.promote();
@@ -433,6 +470,15 @@ fn asynchronous_replication_loses_claims_only_with_their_effects() {
     };
     let failover = fail_over(&pair, Standby::KeepsUp);
     asynchronous("a standby keeping up", &pair, &failover);
+}
+
+#[test]
+fn asynchronous_replication_under_write_load_loses_claims_only_with_their_effects() {
+    let Some(pair) = Pair::start(Replication::Asynchronous) else {
+        return;
+    };
+    let failover = fail_over(&pair, Standby::KeepsUpUnderWriteLoad);
+    asynchronous("a standby keeping up with a busy primary", &pair, &failover);
 }
 
 #[test]
