@@ -18,9 +18,9 @@
 //!   the primary died is lost, claim and effect together, never one without
 //!   the other: an acknowledged message whose effect is gone (the window,
 //!   printed), and whose replay from the broker's log then processes once.
-//!   Measured twice: a standby keeping up (the window of a crash under
-//!   load) and a standby that stopped receiving (a lagging one: every
-//!   commit after the cut is lost).
+//!   Measured three ways: a standby keeping up, the same beside sessions
+//!   writing bulk rows on the primary (a busy one), and a standby that
+//!   stopped receiving (a lagging one: every commit after the cut is lost).
 //! - A standby refuses the claim with `read_only_sql_transaction` (25006):
 //!   `Reconnect`, blocking and async; so does the old primary once demoted
 //!   (`pg_rewind`, then a standby of the promoted server), which then takes
