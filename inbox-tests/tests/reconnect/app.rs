@@ -72,6 +72,17 @@ pub fn prepare(url: &str) {
         .expect("create the effects' tables");
 }
 
+/// How many effect rows each message id has.
+pub fn effect_counts(conn: &mut PgConnection) -> BTreeMap<String, i64> {
+    effects::table
+        .group_by(effects::message_id)
+        .select((effects::message_id, diesel::dsl::count_star()))
+        .load::<(String, i64)>(conn)
+        .expect("count the effects")
+        .into_iter()
+        .collect()
+}
+
 /// Asserts that each of the `messages` payments took effect exactly once,
 /// summed over the servers at `urls` (none lost, none doubled): one effect
 /// row and one inbox row per message, and the balance their sum.
@@ -81,12 +92,7 @@ pub fn assert_exactly_once(urls: &[String], messages: usize) {
     let mut inbox = 0;
     for url in urls {
         let mut conn = PgConnection::establish(url).expect("connect to check");
-        let counted: Vec<(String, i64)> = effects::table
-            .group_by(effects::message_id)
-            .select((effects::message_id, diesel::dsl::count_star()))
-            .load(&mut conn)
-            .expect("count effects");
-        for (id, count) in counted {
+        for (id, count) in effect_counts(&mut conn) {
             *rows.entry(id).or_default() += count;
         }
         balance += accounts::table

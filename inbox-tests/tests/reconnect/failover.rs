@@ -31,7 +31,7 @@
 //! Run: `cargo test -p inbox-tests --all-features --test reconnect failover -- --nocapture`
 //! (the runs print their figures).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
@@ -39,7 +39,7 @@ use inbox_runtime::Outcome;
 use inbox_tests::{PgServer, Replication};
 
 use crate::app::blocking::{apply_payment, consume_at};
-use crate::app::{Payment, Recovery, assert_exactly_once, deliveries, effects, prepare};
+use crate::app::{Payment, Recovery, assert_exactly_once, deliveries, effect_counts, prepare};
 use crate::consumer::{Progress, Report};
 
 /// Payments per run; with every fifth delivered twice, 720 deliveries.
@@ -238,12 +238,7 @@ fn fail_over_with(consumer: Consumer, pair: &Pair, standby: Standby) -> Failover
 /// effect are there together or not at all, and no effect twice.
 fn claims_and_effects(url: &str) -> BTreeSet<String> {
     let mut conn = PgConnection::establish(url).expect("connect to the promoted server");
-    let counted: Vec<(String, i64)> = effects::table
-        .group_by(effects::message_id)
-        .select((effects::message_id, diesel::dsl::count_star()))
-        .load(&mut conn)
-        .expect("count the effects");
-    let effects: BTreeMap<String, i64> = counted.into_iter().collect();
+    let effects = effect_counts(&mut conn);
     let claims: BTreeSet<String> = {
         use inbox_runtime::schema::postgres::inbox_messages::dsl::*;
         inbox_messages
