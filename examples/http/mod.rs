@@ -27,7 +27,9 @@
 //! | no `Idempotency-Key` | `400` `idempotency-key-missing` |
 //! | an empty key, one over 255 bytes, a repeated or malformed header | `400` `idempotency-key-invalid` |
 //! | a body that is not a payment request (JSON syntax, types, fields) | `400` `malformed-request`; the key is not claimed |
-//! | a payment the service refuses (amount ≤ 0, bad currency) | `422` `invalid-payment`; the key is not claimed |
+//! | a payment the service refuses (account not 1–64 characters, amount not 1 to [`MAX_AMOUNT_CENTS`](payments::MAX_AMOUNT_CENTS), currency not three uppercase letters) | `422` `invalid-payment`; the key is not claimed |
+//! | a body over [`MAX_BODY_BYTES`](server::MAX_BODY_BYTES) (16 KiB) | `413`, axum's own answer; the key is not claimed |
+//! | a key claimed by something other than this handler (no response stored) | `409` `idempotency-key-used` |
 //! | no database connection, the database going away | `503` `database-unavailable` with `Retry-After: 1`; nothing committed |
 //!
 //! Validation failures are not stored: they happen before the claim, so a
