@@ -308,6 +308,45 @@ pub async fn async_success_racing_a_failure_is_never_dead<B: ServerBackend>() {
     assert_eq!(effects(&mut observer, "am-1"), 1);
 }
 
+/// A deferred foreign key refused at `COMMIT` on diesel-async
+/// (PostgreSQL): a failed attempt, counted, dead at the limit, as on a
+/// blocking connection (`refused_commit`).
+pub async fn an_async_constraint_refused_at_commit_is_a_counted_attempt<B: TestBackend>() {
+    let Some((db, mut observer)) = fresh::<B>() else {
+        return;
+    };
+    observer
+        .batch_execute(crate::refused_commit::DEFERRED_DDL)
+        .unwrap();
+    let mut conn = db.connect_async().await;
+    let delivery = |id: &str, statements: Vec<String>| ScriptedAsync {
+        id: id.to_owned(),
+        statements,
+        runs: std::sync::atomic::AtomicU32::new(0),
+    };
+    for attempt in 1..=3 {
+        let msg = delivery("arc-1", vec![crate::refused_commit::ORPHAN.to_owned()]);
+        let result = scripted_async(&mut conn, &msg).await;
+        let error = result.as_ref().expect_err("the COMMIT is refused");
+        let row = failure_row::<B>(&mut observer, SCRIPTED, "arc-1")
+            .unwrap_or_else(|| panic!("attempt {attempt} was not counted: {error:?}"));
+        assert_eq!((row.attempts, row.dead), (attempt, attempt == 3), "{row:?}");
+        let expected = if attempt < 3 {
+            AckDecision::Retry
+        } else {
+            AckDecision::DeadLetter
+        };
+        assert_eq!(ack_decision(&result), expected, "{error:?}");
+        assert_eq!(effects(&mut observer, "arc-1"), 0, "rolled back");
+    }
+    let later = delivery("arc-1", vec![crate::refused_commit::ORPHAN.to_owned()]);
+    assert!(scripted_async(&mut conn, &later).await.is_ok());
+    scripted_async(&mut conn, &delivery("arc-2", vec![]))
+        .await
+        .expect("the same connection goes on");
+    assert_eq!(effects(&mut observer, "arc-2"), 1);
+}
+
 inbox_tests::backend_tests! {
     async only [postgres, mysql]:
         async_failures_are_counted_and_the_third_is_fatal,
@@ -317,4 +356,5 @@ inbox_tests::backend_tests! {
     async (multi_thread = 4) only [postgres, mysql]:
         racing_tasks_make_one_dead_record,
         async_success_racing_a_failure_is_never_dead;
+    async only [postgres]: an_async_constraint_refused_at_commit_is_a_counted_attempt;
 }

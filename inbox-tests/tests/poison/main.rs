@@ -34,5 +34,6 @@ mod default_limit;
 mod not_counted;
 mod panics;
 mod pruning;
+mod refused_commit;
 mod rejection;
 mod schema;
