@@ -126,6 +126,27 @@ pub fn is_lock_conflict(error: &Error) -> bool {
     }
 }
 
+/// `true` when `error` is an integrity constraint the message's own effect
+/// violates (a foreign key, a unique key, a check, a not-null or exclusion
+/// constraint, a restriction): the same writes fail the same way on every
+/// delivery. The runtime asks it of a refused `COMMIT`, where a deferred
+/// constraint is checked: such a refusal is a failed attempt of the
+/// message, counted like a failed body.
+pub(crate) fn is_constraint_violation(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::DatabaseError(
+            DatabaseErrorKind::ForeignKeyViolation
+                | DatabaseErrorKind::UniqueViolation
+                | DatabaseErrorKind::CheckViolation
+                | DatabaseErrorKind::NotNullViolation
+                | DatabaseErrorKind::RestrictViolation
+                | DatabaseErrorKind::ExclusionViolation,
+            _
+        )
+    )
+}
+
 /// `true` when the database refused the text of a claim's key itself: the
 /// inbox's own length checks, or a character the server's encoding cannot
 /// represent. Such a message fails the same way on every delivery.

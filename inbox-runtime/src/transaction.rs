@@ -15,7 +15,7 @@ use crate::failure::{self, Failure, Recorded};
 use crate::key::ClaimKey;
 use crate::observe::{Delivery, Ending, ending_of_inbox_error};
 use crate::outcome::{OnDuplicate, StoredOutcome};
-use crate::recovery::{Recovery, recovery};
+use crate::recovery::{Recovery, is_constraint_violation, recovery};
 use crate::scope::{Scope, either, report_after_failed_rollback};
 use crate::stored::{Plain, Reply, StoredResult, Storing};
 
@@ -37,6 +37,12 @@ use crate::stored::{Plain, Reply, StoredResult, Storing};
 ///   failed and the body ignored its error): nothing could commit, and the
 ///   result is [`InboxError::IgnoredStatementFailure`] (retryable), never
 ///   `Ok`. The check travels with the `COMMIT`, in the same round trip.
+/// - `body` returns `Ok` but the `COMMIT` is refused by a constraint the
+///   database checks at commit (a deferred foreign key or unique key, on
+///   PostgreSQL or SQLite): nothing committed, and the refusal is the
+///   message's failed attempt, counted as a failed body's (see below): its
+///   writes fail the same way on every delivery, so it ends dead instead of
+///   being retried forever. The connection stays usable.
 /// - Called inside a transaction already open on `conn`, the work becomes a
 ///   savepoint (`inbox_savepoint_<depth>`): the claim is final only when the
 ///   outer transaction commits, and vanishes with it if it rolls back.
@@ -244,7 +250,15 @@ where
                 delivery.finish(&key, Ending::Processed);
                 Ok(value)
             }
-            Err(error) => {
+            Err(NotCommitted::Refused(refusal)) => {
+                let failure = Failure::of_error(&refusal);
+                let replacement =
+                    count_failure(conn, &scope, &key, failure.as_ref(), max_attempts, delivery);
+                Err(into_handler_error(
+                    replacement.unwrap_or(InboxError::Database(refusal)),
+                ))
+            }
+            Err(NotCommitted::Failed(error)) => {
                 delivery.finish(&key, ending_of_inbox_error(&error));
                 Err(into_handler_error(error))
             }
@@ -252,14 +266,8 @@ where
         Ok(Err(error)) => Err(match roll_back(conn, &scope) {
             Ok(()) => {
                 let failure = Failure::of_error(&error);
-                let recorded = match &failure {
-                    Some(failure) => record_failure(conn, &scope, &key, failure, max_attempts),
-                    None => Ok(None),
-                };
-                let replacement = failure::conclude(failure.as_ref(), recorded, |ending| {
-                    delivery.finish(&key, ending)
-                });
-                replacement.map_or(error, into_handler_error)
+                count_failure(conn, &scope, &key, failure.as_ref(), max_attempts, delivery)
+                    .map_or(error, into_handler_error)
             }
             Err(rollback_error) => {
                 delivery.finish(
@@ -300,6 +308,30 @@ where
     }
 }
 
+/// Why a delivery whose body succeeded did not commit.
+enum NotCommitted {
+    /// The `COMMIT` was refused by a constraint the database checks at
+    /// commit (a deferred foreign key or unique key) and the body's writes
+    /// violate: the message's own fault, the same on every delivery, so a
+    /// failed attempt. Nothing committed; the connection is sound.
+    Refused(diesel::result::Error),
+    /// Anything else: the inbox's own step (storing the result) or database
+    /// trouble. Not a failed attempt of the message.
+    Failed(InboxError),
+}
+
+impl NotCommitted {
+    /// What a failed [`commit`] of the handler's level says.
+    fn of_commit(error: InboxError) -> NotCommitted {
+        match error {
+            InboxError::Database(refusal) if is_constraint_violation(&refusal) => {
+                NotCommitted::Refused(refusal)
+            }
+            other => NotCommitted::Failed(other),
+        }
+    }
+}
+
 /// After the body succeeded: stores its result with the claim (a handler
 /// that stores results), then commits the handler's level. A result that
 /// cannot be stored (too large, or the inbox's statement failed) rolls the
@@ -310,7 +342,7 @@ fn store_and_commit<P, C, R>(
     scope: &Scope,
     key: &ClaimKey,
     value: &R,
-) -> Result<(), InboxError>
+) -> Result<(), NotCommitted>
 where
     P: Reply<R>,
     C: Connection,
@@ -322,12 +354,35 @@ where
         Err(error) => Err(error),
     };
     match stored {
-        Ok(()) => commit(conn, scope),
-        Err(error) => match roll_back(conn, scope) {
-            Ok(()) => Err(error),
-            Err(rollback_error) => Err(either(report_after_failed_rollback(error, rollback_error))),
-        },
+        Ok(()) => commit(conn, scope).map_err(NotCommitted::of_commit),
+        Err(error) => Err(NotCommitted::Failed(match roll_back(conn, scope) {
+            Ok(()) => error,
+            Err(rollback_error) => either(report_after_failed_rollback(error, rollback_error)),
+        })),
     }
+}
+
+/// Counts a failed attempt of `key` after its level was rolled back (when
+/// `failure` says there is one to count), tells `delivery` how it ended,
+/// and returns the inbox error the delivery fails with instead of its own
+/// (`None`: its own error stands).
+fn count_failure<C>(
+    conn: &mut C,
+    scope: &Scope,
+    key: &ClaimKey,
+    failure: Option<&Failure>,
+    max_attempts: MaxAttempts,
+    delivery: Delivery,
+) -> Option<InboxError>
+where
+    C: Connection,
+    C::Backend: InboxBackend,
+{
+    let recorded = match failure {
+        Some(failure) => record_failure(conn, scope, key, failure, max_attempts),
+        None => Ok(None),
+    };
+    failure::conclude(failure, recorded, |ending| delivery.finish(key, ending))
 }
 
 /// Records a failed body after its rollback, in a short transaction of its
@@ -445,6 +500,13 @@ pub(crate) fn commit<C: Connection>(conn: &mut C, scope: &Scope) -> Result<(), I
     let Err(commit_error) = scope.execute(conn, &scope.commit_sql()) else {
         return scope.left(status(conn)).map_err(Into::into);
     };
+    if scope.is_outermost() && matches!(scope.is_open(status(conn)), Ok(false)) {
+        // The failed COMMIT ended the transaction itself (PostgreSQL rolls
+        // back a transaction whose COMMIT fails, and Diesel's connection saw
+        // it idle): nothing committed, nothing is left to roll back, and the
+        // connection is sound.
+        return Err(scope.failed_commit(false, commit_error));
+    }
     let aborted = recovery(&commit_error) != Recovery::Reconnect
         && scope
             .aborted_probe_sql()

@@ -26,6 +26,7 @@ use crate::failure::{self, Failure, Recorded};
 use crate::key::ClaimKey;
 use crate::observe::{BodyScope, Delivery, Ending, ending_of_inbox_error};
 use crate::outcome::{OnDuplicate, StoredOutcome};
+use crate::recovery::is_constraint_violation;
 use crate::scope::{Scope, either, report_after_failed_rollback};
 use crate::stored::{Plain, Reply, StoredResult, Storing};
 
@@ -658,6 +659,14 @@ where
                 Ok(()) => {
                     self.report(Ending::Processed);
                     Ok(Ok(value))
+                }
+                // Refused by a constraint checked at commit: the message's
+                // failed attempt, counted as a failed body's.
+                Err(InboxError::Database(refusal)) if is_constraint_violation(&refusal) => {
+                    Err(match self.after_failure(refusal).await {
+                        Failed::Inbox(replacement) => replacement,
+                        Failed::Body(refusal) => InboxError::Database(refusal),
+                    })
                 }
                 Err(error) => {
                     self.report(Ending::DatabaseError { error: &error });

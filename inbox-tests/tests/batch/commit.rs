@@ -1,15 +1,15 @@
-//! A commit that fails. Refused on a connection that stays sound (a deferred
-//! foreign key on SQLite; on PostgreSQL a body that ignored a failed
-//! statement), the batch is halved until the message that broke it runs
-//! alone: the others commit, and it gets the single form's error (retried,
-//! not counted). A failed commit that loses the connection (a deferred
-//! foreign key on PostgreSQL ends the transaction with the `COMMIT`) aborts
-//! the batch: nothing of it commits, one message carries the error, every
-//! other `BatchAborted`, all to be retried on a new connection.
+//! A commit that fails on a connection that stays sound. Refused because a
+//! body ignored a failed statement (PostgreSQL), the batch is halved until
+//! that message runs alone: the others commit, and it gets the single
+//! form's error (retried, not counted: the statement's failure may have
+//! been a lock conflict). Refused by a constraint checked at commit (a
+//! deferred foreign key, PostgreSQL and SQLite), the same split, and the
+//! message that violates it gets the single form's answer to that: a failed
+//! attempt, counted (dead here, at a limit of 1).
 
 use diesel::connection::SimpleConnection;
 use inbox_runtime::{AckDecision, InboxError, MaxAttempts, Recovery};
-use inbox_tests::TestBackend;
+use inbox_tests::{SqlRows, TestBackend};
 
 use crate::support::*;
 
@@ -18,27 +18,19 @@ const DEFERRED_DDL: &str = "CREATE TABLE batch_parents (id INTEGER NOT NULL PRIM
      CREATE TABLE batch_children (parent INTEGER NOT NULL \
      REFERENCES batch_parents (id) DEFERRABLE INITIALLY DEFERRED)";
 
-/// SQLite: a deferred foreign key refused at commit; PostgreSQL: a body
-/// that ignored a failed statement (its transaction cannot commit).
+/// PostgreSQL: a body that ignored a failed statement (its transaction
+/// cannot commit).
 pub fn a_refused_commit_spares_the_other_messages<B: TestBackend>() {
     let Some((db, mut conn)) = fresh::<B>() else {
         return;
     };
-    conn.batch_execute(DEFERRED_DDL).unwrap();
-    if B::NAME == "sqlite" {
-        conn.batch_execute("PRAGMA foreign_keys = ON").unwrap();
-    }
     let mut observer = db.connect();
     let batch = ids("refused", 6);
     let culprit = batch[3].clone();
     let body = |conn: &mut B::Connection, id: &str| {
         apply(conn, id)?;
         if id == culprit {
-            if B::NAME == "postgres" {
-                let _ignored = exec(conn, "SELECT 1 / 0");
-            } else {
-                exec(conn, "INSERT INTO batch_children (parent) VALUES (7)")?;
-            }
+            let _ignored = exec(conn, "SELECT 1 / 0");
         }
         Ok(())
     };
@@ -47,15 +39,13 @@ pub fn a_refused_commit_spares_the_other_messages<B: TestBackend>() {
         if at == 3 {
             let error = result.as_ref().expect_err("the culprit's error");
             assert_eq!(error.recovery(), Recovery::Retry, "{error:?}");
-            if B::NAME == "postgres" {
-                assert!(
-                    matches!(
-                        error,
-                        AppError::Inbox(InboxError::IgnoredStatementFailure { .. })
-                    ),
-                    "{error:?}"
-                );
-            }
+            assert!(
+                matches!(
+                    error,
+                    AppError::Inbox(InboxError::IgnoredStatementFailure { .. })
+                ),
+                "{error:?}"
+            );
         } else {
             assert!(
                 matches!(result, Ok(inbox_runtime::Outcome::Processed(_))),
@@ -71,10 +61,11 @@ pub fn a_refused_commit_spares_the_other_messages<B: TestBackend>() {
     assert_eq!(all_failure_rows(&mut observer), 0, "nothing counted");
 }
 
-/// PostgreSQL: a deferred foreign key fails the `COMMIT`, which ends the
-/// transaction; the runtime reports it lost and the connection must be
-/// replaced, so the batch cannot be split on it.
-pub fn a_failed_commit_that_loses_the_connection_aborts_the_batch<B: TestBackend>() {
+/// A deferred foreign key that one message's effect violates, refused at
+/// `COMMIT` (PostgreSQL ends the transaction with it; SQLite keeps it open
+/// and the runtime rolls it back): the others commit, the culprit's attempt
+/// is counted, and the same connection goes on.
+pub fn a_constraint_refused_at_commit_spares_the_others_and_counts_the_culprit<B: TestBackend>() {
     let Some((db, mut conn)) = fresh::<B>() else {
         return;
     };
@@ -83,7 +74,7 @@ pub fn a_failed_commit_that_loses_the_connection_aborts_the_batch<B: TestBackend
         conn.batch_execute("PRAGMA foreign_keys = ON").unwrap();
     }
     let mut observer = db.connect();
-    let batch = ids("commit", 6);
+    let batch = ids("orphan", 6);
     let orphan = batch[3].clone();
     let body = |conn: &mut B::Connection, id: &str| {
         apply(conn, id)?;
@@ -93,44 +84,50 @@ pub fn a_failed_commit_that_loses_the_connection_aborts_the_batch<B: TestBackend
         Ok(())
     };
     let (report, runs) = run_batch(&mut conn, &batch, MaxAttempts::limit(1), body);
-    assert_eq!(runs.len(), 6, "every body ran before the commit");
-    let carriers: Vec<usize> = (0..6)
-        .filter(|at| {
-            !matches!(
-                report.results()[*at],
-                Err(AppError::Inbox(InboxError::BatchAborted { .. }))
-            )
-        })
-        .collect();
-    assert_eq!(carriers.len(), 1, "{:?}", endings(&report));
-    let carrier = carriers[0];
-    let error = report.results()[carrier]
-        .as_ref()
-        .expect_err("the commit's error");
     for (at, result) in report.results().iter().enumerate() {
-        if let Err(AppError::Inbox(InboxError::BatchAborted {
-            cause_message_id,
-            recovery,
-        })) = result
-        {
-            assert_eq!(cause_message_id, &batch[carrier], "position {at}");
-            assert_eq!(*recovery, error.recovery(), "position {at}: {error:?}");
+        if at == 3 {
+            let error = result.as_ref().expect_err("the orphan's error");
+            assert!(
+                matches!(
+                    error,
+                    AppError::Inbox(InboxError::AttemptsExhausted { attempts: 1, .. })
+                ),
+                "{error:?}"
+            );
+            assert_eq!(error.recovery(), Recovery::Never, "{error:?}");
+        } else {
+            assert!(
+                matches!(result, Ok(inbox_runtime::Outcome::Processed(_))),
+                "{at}: {result:?}"
+            );
         }
     }
-    assert!(decisions(&report).iter().all(|d| *d == AckDecision::Retry));
-    assert_eq!(error.recovery(), Recovery::Reconnect, "{error:?}");
-    conn = db.connect();
+    assert_eq!(
+        decisions(&report)[3],
+        AckDecision::DeadLetter,
+        "{:?}",
+        endings(&report)
+    );
+    assert!(runs[&orphan] >= 2, "the orphan ran again alone: {runs:?}");
     assert_eq!(depth(&mut conn), 0);
-    assert_eq!(all_claims(&mut observer), 0, "nothing committed");
-    assert_eq!(all_effects(&mut observer), 0);
-    assert_eq!(all_failure_rows(&mut observer), 0, "nothing counted");
+    assert_eq!(all_claims(&mut observer), 6, "the others and the dead one");
+    assert_eq!(effects(&mut observer, &orphan), 0);
+    assert_eq!(all_effects(&mut observer), 5);
+    assert_eq!(all_failure_rows(&mut observer), 1, "the orphan, counted");
+    assert_eq!(
+        observer.bigint("SELECT COUNT(*) AS value FROM batch_children"),
+        0
+    );
 
-    let rest: Vec<String> = batch.iter().filter(|id| **id != orphan).cloned().collect();
-    let (again, _) = run_batch(&mut conn, &rest, MaxAttempts::limit(1), body);
-    assert_all_processed(&again, &rest);
+    // The same connection goes on.
+    let next = ids("after", 3);
+    let (again, _) = run_batch(&mut conn, &next, MaxAttempts::limit(1), |conn, id| {
+        apply(conn, id)
+    });
+    assert_all_processed(&again, &next);
 }
 
 inbox_tests::backend_tests! {
-    only [postgres, sqlite]: a_refused_commit_spares_the_other_messages;
-    only [postgres]: a_failed_commit_that_loses_the_connection_aborts_the_batch;
+    only [postgres]: a_refused_commit_spares_the_other_messages;
+    only [postgres, sqlite]: a_constraint_refused_at_commit_spares_the_others_and_counts_the_culprit;
 }
