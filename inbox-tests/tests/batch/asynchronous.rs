@@ -4,7 +4,8 @@
 //! and counted alone, a rejection, a panic resumed after the messages before
 //! it committed, a killed connection aborting the batch, a future dropped at
 //! every await point leaving nothing half done and the connection refused,
-//! and deliveries racing overlapping batches. The database is read back on a blocking observer
+//! deliveries racing overlapping batches, and a deferred foreign key refused
+//! at `COMMIT` (the culprit split off and counted). The database is read back on a blocking observer
 //! connection.
 
 use std::collections::BTreeMap;
@@ -39,6 +40,8 @@ enum Act {
     Fail,
     Reject,
     Panic,
+    /// Also writes a row a deferred foreign key refuses at `COMMIT`.
+    Orphan,
 }
 
 /// Runs `ids` as one async batch of [`HANDLER`]; `act` says what each id's
@@ -67,6 +70,12 @@ where
                 Act::Fail => Err(AppError::Failed("boom")),
                 Act::Reject => Err(InboxError::rejected(format!("{id} is bad")).into()),
                 Act::Panic => panic!("deliberate panic in {id}"),
+                Act::Orphan => {
+                    statement("INSERT INTO batch_children (parent) VALUES (7)".to_owned())
+                        .execute(conn)
+                        .await?;
+                    Ok(id.clone())
+                }
             }
         },
     )
@@ -507,7 +516,48 @@ fn the_batch_future_is_send(conn: &mut diesel_async::AsyncPgConnection, batch: &
     )));
 }
 
+/// PostgreSQL: a deferred foreign key that one message's effect violates,
+/// refused at `COMMIT`: the others commit, the culprit's attempt is counted
+/// alone (dead at a limit of 1), and the same connection goes on.
+pub async fn async_constraint_refused_at_commit_spares_the_others_and_counts_the_culprit<
+    B: TestBackend,
+>() {
+    use diesel::connection::SimpleConnection as _;
+
+    let Some((db, mut observer)) = fresh::<B>() else {
+        return;
+    };
+    observer.batch_execute(crate::commit::DEFERRED_DDL).unwrap();
+    let mut conn = db.connect_async().await;
+    let batch = ids("orphan", 6);
+    let orphan = batch[3].clone();
+    let act = |id: &str| {
+        if id == orphan {
+            Act::Orphan
+        } else {
+            Act::Apply
+        }
+    };
+    let (report, runs) = run_async(&mut conn, &batch, MaxAttempts::limit(1), act).await;
+    assert_eq!(report.processed(), 5, "{:?}", endings(&report));
+    match &report.results()[3] {
+        Err(AppError::Inbox(InboxError::AttemptsExhausted { attempts: 1, .. })) => {}
+        other => panic!("the orphan's attempt counted, dead: {other:?}"),
+    }
+    assert_eq!(ack_decision(&report.results()[3]), AckDecision::DeadLetter);
+    assert!(runs[&orphan] >= 2, "the orphan ran again alone: {runs:?}");
+    assert_eq!(all_effects(&mut observer), 5);
+    assert_eq!(effects(&mut observer, &orphan), 0);
+    assert_eq!(all_failure_rows(&mut observer), 1, "the orphan, counted");
+
+    let next = ids("after", 3);
+    let (again, _) = run_async(&mut conn, &next, MaxAttempts::limit(1), |_| Act::Apply).await;
+    assert_eq!(again.processed(), 3, "{:?}", endings(&again));
+}
+
 inbox_tests::backend_tests! {
+    async only [postgres]:
+        async_constraint_refused_at_commit_spares_the_others_and_counts_the_culprit;
     async only [postgres, mysql]:
         async_batches_process_new_ids_and_skip_redeliveries,
         async_failures_are_split_off_and_counted_alone,

@@ -14,7 +14,7 @@ use inbox_tests::{SqlRows, TestBackend};
 use crate::support::*;
 
 /// Rows whose parent must exist by the time the transaction commits.
-const DEFERRED_DDL: &str = "CREATE TABLE batch_parents (id INTEGER NOT NULL PRIMARY KEY); \
+pub const DEFERRED_DDL: &str = "CREATE TABLE batch_parents (id INTEGER NOT NULL PRIMARY KEY); \
      CREATE TABLE batch_children (parent INTEGER NOT NULL \
      REFERENCES batch_parents (id) DEFERRABLE INITIALLY DEFERRED)";
 
