@@ -32,6 +32,7 @@ mod backend;
 #[cfg(feature = "async")]
 mod cancel;
 mod connections;
+mod deferred;
 pub mod failure_rows;
 mod macros;
 mod migrated;
@@ -57,6 +58,7 @@ pub use self::cancel::CancelAfter;
 pub use self::connections::{connection_id, terminate};
 #[cfg(feature = "async")]
 pub use self::connections::{connection_id_async, terminate_async};
+pub use self::deferred::{COUNT_CHILDREN_SQL, ORPHAN_SQL, create_deferred_foreign_key};
 pub use self::migrated::migrate_inbox_before;
 pub use self::panics::{panic_text, quiet_deliberate_panics};
 pub use self::rows::SqlRows;

@@ -71,7 +71,7 @@ where
                 Act::Reject => Err(InboxError::rejected(format!("{id} is bad")).into()),
                 Act::Panic => panic!("deliberate panic in {id}"),
                 Act::Orphan => {
-                    statement("INSERT INTO batch_children (parent) VALUES (7)".to_owned())
+                    statement(inbox_tests::ORPHAN_SQL.to_owned())
                         .execute(conn)
                         .await?;
                     Ok(id.clone())
@@ -522,12 +522,10 @@ fn the_batch_future_is_send(conn: &mut diesel_async::AsyncPgConnection, batch: &
 pub async fn async_constraint_refused_at_commit_spares_the_others_and_counts_the_culprit<
     B: TestBackend,
 >() {
-    use diesel::connection::SimpleConnection as _;
-
     let Some((db, mut observer)) = fresh::<B>() else {
         return;
     };
-    observer.batch_execute(crate::commit::DEFERRED_DDL).unwrap();
+    inbox_tests::create_deferred_foreign_key::<B>(&mut observer);
     let mut conn = db.connect_async().await;
     let batch = ids("orphan", 6);
     let orphan = batch[3].clone();

@@ -7,16 +7,12 @@
 //! message that violates it gets the single form's answer to that: a failed
 //! attempt, counted (dead here, at a limit of 1).
 
-use diesel::connection::SimpleConnection;
 use inbox_runtime::{AckDecision, InboxError, MaxAttempts, Recovery};
-use inbox_tests::{SqlRows, TestBackend};
+use inbox_tests::{
+    COUNT_CHILDREN_SQL, ORPHAN_SQL, SqlRows, TestBackend, create_deferred_foreign_key,
+};
 
 use crate::support::*;
-
-/// Rows whose parent must exist by the time the transaction commits.
-pub const DEFERRED_DDL: &str = "CREATE TABLE batch_parents (id INTEGER NOT NULL PRIMARY KEY); \
-     CREATE TABLE batch_children (parent INTEGER NOT NULL \
-     REFERENCES batch_parents (id) DEFERRABLE INITIALLY DEFERRED)";
 
 /// PostgreSQL: a body that ignored a failed statement (its transaction
 /// cannot commit).
@@ -69,17 +65,14 @@ pub fn a_constraint_refused_at_commit_spares_the_others_and_counts_the_culprit<B
     let Some((db, mut conn)) = fresh::<B>() else {
         return;
     };
-    conn.batch_execute(DEFERRED_DDL).unwrap();
-    if B::NAME == "sqlite" {
-        conn.batch_execute("PRAGMA foreign_keys = ON").unwrap();
-    }
+    create_deferred_foreign_key::<B>(&mut conn);
     let mut observer = db.connect();
     let batch = ids("orphan", 6);
     let orphan = batch[3].clone();
     let body = |conn: &mut B::Connection, id: &str| {
         apply(conn, id)?;
         if id == orphan {
-            exec(conn, "INSERT INTO batch_children (parent) VALUES (7)")?;
+            exec(conn, ORPHAN_SQL)?;
         }
         Ok(())
     };
@@ -114,10 +107,7 @@ pub fn a_constraint_refused_at_commit_spares_the_others_and_counts_the_culprit<B
     assert_eq!(effects(&mut observer, &orphan), 0);
     assert_eq!(all_effects(&mut observer), 5);
     assert_eq!(all_failure_rows(&mut observer), 1, "the orphan, counted");
-    assert_eq!(
-        observer.bigint("SELECT COUNT(*) AS value FROM batch_children"),
-        0
-    );
+    assert_eq!(observer.bigint(COUNT_CHILDREN_SQL), 0);
 
     // The same connection goes on.
     let next = ids("after", 3);

@@ -315,9 +315,7 @@ pub async fn an_async_constraint_refused_at_commit_is_a_counted_attempt<B: TestB
     let Some((db, mut observer)) = fresh::<B>() else {
         return;
     };
-    observer
-        .batch_execute(crate::refused_commit::DEFERRED_DDL)
-        .unwrap();
+    inbox_tests::create_deferred_foreign_key::<B>(&mut observer);
     let mut conn = db.connect_async().await;
     let delivery = |id: &str, statements: Vec<String>| ScriptedAsync {
         id: id.to_owned(),
@@ -325,7 +323,7 @@ pub async fn an_async_constraint_refused_at_commit_is_a_counted_attempt<B: TestB
         runs: std::sync::atomic::AtomicU32::new(0),
     };
     for attempt in 1..=3 {
-        let msg = delivery("arc-1", vec![crate::refused_commit::ORPHAN.to_owned()]);
+        let msg = delivery("arc-1", vec![inbox_tests::ORPHAN_SQL.to_owned()]);
         let result = scripted_async(&mut conn, &msg).await;
         let error = result.as_ref().expect_err("the COMMIT is refused");
         let row = failure_row::<B>(&mut observer, SCRIPTED, "arc-1")
@@ -339,7 +337,7 @@ pub async fn an_async_constraint_refused_at_commit_is_a_counted_attempt<B: TestB
         assert_eq!(ack_decision(&result), expected, "{error:?}");
         assert_eq!(effects(&mut observer, "arc-1"), 0, "rolled back");
     }
-    let later = delivery("arc-1", vec![crate::refused_commit::ORPHAN.to_owned()]);
+    let later = delivery("arc-1", vec![inbox_tests::ORPHAN_SQL.to_owned()]);
     assert!(scripted_async(&mut conn, &later).await.is_ok());
     scripted_async(&mut conn, &delivery("arc-2", vec![]))
         .await

@@ -6,32 +6,22 @@
 //! stays usable. PostgreSQL and SQLite; MariaDB/MySQL check foreign keys at
 //! each statement, where a violation is already a failed body.
 
-use diesel::connection::SimpleConnection;
 use inbox_runtime::{AckDecision, InboxError, ack_decision};
-use inbox_tests::{SqlRows, TestBackend};
+use inbox_tests::{
+    COUNT_CHILDREN_SQL, ORPHAN_SQL, SqlRows, TestBackend, create_deferred_foreign_key,
+};
 
 use crate::handlers::*;
 use crate::support::*;
-
-/// Children whose parent must exist by the time the transaction commits.
-pub const DEFERRED_DDL: &str = "CREATE TABLE poison_parents (id INTEGER NOT NULL PRIMARY KEY); \
-     CREATE TABLE poison_children (parent INTEGER NOT NULL \
-     REFERENCES poison_parents (id) DEFERRABLE INITIALLY DEFERRED)";
-
-/// The body's orphan, refused only when the transaction commits.
-pub const ORPHAN: &str = "INSERT INTO poison_children (parent) VALUES (7)";
 
 pub fn a_constraint_refused_at_commit_is_a_counted_attempt<B: TestBackend>() {
     let Some((db, mut conn)) = fresh::<B>() else {
         return;
     };
-    conn.batch_execute(DEFERRED_DDL).unwrap();
-    if B::NAME == "sqlite" {
-        conn.batch_execute("PRAGMA foreign_keys = ON").unwrap();
-    }
+    create_deferred_foreign_key::<B>(&mut conn);
     let mut observer = db.connect();
     for attempt in 1..=3 {
-        let msg = Scripted::new("rc-1", vec![Step::Sql(ORPHAN.to_owned())]);
+        let msg = Scripted::new("rc-1", vec![Step::Sql(ORPHAN_SQL.to_owned())]);
         let result = scripted(&mut conn, &msg);
         assert_eq!(msg.runs(), 1, "the body ran");
         let error = result.as_ref().expect_err("the COMMIT is refused");
@@ -53,13 +43,10 @@ pub fn a_constraint_refused_at_commit_is_a_counted_attempt<B: TestBackend>() {
             assert_eq!((row.attempts, row.dead), (3, true), "{row:?}");
         }
         assert_eq!(effects(&mut observer, "rc-1"), 0, "rolled back");
-        assert_eq!(
-            observer.bigint("SELECT COUNT(*) AS value FROM poison_children"),
-            0
-        );
+        assert_eq!(observer.bigint(COUNT_CHILDREN_SQL), 0);
     }
     // Dead: the next delivery is a duplicate, its body does not run.
-    let later = Scripted::new("rc-1", vec![Step::Sql(ORPHAN.to_owned())]);
+    let later = Scripted::new("rc-1", vec![Step::Sql(ORPHAN_SQL.to_owned())]);
     assert!(scripted(&mut conn, &later).is_ok());
     assert_eq!(later.runs(), 0);
     // The same connection goes on.
