@@ -27,6 +27,7 @@ use crate::backend::{Bind, InboxBackend};
 use crate::error::{InboxError, REJECTED_PREFIX, REJECTED_SUFFIX};
 use crate::key::ClaimKey;
 use crate::observe::Ending;
+use crate::recovery::is_constraint_violation;
 
 /// The most bytes of error text the inbox keeps: a rejection's reason, a
 /// failed attempt's error (in `inbox_failures.last_error` and
@@ -161,6 +162,31 @@ fn rejection_reason(error: &(dyn StdError + 'static)) -> String {
         next = error.source();
     }
     error_text(error)
+}
+
+/// Why a delivery whose body succeeded did not commit.
+pub(crate) enum NotCommitted {
+    /// The `COMMIT` was refused by a constraint the database checks at
+    /// commit (a deferred foreign key or unique key) and the body's writes
+    /// violate: the message's own fault, the same on every delivery, so a
+    /// failed attempt. Nothing committed; the connection is sound.
+    Refused(diesel::result::Error),
+    /// Anything else: the inbox's own step (storing the result) or database
+    /// trouble. Not a failed attempt of the message.
+    Failed(InboxError),
+}
+
+impl NotCommitted {
+    /// What a failed commit of the handler's level says (blocking and
+    /// async: the one place that decides which refusals count).
+    pub(crate) fn of_commit(error: InboxError) -> NotCommitted {
+        match error {
+            InboxError::Database(refusal) if is_constraint_violation(&refusal) => {
+                NotCommitted::Refused(refusal)
+            }
+            other => NotCommitted::Failed(other),
+        }
+    }
 }
 
 /// What recording a failure did.

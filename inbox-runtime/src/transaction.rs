@@ -11,11 +11,11 @@ use crate::backend::InboxBackend;
 use crate::claim::{Claim, Taken, claim_statement, refused_or_database, store_result, take};
 use crate::error::{HandlerError, InboxError, into_handler_error};
 use crate::execution::RetryPolicy;
-use crate::failure::{self, Failure, Recorded};
+use crate::failure::{self, Failure, NotCommitted, Recorded};
 use crate::key::ClaimKey;
 use crate::observe::{Delivery, Ending, ending_of_inbox_error};
 use crate::outcome::{OnDuplicate, StoredOutcome};
-use crate::recovery::{Recovery, is_constraint_violation, recovery};
+use crate::recovery::{Recovery, recovery};
 use crate::scope::{Scope, either, report_after_failed_rollback};
 use crate::stored::{Plain, Reply, StoredResult, Storing};
 
@@ -304,30 +304,6 @@ where
                 ),
             }
             panic::resume_unwind(panic)
-        }
-    }
-}
-
-/// Why a delivery whose body succeeded did not commit.
-enum NotCommitted {
-    /// The `COMMIT` was refused by a constraint the database checks at
-    /// commit (a deferred foreign key or unique key) and the body's writes
-    /// violate: the message's own fault, the same on every delivery, so a
-    /// failed attempt. Nothing committed; the connection is sound.
-    Refused(diesel::result::Error),
-    /// Anything else: the inbox's own step (storing the result) or database
-    /// trouble. Not a failed attempt of the message.
-    Failed(InboxError),
-}
-
-impl NotCommitted {
-    /// What a failed [`commit`] of the handler's level says.
-    fn of_commit(error: InboxError) -> NotCommitted {
-        match error {
-            InboxError::Database(refusal) if is_constraint_violation(&refusal) => {
-                NotCommitted::Refused(refusal)
-            }
-            other => NotCommitted::Failed(other),
         }
     }
 }

@@ -22,11 +22,10 @@ use crate::claim::{
 };
 use crate::error::{HandlerError, InboxError, into_handler_error};
 use crate::execution::{AsyncLevel, RetryPolicy, async_status, require_transaction};
-use crate::failure::{self, Failure, Recorded};
+use crate::failure::{self, Failure, NotCommitted, Recorded};
 use crate::key::ClaimKey;
 use crate::observe::{BodyScope, Delivery, Ending, ending_of_inbox_error};
 use crate::outcome::{OnDuplicate, StoredOutcome};
-use crate::recovery::is_constraint_violation;
 use crate::scope::{Scope, either, report_after_failed_rollback};
 use crate::stored::{Plain, Reply, StoredResult, Storing};
 
@@ -655,20 +654,18 @@ where
         E: std::error::Error + 'static,
     {
         match result {
-            Ok(value) => match self.level.commit().await {
+            Ok(value) => match self.level.commit().await.map_err(NotCommitted::of_commit) {
                 Ok(()) => {
                     self.report(Ending::Processed);
                     Ok(Ok(value))
                 }
-                // Refused by a constraint checked at commit: the message's
-                // failed attempt, counted as a failed body's.
-                Err(InboxError::Database(refusal)) if is_constraint_violation(&refusal) => {
+                Err(NotCommitted::Refused(refusal)) => {
                     Err(match self.after_failure(refusal).await {
                         Failed::Inbox(replacement) => replacement,
                         Failed::Body(refusal) => InboxError::Database(refusal),
                     })
                 }
-                Err(error) => {
+                Err(NotCommitted::Failed(error)) => {
                     self.report(Ending::DatabaseError { error: &error });
                     Err(error)
                 }
