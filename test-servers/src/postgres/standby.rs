@@ -83,14 +83,9 @@ impl PgServer {
             .args(["-U", "postgres", "-X", "stream", "-c", "fast", "--no-sync"]);
         standby.with_password(&mut backup);
         standby.run(&mut backup)?;
-        let password = match &self.password {
-            Some(password) => format!(" password={password}"),
-            None => String::new(),
-        };
         standby.append_conf(&format!(
-            "primary_conninfo = 'host=127.0.0.1 port={} user=postgres{password} \
-             application_name={STANDBY_NAME}'\nhot_standby = on\n",
-            self.port
+            "primary_conninfo = '{}'\nhot_standby = on\n",
+            self.standby_conninfo()
         ))?;
         standby.write_private(&standby.standby_signal(), "")?;
         standby.pg_ctl(&["start"])?;
@@ -187,10 +182,6 @@ impl PgServer {
     /// # Ok::<(), String>(())
     /// ```
     pub fn rejoin_as_standby_of(&self, primary: &PgServer) -> Result<(), String> {
-        let password = match &primary.password {
-            Some(password) => format!(" password={password}"),
-            None => String::new(),
-        };
         // A promoted server's control file names its new timeline only after
         // a checkpoint; before one, pg_rewind sees one timeline and rewinds
         // nothing.
@@ -200,9 +191,8 @@ impl PgServer {
             .arg("-D")
             .arg(self.data_dir())
             .arg(format!(
-                "--source-server=host=127.0.0.1 port={} user=postgres dbname=postgres \
-                 application_name={STANDBY_NAME}{password}",
-                primary.port
+                "--source-server={} dbname=postgres",
+                primary.standby_conninfo()
             ))
             .args(["--write-recovery-conf", "--no-sync"]);
         self.run(&mut rewind)?;
@@ -239,6 +229,19 @@ impl PgServer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// How a standby of this server connects to it (libpq keywords): as
+    /// `postgres`, with the password if any, named [`STANDBY_NAME`].
+    fn standby_conninfo(&self) -> String {
+        let password = match &self.password {
+            Some(password) => format!(" password={password}"),
+            None => String::new(),
+        };
+        format!(
+            "host=127.0.0.1 port={} user=postgres application_name={STANDBY_NAME}{password}",
+            self.port
+        )
     }
 
     fn standby_signal(&self) -> PathBuf {
