@@ -132,6 +132,8 @@ pub struct Ack {
     pub id: String,
     /// `Outcome::Processed` (else `Outcome::Duplicate`).
     pub processed: bool,
+    /// When the successful attempt began (the handler was called).
+    pub started: Instant,
     /// When the handler returned.
     pub at: Instant,
 }
@@ -181,6 +183,7 @@ impl<'a> State<'a> {
     fn delivered(
         &mut self,
         message: &Payment,
+        started: Instant,
         outcome: Result<Outcome<()>, (Recovery, String)>,
     ) -> Result<Step, String> {
         match outcome {
@@ -188,6 +191,7 @@ impl<'a> State<'a> {
                 self.report.acks.push(Ack {
                     id: message.id.clone(),
                     processed: matches!(outcome, Outcome::Processed(())),
+                    started,
                     at: Instant::now(),
                 });
                 if self.failures > 0 {
@@ -284,8 +288,9 @@ pub fn consume<C, E: Debug>(
             },
         };
         std::thread::sleep(BROKER_POLL);
+        let started = Instant::now();
         let outcome = deliver(c, message).map_err(|e| (classify(&e), format!("{e:?}")));
-        match state.delivered(message, outcome) {
+        match state.delivered(message, started, outcome) {
             Ok(Step::Next) => next += 1,
             Ok(Step::Again(delay)) => std::thread::sleep(delay),
             Ok(Step::Reconnect(delay)) => {
@@ -328,10 +333,11 @@ pub async fn consume_async<C, E: Debug>(
             },
         };
         tokio::time::sleep(BROKER_POLL).await;
+        let started = Instant::now();
         let outcome = deliver(c, message)
             .await
             .map_err(|e| (classify(&e), format!("{e:?}")));
-        match state.delivered(message, outcome) {
+        match state.delivered(message, started, outcome) {
             Ok(Step::Next) => next += 1,
             Ok(Step::Again(delay)) => tokio::time::sleep(delay).await,
             Ok(Step::Reconnect(delay)) => {

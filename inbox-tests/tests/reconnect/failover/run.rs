@@ -105,13 +105,16 @@ pub(super) struct Failover {
 }
 
 impl Failover {
-    /// The ids acknowledged as processed between `from` and `to`, in
-    /// delivery order.
+    /// The ids acknowledged as processed before `to` by a delivery that
+    /// began after `from` (so its COMMIT came after `from` too, however late
+    /// the busy machine records the acknowledgement), in delivery order.
     pub(super) fn processed_between(&self, from: Option<Instant>, to: Instant) -> Vec<String> {
         self.report
             .acks
             .iter()
-            .filter(|ack| ack.processed && from.is_none_or(|from| ack.at > from) && ack.at < to)
+            .filter(|ack| {
+                ack.processed && from.is_none_or(|from| ack.started > from) && ack.at < to
+            })
             .map(|ack| ack.id.clone())
             .collect()
     }
