@@ -123,6 +123,20 @@ impl Failover {
     pub(super) fn processed_on_the_primary(&self) -> Vec<String> {
         self.processed_between(None, self.gone_at)
     }
+
+    /// The ids two deliveries acknowledged as processed: a claim the
+    /// failover lost, whose other copy the consumer then delivered to the
+    /// promoted server (which took it as new). Such an id is on the promoted
+    /// server, yet not because the standby received its first commit.
+    pub(super) fn processed_twice(&self) -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        self.report
+            .acks
+            .iter()
+            .filter(|ack| ack.processed && !seen.insert(ack.id.clone()))
+            .map(|ack| ack.id.clone())
+            .collect()
+    }
 }
 
 /// The consumer a test runs: the README's loop on blocking or async
