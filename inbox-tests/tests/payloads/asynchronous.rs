@@ -86,4 +86,45 @@ pub async fn async_conflicts_and_replays<B: TestBackend>() {
     );
 }
 
-inbox_tests::backend_tests!(async async_conflicts_and_replays);
+/// The async twin of `a_panicking_result_encoder_is_a_panicking_delivery`:
+/// rolled back, counted and resumed, and the connection delivers the next
+/// message (it is not left refused as a dropped delivery's is).
+pub async fn async_panicking_result_encoder_is_a_panicking_delivery<B: TestBackend>() {
+    use futures_util::FutureExt;
+    use inbox_tests::failure_rows::failure_row;
+    use std::panic::AssertUnwindSafe;
+
+    let Some((db, mut observer)) = fresh::<B>() else {
+        return;
+    };
+    let mut conn = db.connect_async().await;
+    for attempt in 1..=2 {
+        let req = Charge::new("a-6", 6);
+        let delivered = AssertUnwindSafe(panicking_receipt_async(&mut conn, &req))
+            .catch_unwind()
+            .await;
+        assert!(delivered.is_err(), "the encoder's panic is resumed");
+        assert_eq!(req.runs(), 1);
+        assert_eq!(all_effects(&mut observer), 0, "its effect rolled back");
+        assert_eq!(claims(&mut observer, PANICKING_RECEIPT, "a-6"), 0);
+        let row = failure_row::<B>(&mut observer, PANICKING_RECEIPT, "a-6").expect("counted");
+        assert_eq!(row.attempts, attempt, "{row:?}");
+        assert!(row.last_error.contains("encoder panicked"), "{row:?}");
+    }
+    let late = Charge::new("a-6", 6);
+    let result = panicking_receipt_async(&mut conn, &late).await;
+    assert_eq!(ack_decision(&result), AckDecision::DeadLetter, "{result:?}");
+    assert_eq!(late.runs(), 0, "dead: its body no longer runs");
+    assert!(
+        charge_async(&mut conn, &Charge::new("a-7", 7))
+            .await
+            .unwrap()
+            .is_processed()
+    );
+    assert_eq!(applied(&mut observer, "a-7"), ["7"]);
+}
+
+inbox_tests::backend_tests!(
+    async async_conflicts_and_replays,
+    async_panicking_result_encoder_is_a_panicking_delivery
+);

@@ -3,7 +3,10 @@
 //! without a fingerprint match any; a serde payload's fingerprint does not
 //! depend on a map's order.
 
-use inbox_runtime::{AckDecision, Fingerprint, InboxError, Outcome, PayloadConflict, ack_decision};
+use inbox_runtime::{
+    AckDecision, Claim, ClaimKey, Fingerprint, HandlerName, InboxError, Outcome, PayloadConflict,
+    ack_decision, claim, run_idempotent_batch,
+};
 use inbox_tests::{AppError, SqlRows, TestBackend};
 
 use crate::handlers::*;
@@ -114,7 +117,73 @@ pub fn a_serde_payload_is_fingerprinted_whatever_its_map_order<B: TestBackend>()
     assert_eq!(all_effects(&mut conn), 1);
 }
 
+/// A fingerprinted handler as a batch's body: the batch claims the id, the
+/// handler inside finds it claimed for this very message and runs; its
+/// fingerprint is stored with the batch's claim all the same, so a later
+/// delivery with another payload is a conflict, not a duplicate.
+pub fn a_fingerprinted_batch_body_stores_its_fingerprint<B: TestBackend>() {
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let handler = HandlerName::new(TRANSFER).unwrap();
+    let batch = [
+        Transfer::new("tb-1", "amount=1"),
+        Transfer::new("tb-2", "amount=2"),
+    ];
+    let report = run_idempotent_batch(&mut conn, &handler, &batch, |m| &m.id, transfer);
+    assert_eq!(report.processed(), 2, "{:?}", report.results());
+    assert_eq!(stored_columns(&mut conn, TRANSFER, "tb-1"), (1, 0));
+    assert_eq!(stored_columns(&mut conn, TRANSFER, "tb-2"), (1, 0));
+
+    let same = Transfer::new("tb-1", "amount=1");
+    assert_eq!(transfer(&mut conn, &same).unwrap(), Outcome::Duplicate);
+    let changed = Transfer::new("tb-2", "amount=9999");
+    let result = transfer(&mut conn, &changed);
+    assert!(
+        matches!(result, Err(AppError::Inbox(InboxError::Conflict(_)))),
+        "{result:?}"
+    );
+    assert_eq!(same.runs() + changed.runs(), 0);
+    assert_eq!(all_effects(&mut conn), 2);
+}
+
+/// `claim` with a fingerprinted key, in a transaction of the caller's:
+/// the same fingerprint is a duplicate, another one the conflict (as a
+/// Diesel error carrying the inbox's, which `recovery` and `ack_decision`
+/// read as dead-letter), and nothing changes.
+pub fn claim_refuses_another_fingerprint<B: TestBackend>() {
+    use diesel::Connection;
+
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let key = |body: &str| {
+        ClaimKey::new(HandlerName::new(TRANSFER).unwrap(), "tc-1")
+            .unwrap()
+            .with_fingerprint(Fingerprint::of(body).unwrap())
+    };
+    let first = conn.transaction(|conn| claim(conn, &key("amount=1")));
+    assert_eq!(first.unwrap(), Claim::Claimed);
+    let same = conn.transaction(|conn| claim(conn, &key("amount=1")));
+    assert_eq!(same.unwrap(), Claim::Duplicate);
+    let changed = conn.transaction(|conn| claim(conn, &key("amount=2")));
+    let Err(diesel::result::Error::QueryBuilderError(inner)) = &changed else {
+        panic!("the conflict expected: {changed:?}");
+    };
+    assert!(
+        matches!(
+            inner.downcast_ref::<InboxError>(),
+            Some(InboxError::Conflict(_))
+        ),
+        "{inner:?}"
+    );
+    assert_eq!(ack_decision(&changed), AckDecision::DeadLetter);
+    assert_eq!(claims(&mut conn, TRANSFER, "tc-1"), 1);
+}
+
 inbox_tests::backend_tests!(
+    a_fingerprinted_batch_body_stores_its_fingerprint,
+    claim_refuses_another_fingerprint,
     the_same_payload_is_a_duplicate_and_another_a_conflict,
     a_claim_without_a_fingerprint_matches_any_payload,
     a_serde_payload_is_fingerprinted_whatever_its_map_order,

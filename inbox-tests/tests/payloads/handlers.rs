@@ -206,12 +206,51 @@ pub fn failing_charge<C: LoadConnection<Backend: InboxBackend>>(
 
 /// Stores its receipt, without a fingerprint (its claim statement is the
 /// plain one, so only storing the result needs the new columns).
-#[idempotent(id = req.request_id, handler = "payloads.receipt", store_result, max_attempts = 2)]
+#[idempotent(id = req.request_id, handler = "payloads.receipt", store_result, max_attempts = 2, shared_scope)]
 pub fn receipt_only<C: LoadConnection<Backend: InboxBackend>>(
     conn: &mut C,
     req: &Charge,
 ) -> Result<StoredOutcome<Receipt>, AppError> {
     apply(conn, &req.request_id, &req.amount.to_string(), &req.runs)?;
+    Ok(StoredOutcome::Processed(Receipt {
+        request_id: req.request_id.clone(),
+        amount: req.amount,
+        note: String::new(),
+    }))
+}
+
+/// A receipt whose encoder panics: a `Serialize` of the user's with a bug.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct PanickingReceipt;
+
+impl Serialize for PanickingReceipt {
+    fn serialize<S: serde::Serializer>(&self, _serializer: S) -> Result<S::Ok, S::Error> {
+        panic!("the receipt's encoder panicked")
+    }
+}
+
+/// The handler name of [`panicking_receipt`].
+pub const PANICKING_RECEIPT: &str = "payloads.panicking_receipt";
+
+/// Applies its effect, then returns a result whose encoding panics.
+#[idempotent(id = req.request_id, handler = "payloads.panicking_receipt", store_result, max_attempts = 2, shared_scope)]
+pub fn panicking_receipt<C: LoadConnection<Backend: InboxBackend>>(
+    conn: &mut C,
+    req: &Charge,
+) -> Result<StoredOutcome<PanickingReceipt>, AppError> {
+    apply(conn, &req.request_id, &req.amount.to_string(), &req.runs)?;
+    Ok(StoredOutcome::Processed(PanickingReceipt))
+}
+
+/// Applies its effect, ignores a failed statement, and returns a receipt
+/// to store: on PostgreSQL the transaction is aborted by then.
+#[idempotent(id = req.request_id, handler = "payloads.receipt", store_result, shared_scope)]
+pub fn charge_ignoring_a_failure<C: LoadConnection<Backend: InboxBackend>>(
+    conn: &mut C,
+    req: &Charge,
+) -> Result<StoredOutcome<Receipt>, AppError> {
+    apply(conn, &req.request_id, &req.amount.to_string(), &req.runs)?;
+    let _ignored = statement("SELECT 1 / 0").execute(conn);
     Ok(StoredOutcome::Processed(Receipt {
         request_id: req.request_id.clone(),
         amount: req.amount,

@@ -6,7 +6,7 @@ use diesel_async::{AsyncConnection, RunQueryDsl};
 use inbox_runtime::{InboxBackend, Outcome, StoredOutcome, idempotent};
 use inbox_tests::{AppError, statement};
 
-use crate::handlers::{Charge, Receipt, Transfer};
+use crate::handlers::{Charge, PanickingReceipt, Receipt, Transfer};
 use crate::support::literal;
 
 /// `transfer`, async.
@@ -44,4 +44,18 @@ async fn apply<C: AsyncConnection>(conn: &mut C, id: &str, body: &str) -> diesel
     .execute(conn)
     .await
     .map(drop)
+}
+
+/// `panicking_receipt`, async.
+#[idempotent(id = req.request_id, handler = "payloads.panicking_receipt", store_result, max_attempts = 2, shared_scope)]
+pub async fn panicking_receipt_async<C>(
+    conn: &mut C,
+    req: &Charge,
+) -> Result<StoredOutcome<PanickingReceipt>, AppError>
+where
+    C: AsyncConnection<Backend: InboxBackend>,
+{
+    req.runs.fetch_add(1, Ordering::SeqCst);
+    apply(conn, &req.request_id, &req.amount.to_string()).await?;
+    Ok(StoredOutcome::Processed(PanickingReceipt))
 }

@@ -3,10 +3,13 @@
 //! claims without a result answered as plain duplicates, and the fingerprint
 //! still checked.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
 use inbox_runtime::{
     AckDecision, InboxError, MAX_STORED_RESULT_BYTES, StoredOutcome, StoredResultProblem,
     ack_decision,
 };
+use inbox_tests::failure_rows::failure_row;
 use inbox_tests::{AppError, SqlRows, TestBackend};
 
 use crate::handlers::*;
@@ -133,10 +136,83 @@ pub fn a_failed_body_stores_nothing<B: TestBackend>() {
     assert_eq!(retry.runs(), 1);
 }
 
-inbox_tests::backend_tests!(
+/// A result whose encoder panics (the user's `Serialize`) is the
+/// delivery's panic, as a panicking body is: its transaction rolled back
+/// (nothing left open on the connection for the next delivery to nest in),
+/// the attempt counted, the panic resumed; dead at the limit.
+pub fn a_panicking_result_encoder_is_a_panicking_delivery<B: TestBackend>() {
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    for attempt in 1..=2 {
+        let req = Charge::new("c-6", 6);
+        let delivered = catch_unwind(AssertUnwindSafe(|| panicking_receipt(&mut conn, &req)));
+        assert!(delivered.is_err(), "the encoder's panic is resumed");
+        assert_eq!(req.runs(), 1);
+        assert_eq!(depth(&mut conn), 0, "a transaction was left open");
+        assert_eq!(all_effects(&mut conn), 0, "its effect rolled back");
+        assert_eq!(claims(&mut conn, PANICKING_RECEIPT, "c-6"), 0);
+        let row = failure_row::<B>(&mut conn, PANICKING_RECEIPT, "c-6").expect("counted");
+        assert_eq!(row.attempts, attempt, "{row:?}");
+        assert!(row.last_error.contains("encoder panicked"), "{row:?}");
+    }
+    let late = Charge::new("c-6", 6);
+    let result = panicking_receipt(&mut conn, &late);
+    assert_eq!(ack_decision(&result), AckDecision::DeadLetter, "{result:?}");
+    assert_eq!(late.runs(), 0, "dead: its body no longer runs");
+    // The connection commits the next delivery on its own.
+    assert!(
+        receipt_only(&mut conn, &Charge::new("c-7", 7))
+            .unwrap()
+            .is_processed()
+    );
+    assert_eq!(depth(&mut conn), 0);
+    assert_eq!(applied(&mut conn, "c-7"), ["7"]);
+}
+
+/// A body that ignored a failed statement on PostgreSQL (the transaction
+/// is aborted, nothing of it can commit): the delivery fails with
+/// `IgnoredStatementFailure`, retried and not counted, whether or not the
+/// handler stores its result (the storing statement is the first to meet
+/// the aborted transaction).
+pub fn an_ignored_failure_before_the_stored_result_is_named<B: TestBackend>() {
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let req = Charge::new("c-8", 8);
+    let result = charge_ignoring_a_failure(&mut conn, &req);
+    assert!(
+        matches!(
+            result,
+            Err(AppError::Inbox(InboxError::IgnoredStatementFailure { .. }))
+        ),
+        "{result:?}"
+    );
+    assert_eq!(ack_decision(&result), AckDecision::Retry);
+    assert_eq!(claims(&mut conn, "payloads.receipt", "c-8"), 0);
+    assert_eq!(all_effects(&mut conn), 0);
+    assert_eq!(
+        conn.bigint("SELECT COUNT(*) AS value FROM inbox_failures"),
+        0,
+        "not counted"
+    );
+}
+
+/// Diesel's transaction depth on `conn` (0: none open).
+fn depth<C: diesel::Connection>(conn: &mut C) -> u32 {
+    use diesel::connection::TransactionManager;
+    C::TransactionManager::transaction_manager_status_mut(conn)
+        .transaction_depth()
+        .expect("the transaction manager is not broken")
+        .map_or(0, std::num::NonZeroU32::get)
+}
+
+inbox_tests::backend_tests! {
+    a_panicking_result_encoder_is_a_panicking_delivery,
     a_stored_result_is_replayed_without_running_the_body,
     an_oversized_result_rolls_its_delivery_back,
     a_result_that_no_longer_reads_is_refused,
     a_claim_without_a_result_is_a_plain_duplicate,
-    a_failed_body_stores_nothing,
-);
+    a_failed_body_stores_nothing;
+    only [postgres]: an_ignored_failure_before_the_stored_result_is_named;
+}

@@ -116,3 +116,19 @@ where
     .execute(conn)?;
     Ok(())
 }
+
+/// A table whose first column is named `t`, as a digest's table alias
+/// might be.
+pub const TALLY_DDL: &str = "CREATE TABLE testing_tally (t INTEGER NOT NULL, n INTEGER NOT NULL); \
+     INSERT INTO testing_tally (t, n) VALUES (1, 0)";
+
+/// Wrong, in a table with a column named `t`: calls the correct handler,
+/// then counts the delivery in `testing_tally.n` (never in `t`).
+pub fn credit_then_tally<C>(conn: &mut C, msg: &Payment) -> Result<(), AppError>
+where
+    C: diesel::connection::LoadConnection<Backend: InboxBackend>,
+{
+    credit(conn, msg)?;
+    statement("UPDATE testing_tally SET n = n + 1").execute(conn)?;
+    Ok(())
+}

@@ -236,6 +236,28 @@ where
     );
 }
 
+/// The same, in a table with a column named `t`: every column of a row
+/// is compared, whatever the columns are called.
+fn a_change_beside_a_column_named_t_is_caught<B: TestBackend>()
+where
+    DieselBackend<B>: DigestBackend,
+{
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    diesel::connection::SimpleConnection::batch_execute(&mut conn, TALLY_DDL)
+        .expect("the tally table");
+    let msg = Payment::new("pay-1", 250);
+    let violation = check_idempotent(&mut conn, |conn| credit_then_tally(conn, &msg))
+        .expect_err("an update on the duplicate path must be caught");
+    match &violation {
+        IdempotenceViolation::ChangedOnDuplicate { tables } => {
+            assert_eq!(tables, &[change("testing_tally", 1, 1)]);
+        }
+        other => panic!("expected ChangedOnDuplicate, got {other:?}"),
+    }
+}
+
 /// An id that differs per delivery: the second delivery claims again.
 fn an_id_that_changes_per_delivery_is_caught<B: TestBackend>()
 where
@@ -351,6 +373,7 @@ inbox_tests::backend_tests!(
     an_unannotated_handler_is_caught,
     a_write_on_the_duplicate_path_is_caught,
     an_update_in_place_on_the_duplicate_path_is_caught,
+    a_change_beside_a_column_named_t_is_caught,
     an_id_that_changes_per_delivery_is_caught,
     named_tables_are_the_ones_compared,
     a_connection_inside_a_transaction_is_refused,
