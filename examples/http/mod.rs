@@ -29,8 +29,9 @@
 //! | a body that is not a payment request (JSON syntax, types, fields) | `400` `malformed-request`; the key is not claimed |
 //! | a payment the service refuses (account not 1–64 characters, amount not 1 to [`MAX_AMOUNT_CENTS`](payments::MAX_AMOUNT_CENTS), currency not three uppercase letters) | `422` `invalid-payment`; the key is not claimed |
 //! | a body over [`MAX_BODY_BYTES`](server::MAX_BODY_BYTES) (16 KiB) | `413`, axum's own answer; the key is not claimed |
-//! | a key claimed by something other than this handler (no response stored) | `409` `idempotency-key-used` |
-//! | no database connection, the database going away | `503` `database-unavailable` with `Retry-After: 1`; nothing committed |
+//! | a used key whose response cannot be replayed (claimed by something other than this handler, no response stored; or stored by another version of the service, no longer readable) | `409` `idempotency-key-used`; nothing runs again |
+//! | no database connection, a connection lost before the commit | `503` `database-unavailable` with `Retry-After: 1`; nothing committed |
+//! | a connection lost during the commit | `503` `database-unavailable` with `Retry-After: 1`; the outcome is unknown: a retry with the same key replays the payment or makes it |
 //!
 //! Validation failures are not stored: they happen before the claim, so a
 //! corrected request may reuse the key (Stripe likewise saves no result

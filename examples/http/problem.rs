@@ -3,7 +3,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use inbox_runtime::{is_lock_conflict, InboxError, Recovery};
+use inbox_runtime::{is_lock_conflict, InboxError, Recovery, StoredResultProblem};
 
 use super::key::KeyError;
 use super::payments::{InvalidBody, PaymentError};
@@ -80,7 +80,8 @@ impl Problem {
         .retry_after(1)
     }
 
-    /// Anything else: 500. Nothing was committed.
+    /// Anything else: 500. Nothing was committed (every failure after the
+    /// commit is a replay's, answered by [`Problem::used_key`]).
     pub fn internal(detail: String) -> Problem {
         Problem::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -90,18 +91,28 @@ impl Problem {
         )
     }
 
-    /// A claimed key whose claim holds no response (a claim made by
-    /// something other than this handler): 409.
-    pub fn no_stored_response(key: &str) -> Problem {
+    /// A key whose request was made, but whose response cannot be
+    /// replayed (`why`: none is stored, or it no longer reads): 409. The
+    /// request is not run again; the client must not take it as undone.
+    pub fn used_key(key: &str, why: &str) -> Problem {
         Problem::new(
             StatusCode::CONFLICT,
             "idempotency-key-used",
             "Idempotency-Key was already used",
-            format!("the key {key:?} was already used, and no response is stored for it"),
+            format!("the key {key:?} was already used, and {why}"),
         )
     }
 
-    /// What creating the payment failed with. Nothing was committed.
+    /// A claimed key whose claim holds no response (a claim made by
+    /// something other than this handler).
+    pub fn no_stored_response(key: &str) -> Problem {
+        Problem::used_key(key, "no response is stored for it")
+    }
+
+    /// What creating the payment failed with: nothing was committed, except
+    /// for a replay whose stored response no longer reads (409), and a
+    /// connection lost during the commit (503: the outcome is unknown, and
+    /// a retry with the same key replays it or runs anew).
     pub fn of_error(error: &PaymentError) -> Problem {
         match error {
             PaymentError::Inbox(error) => Problem::of_inbox(error),
@@ -134,6 +145,15 @@ impl Problem {
                         .map_or_else(|| "unknown".to_owned(), |stored| stored.to_hex()),
                     conflict.delivered.to_hex(),
                 ),
+            ),
+            InboxError::StoredResult {
+                message_id,
+                problem: StoredResultProblem::Unreadable { .. },
+                ..
+            } => Problem::used_key(
+                message_id,
+                "its stored response can no longer be read (stored by another version of the \
+                 service)",
             ),
             InboxError::Database(cause) => Problem::of_database(cause),
             error if error.recovery() == Recovery::Reconnect => {

@@ -10,7 +10,7 @@ use crate::error::{InboxError, PayloadConflict};
 use crate::execution::require_transaction;
 use crate::fingerprint::Fingerprint;
 use crate::key::{ClaimKey, preview};
-use crate::recovery::is_refused_key_text;
+use crate::recovery::{is_refused_key_text, is_transaction_aborted};
 
 /// Whether a claim made this delivery the first one for its key.
 ///
@@ -35,6 +35,14 @@ pub enum Claim {
 /// rolls back, the id is free again and a redelivery is processed. A delivery
 /// of the same key racing on another connection waits for this transaction to
 /// finish.
+///
+/// A key carrying the payload's fingerprint
+/// ([`ClaimKey::with_fingerprint`]) stores it with a new claim; on a
+/// duplicate it is compared with the one stored, and another fingerprint is
+/// refused with [`InboxError::Conflict`] (as
+/// `diesel::result::Error::QueryBuilderError`, which
+/// [`recovery`](crate::recovery) and [`ack_decision`](crate::ack_decision)
+/// read as the inbox error it carries: dead-letter).
 ///
 /// Calling it outside a transaction is refused with
 /// `diesel::result::Error::NotInTransaction`: a claim committed on its own,
@@ -62,10 +70,14 @@ pub enum Claim {
 /// ```
 pub fn claim<C>(conn: &mut C, key: &ClaimKey) -> QueryResult<Claim>
 where
-    C: Connection,
+    C: diesel::connection::LoadConnection,
     C::Backend: InboxBackend,
 {
-    claim_statement(conn, key).map_err(|error| refused_or_database(key, error).into())
+    let claim = claim_statement(conn, key).map_err(|error| refused_or_database(key, error))?;
+    if claim == Claim::Duplicate && key.fingerprint().is_some() {
+        duplicate_of(key, stored_claim(conn, key)?)?;
+    }
+    Ok(claim)
 }
 
 /// Runs the claim statement inside the transaction open on `conn`.
@@ -121,7 +133,12 @@ where
 {
     match claim_statement(conn, key).map_err(|error| refused_or_database(key, error))? {
         Claim::Claimed => Ok(Taken::Claimed),
-        Claim::Duplicate if !outermost && current::is_running(key) => Ok(Taken::Claimed),
+        Claim::Duplicate if !outermost && current::is_running(key) => {
+            if let Some(fingerprint) = key.fingerprint() {
+                store_fingerprint(conn, key, fingerprint)?;
+            }
+            Ok(Taken::Claimed)
+        }
         Claim::Duplicate if key.fingerprint().is_none() && !read_result => {
             Ok(Taken::Duplicate(None))
         }
@@ -160,6 +177,13 @@ pub(crate) fn key_binds(key: &ClaimKey) -> [Bind<'_>; 2] {
     ]
 }
 
+/// `(value, handler, message_id)` as binds: a statement setting one column
+/// of `key`'s claim to `value`.
+pub(crate) fn column_binds<'a>(value: &'a [u8], key: &'a ClaimKey) -> [Bind<'a>; 3] {
+    let [handler, message_id] = key_binds(key);
+    [Bind::Bytes(value), handler, message_id]
+}
+
 /// A duplicate of `key`, whose claim stores `row`: its stored result, or
 /// [`InboxError::Conflict`] when the claim's fingerprint is not the
 /// delivery's. A claim without a fingerprint (made without one, or before
@@ -185,14 +209,41 @@ pub(crate) fn duplicate_of(
     Ok(row.result)
 }
 
+/// What a failed statement storing a result means: the body ignored a failed
+/// statement of its own (PostgreSQL refuses every later statement of the
+/// aborted transaction, the inbox's first), or a database failure.
+pub(crate) fn stored_result_refused(error: diesel::result::Error) -> InboxError {
+    if is_transaction_aborted(&error) {
+        InboxError::IgnoredStatementFailure { source: error }
+    } else {
+        InboxError::Database(error)
+    }
+}
+
+/// Stores the payload's fingerprint with `key`'s claim, made without one by
+/// the running batch, in the batch's transaction: a later delivery of the id
+/// with another payload is then a conflict, as it is after a single claim.
+pub(crate) fn store_fingerprint<C>(
+    conn: &mut C,
+    key: &ClaimKey,
+    fingerprint: &Fingerprint,
+) -> QueryResult<()>
+where
+    C: diesel::Connection,
+    C::Backend: InboxBackend,
+{
+    let binds = column_binds(fingerprint.as_bytes(), key);
+    C::Backend::execute_bound(conn, C::Backend::STORED_CLAIM_SQL.store_fingerprint, &binds)
+        .map(drop)
+}
+
 /// Stores `result` with `key`'s claim, in the transaction that claimed it.
 pub(crate) fn store_result<C>(conn: &mut C, key: &ClaimKey, result: &[u8]) -> QueryResult<()>
 where
     C: diesel::Connection,
     C::Backend: InboxBackend,
 {
-    let [handler, message_id] = key_binds(key);
-    let binds = [Bind::Bytes(result), handler, message_id];
+    let binds = column_binds(result, key);
     C::Backend::execute_bound(conn, C::Backend::STORED_CLAIM_SQL.store_result, &binds).map(drop)
 }
 

@@ -323,7 +323,7 @@ where
 /// delivery and rolls it back, without counting a failed attempt).
 #[cfg(feature = "async")]
 pub async fn finish_async_storing<C, T>(
-    mut claimed: crate::ClaimedTransaction<'_, C>,
+    claimed: crate::ClaimedTransaction<'_, C>,
     result: Result<T, Box<dyn core::any::Any + Send>>,
 ) -> T
 where
@@ -333,14 +333,11 @@ where
     T::Ok: StoredResult,
     T::Err: HandlerError,
 {
-    let result = result.map(HandlerResult::into_result);
-    if let Ok(Ok(value)) = &result {
-        if let Err(error) = claimed.store::<Storing, T::Ok>(value).await {
-            let error = claimed.abandon(error).await;
-            return T::from_result(Err(crate::error::into_handler_error(error)));
-        }
-    }
-    T::from_result(claimed.finish_or_resume(result).await)
+    T::from_result(
+        claimed
+            .finish_replying::<crate::stored::Storing, _, _>(result.map(HandlerResult::into_result))
+            .await,
+    )
 }
 
 /// Stands in for `begin_async` when the `async` feature is off, so an

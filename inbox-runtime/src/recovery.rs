@@ -54,9 +54,13 @@ pub enum Recovery {
     /// broken one is returned), then deliver the message again. Retrying on
     /// the same connection fails forever.
     Reconnect,
-    /// Never retry: the message is malformed (an id the inbox cannot store)
-    /// or the configuration is wrong. Redelivering fails the same way:
-    /// dead-letter the message or fix the configuration.
+    /// Never retry: the message is malformed (an id the inbox cannot store,
+    /// another payload under a claimed id) or a setting is wrong in a way no
+    /// redelivery mends (a handler name the inbox cannot store). Redelivering
+    /// fails the same way: dead-letter the message or fix the setting. (A
+    /// scope declared by two handlers, [`InboxError::SharedScope`], is
+    /// [`Retry`](Recovery::Retry) instead: the message is fine, and the
+    /// deployment that fixes the scopes processes it.)
     Never,
 }
 
@@ -160,6 +164,19 @@ pub(crate) fn is_refused_key_text(error: &Error) -> bool {
     }
 }
 
+/// `true` when `error` is a statement refused because the transaction was
+/// already aborted by an earlier failed statement (PostgreSQL's 25P02): the
+/// failure is that earlier statement's, one a body ignored when the inbox's
+/// own statement is the one refused.
+pub(crate) fn is_transaction_aborted(error: &Error) -> bool {
+    match error {
+        Error::DatabaseError(DatabaseErrorKind::Unknown, info) => {
+            matches_any(info.message(), TRANSACTION_ABORTED_MESSAGES)
+        }
+        _ => false,
+    }
+}
+
 fn database_recovery(kind: &DatabaseErrorKind, message: &str) -> Recovery {
     // The message first: PostgreSQL ends a session with a FATAL error whose
     // code may be mapped to another kind (a standby's "terminating connection
@@ -206,6 +223,7 @@ fn matches_any(message: &str, table: Table) -> bool {
 const LOCK_CONFLICT_MESSAGES: Table = |messages| messages.lock_conflict;
 const CONNECTION_LOST_MESSAGES: Table = |messages| messages.connection_lost;
 const REFUSED_TEXT_MESSAGES: Table = |messages| messages.refused_text;
+const TRANSACTION_ABORTED_MESSAGES: Table = |messages| messages.transaction_aborted;
 
 #[cfg(test)]
 mod tests {
@@ -324,5 +342,16 @@ mod tests {
             DatabaseErrorKind::CheckViolation
         )));
         assert!(!is_refused_key_text(&unknown("deadlock detected")));
+    }
+
+    #[test]
+    fn an_aborted_transaction_is_recognised() {
+        assert!(is_transaction_aborted(&unknown(
+            "current transaction is aborted, commands ignored until end of transaction block"
+        )));
+        assert!(!is_transaction_aborted(&unknown("deadlock detected")));
+        assert!(!is_transaction_aborted(&kind(
+            DatabaseErrorKind::SerializationFailure
+        )));
     }
 }

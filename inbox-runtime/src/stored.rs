@@ -178,6 +178,21 @@ pub(crate) trait Reply<R> {
     fn to_store(key: &ClaimKey, value: &R) -> Result<Option<Vec<u8>>, InboxError>;
 }
 
+/// What the body's `Ok` value stores ([`Reply::to_store`]), encoded under
+/// the same watch as the body: a panic of the value's `Serialize` is the
+/// delivery's panic, returned as the body's would be (`Err`), so the runner
+/// rolls the level back, counts the attempt and resumes it instead of
+/// unwinding past an open transaction.
+pub(crate) type Encoded = Result<Option<Vec<u8>>, InboxError>;
+
+/// [`Reply::to_store`] of `value`, its panic caught (see [`Encoded`]).
+pub(crate) fn encode_caught<P: Reply<R>, R>(
+    key: &ClaimKey,
+    value: &R,
+) -> std::thread::Result<Encoded> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| P::to_store(key, value)))
+}
+
 /// A handler without `store_result`: a duplicate is `R::on_duplicate()`.
 pub(crate) struct Plain;
 

@@ -8,7 +8,9 @@ use diesel::connection::{
 
 use crate::attempts::{MaxAttempts, default_max_attempts};
 use crate::backend::InboxBackend;
-use crate::claim::{Claim, Taken, claim_statement, refused_or_database, store_result, take};
+use crate::claim::{
+    Claim, Taken, claim_statement, refused_or_database, store_result, stored_result_refused, take,
+};
 use crate::error::{HandlerError, InboxError, into_handler_error};
 use crate::execution::RetryPolicy;
 use crate::failure::{self, Failure, NotCommitted, Recorded};
@@ -17,7 +19,7 @@ use crate::observe::{Delivery, Ending, ending_of_inbox_error};
 use crate::outcome::{OnDuplicate, StoredOutcome};
 use crate::recovery::{Recovery, recovery};
 use crate::scope::{Scope, either, report_after_failed_rollback};
-use crate::stored::{Plain, Reply, StoredResult, Storing};
+use crate::stored::{Encoded, Plain, Reply, StoredResult, Storing, encode_caught};
 
 /// Runs `body` inside one transaction that first claims `key`, unless the key
 /// was already claimed. This is what `#[idempotent]` expands to.
@@ -244,8 +246,15 @@ where
         );
         return answer.map_err(into_handler_error);
     }
-    match panic::catch_unwind(AssertUnwindSafe(|| body(conn))) {
-        Ok(Ok(value)) => match store_and_commit::<P, C, R>(conn, &scope, &key, &value) {
+    // The result to store is encoded under the body's watch: a panicking
+    // `Serialize` is the delivery's panic, not an unwind past the open level.
+    let ran =
+        panic::catch_unwind(AssertUnwindSafe(|| body(conn))).and_then(|result| match result {
+            Ok(value) => encode_caught::<P, R>(&key, &value).map(|encoded| Ok((value, encoded))),
+            Err(error) => Ok(Err(error)),
+        });
+    match ran {
+        Ok(Ok((value, encoded))) => match store_and_commit(conn, &scope, &key, encoded) {
             Ok(()) => {
                 delivery.finish(&key, Ending::Processed);
                 Ok(value)
@@ -313,19 +322,18 @@ where
 /// cannot be stored (too large, or the inbox's statement failed) rolls the
 /// level back: the inbox's own step failed, not the body, so it is no failed
 /// attempt of the message.
-fn store_and_commit<P, C, R>(
+fn store_and_commit<C>(
     conn: &mut C,
     scope: &Scope,
     key: &ClaimKey,
-    value: &R,
+    encoded: Encoded,
 ) -> Result<(), NotCommitted>
 where
-    P: Reply<R>,
     C: Connection,
     C::Backend: InboxBackend,
 {
-    let stored = match P::to_store(key, value) {
-        Ok(Some(result)) => store_result(conn, key, &result).map_err(InboxError::from),
+    let stored = match encoded {
+        Ok(Some(result)) => store_result(conn, key, &result).map_err(stored_result_refused),
         Ok(None) => Ok(()),
         Err(error) => Err(error),
     };

@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::attempts::{MaxAttempts, default_max_attempts};
-use crate::backend::{Bind, InboxBackend, StoredClaimRow};
+use crate::backend::{InboxBackend, StoredClaimRow};
 use crate::batch::current;
 use crate::claim::{
     Claim, ClaimStatement, FingerprintedClaimStatement, Taken, claim_from_affected_rows,
-    duplicate_of, key_binds, refused_or_database,
+    column_binds, duplicate_of, key_binds, refused_or_database, stored_result_refused,
 };
 use crate::error::{HandlerError, InboxError, into_handler_error};
 use crate::execution::{AsyncLevel, RetryPolicy, async_status, require_transaction};
@@ -27,7 +27,7 @@ use crate::key::ClaimKey;
 use crate::observe::{BodyScope, Delivery, Ending, ending_of_inbox_error};
 use crate::outcome::{OnDuplicate, StoredOutcome};
 use crate::scope::{Scope, either, report_after_failed_rollback};
-use crate::stored::{Plain, Reply, StoredResult, Storing};
+use crate::stored::{Encoded, Plain, Reply, StoredResult, Storing, encode_caught};
 
 /// How long the server keeps the transaction of an async handler whose
 /// future was dropped, unless changed with
@@ -120,9 +120,13 @@ where
     C: AsyncConnection,
     C::Backend: InboxBackend,
 {
-    claim_statement_async(conn, key)
+    let claim = claim_statement_async(conn, key)
         .await
-        .map_err(|error| refused_or_database(key, error).into())
+        .map_err(|error| refused_or_database(key, error))?;
+    if claim == Claim::Duplicate && key.fingerprint().is_some() {
+        duplicate_of(key, stored_claim_async(conn, key).await?)?;
+    }
+    Ok(claim)
 }
 
 pub(crate) async fn claim_statement_async<C>(conn: &mut C, key: &ClaimKey) -> QueryResult<Claim>
@@ -157,7 +161,14 @@ where
         .map_err(|error| refused_or_database(key, error))?;
     match claim {
         Claim::Claimed => Ok(Taken::Claimed),
-        Claim::Duplicate if !outermost && current::is_running(key) => Ok(Taken::Claimed),
+        Claim::Duplicate if !outermost && current::is_running(key) => {
+            if let Some(fingerprint) = key.fingerprint() {
+                let binds = column_binds(fingerprint.as_bytes(), key);
+                let sql = C::Backend::STORED_CLAIM_SQL.store_fingerprint;
+                C::Backend::execute_bound_async(conn, sql, &binds).await?;
+            }
+            Ok(Taken::Claimed)
+        }
         Claim::Duplicate if key.fingerprint().is_none() && !read_result => {
             Ok(Taken::Duplicate(None))
         }
@@ -344,12 +355,7 @@ where
     let result = scope
         .instrument(AssertUnwindSafe(body(claimed.conn())).catch_unwind())
         .await;
-    if let Ok(Ok(value)) = &result {
-        if let Err(error) = claimed.store::<P, R>(value).await {
-            return Err(into_handler_error(claimed.abandon(error).await));
-        }
-    }
-    claimed.finish_or_resume(result).await
+    claimed.finish_replying::<P, R, E>(result).await
 }
 
 /// Begins a transaction on `conn` and claims `key` in it.
@@ -542,14 +548,46 @@ where
 
     /// Stores the body's result with the claim, for a handler that stores
     /// results: before the commit, in the claim's transaction.
-    pub(crate) async fn store<P: Reply<R>, R>(&mut self, value: &R) -> Result<(), InboxError> {
-        let Some(result) = P::to_store(&self.key, value)? else {
+    /// Ends the transaction after the body returned `result` (under
+    /// `catch_unwind`): stores the `Ok` value's result first when `P` says
+    /// so, then [`finish_or_resume`](Self::finish_or_resume). The value is
+    /// encoded under the same watch as the body: a panicking `Serialize` is
+    /// the delivery's panic (rolled back, counted, resumed); a result that
+    /// cannot be stored rolls the delivery back without counting an attempt
+    /// ([`abandon`](Self::abandon)).
+    pub(crate) async fn finish_replying<P, R, E>(
+        mut self,
+        result: Result<Result<R, E>, Box<dyn Any + Send>>,
+    ) -> Result<R, E>
+    where
+        P: Reply<R>,
+        E: HandlerError,
+    {
+        let result = match result {
+            Ok(Ok(value)) => match encode_caught::<P, R>(&self.key, &value) {
+                Ok(encoded) => {
+                    if let Err(error) = self.store(encoded).await {
+                        return Err(into_handler_error(self.abandon(error).await));
+                    }
+                    Ok(Ok(value))
+                }
+                Err(panic) => Err(panic),
+            },
+            other => other,
+        };
+        self.finish_or_resume(result).await
+    }
+
+    /// Stores the encoded result with the claim, before the commit.
+    async fn store(&mut self, encoded: Encoded) -> Result<(), InboxError> {
+        let Some(result) = encoded? else {
             return Ok(());
         };
-        let [handler, message_id] = key_binds(&self.key);
-        let binds = [Bind::Bytes(&result), handler, message_id];
+        let binds = column_binds(&result, &self.key);
         let sql = C::Backend::STORED_CLAIM_SQL.store_result;
-        C::Backend::execute_bound_async(self.level.conn(), sql, &binds).await?;
+        C::Backend::execute_bound_async(self.level.conn(), sql, &binds)
+            .await
+            .map_err(stored_result_refused)?;
         Ok(())
     }
 

@@ -651,6 +651,9 @@ pub(crate) struct ServerMessages {
     pub(crate) connection_lost: &'static [(&'static str, &'static str)],
     /// The server refused the text of an id, reported as `Unknown`.
     pub(crate) refused_text: &'static [(&'static str, &'static str)],
+    /// A statement refused because an earlier one failed and aborted the
+    /// transaction (PostgreSQL), reported as `Unknown`.
+    pub(crate) transaction_aborted: &'static [(&'static str, &'static str)],
 }
 
 /// Failures of the operating system's sockets, whatever the backend.
@@ -658,6 +661,7 @@ const IO_MESSAGES: ServerMessages = ServerMessages {
     lock_conflict: &[],
     connection_lost: &[("io", "Broken pipe"), ("io", "Connection reset by peer")],
     refused_text: &[],
+    transaction_aborted: &[],
 };
 
 /// Every backend's messages, and the operating system's.

@@ -52,6 +52,8 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
         ("mysql_async", "Input/output error"),
     ],
     refused_text: &[],
+    // MySQL/MariaDB do not abort a transaction on a failed statement.
+    transaction_aborted: &[],
 };
 
 /// What a server that does not take a statement as a prepared statement
@@ -122,6 +124,8 @@ mod imp {
                  WHERE handler = ? AND message_id = ? LOCK IN SHARE MODE",
         archived_select: None,
         store_result: "UPDATE inbox_messages SET result = ? WHERE handler = ? AND message_id = ?",
+        store_fingerprint: "UPDATE inbox_messages SET fingerprint = ? \
+             WHERE handler = ? AND message_id = ? AND fingerprint IS NULL",
     };
 
     /// Microseconds since the Unix epoch of a UTC `DATETIME(6)` column.

@@ -80,6 +80,10 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
             "invalid byte sequence for encoding",
         ),
     ],
+    transaction_aborted: &[(
+        "25P02 in_failed_sql_transaction",
+        "current transaction is aborted",
+    )],
 };
 
 #[cfg(all(feature = "postgres", feature = "migrations"))]
@@ -156,6 +160,8 @@ mod imp {
              WHERE handler = $1 AND message_id = $2",
         )),
         store_result: "UPDATE inbox_messages SET result = $1 WHERE handler = $2 AND message_id = $3",
+        store_fingerprint: "UPDATE inbox_messages SET fingerprint = $1 \
+             WHERE handler = $2 AND message_id = $3 AND fingerprint IS NULL",
     };
 
     /// Microseconds since the Unix epoch of a `timestamptz` column.

@@ -17,6 +17,8 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
     lock_conflict: &[],
     connection_lost: &[],
     refused_text: &[],
+    // SQLite does not abort a transaction on a failed statement.
+    transaction_aborted: &[],
 };
 
 #[cfg(all(feature = "sqlite", feature = "migrations"))]
@@ -67,6 +69,8 @@ mod imp {
         select: "SELECT fingerprint, result FROM inbox_messages WHERE handler = ? AND message_id = ?",
         archived_select: None,
         store_result: "UPDATE inbox_messages SET result = ? WHERE handler = ? AND message_id = ?",
+        store_fingerprint: "UPDATE inbox_messages SET fingerprint = ? \
+             WHERE handler = ? AND message_id = ? AND fingerprint IS NULL",
     };
 
     /// Microseconds since the Unix epoch of a UTC text column

@@ -19,6 +19,10 @@ pub struct StoredClaimSql {
     /// Stores the handler's result with its claim: `(result, handler,
     /// message_id)`.
     pub(crate) store_result: &'static str,
+    /// Stores the payload's fingerprint with a claim made without one (a
+    /// batch's, whose body is a fingerprinted handler): `(fingerprint,
+    /// handler, message_id)`.
+    pub(crate) store_fingerprint: &'static str,
 }
 
 /// The `fingerprint` and `result` stored with one claim.

@@ -15,12 +15,16 @@
 //!
 //! | value | encoding |
 //! |---|---|
-//! | text (`str`, `String`, `char`) | `s`, length as 8 bytes big-endian, the UTF-8 bytes |
+//! | text (`str`, `String`; `char` with the `serde` feature) | `s`, length as 8 bytes big-endian, the UTF-8 bytes |
 //! | bytes (`[u8]`, `Vec<u8>`), and any sequence whose elements are all integers from 0 to 255 | `b`, length as 8 bytes big-endian, the bytes |
 //!
 //! With the `serde` feature, any `serde::Serialize` value, encoded through
-//! serde's data model as its JSON form would be (so two values with the
-//! same JSON, up to key order and whitespace, have the same fingerprint):
+//! serde's data model (so a map's iteration order does not matter, and a
+//! struct is the map of its fields). It is close to the value's JSON form
+//! but finer, so two values with the same JSON can differ: an integer is
+//! not a float, an `f32` is widened to `f64` (`0.1_f32` is not `0.1_f64`),
+//! a map's integer keys stay integers (`{1: …}` is not `{"1": …}`), and a
+//! NaN is not `None`:
 //!
 //! | value | encoding |
 //! |---|---|

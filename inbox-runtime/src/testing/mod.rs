@@ -28,7 +28,7 @@
 //! included and Diesel's `__diesel_schema_migrations` left out; with
 //! [`Idempotence::tables`] you name the tables instead. A table's digest is
 //! its row count and a hash of its rows as a multiset (PostgreSQL: md5 of
-//! the sorted md5s of `t::text`; MySQL: sums of each row's MD5 of its
+//! the sorted md5s of `ROW(t.*)::text`; MySQL: sums of each row's MD5 of its
 //! `QUOTE`d columns; SQLite: the sorted `quote()`d rows, hashed by the
 //! check). What the handler does outside the database (HTTP calls,
 //! e-mails, other databases, sequences, files) is not seen.

@@ -3,7 +3,7 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use inbox_examples::http::{Config, PaymentsService, Server};
+use inbox_examples::http::{Config, HANDLER, PaymentsService, Server};
 use inbox_tests::{PgServer, SqlRows};
 
 use crate::client;
@@ -76,6 +76,40 @@ fn a_key_reused_with_another_body_is_422_and_changes_nothing() {
     assert_eq!((retry.status, retry.replayed()), (201, true), "{retry:?}");
     assert_eq!(retry.body, first.body);
     assert_eq!(service.all_payments(), 1);
+}
+
+/// A key whose claim holds no response (claimed by something other than
+/// this handler) and a key whose stored response no longer reads (written
+/// by another version of the service): the request was made, so the answer
+/// is 409 "already used", never a 5xx saying nothing was committed, and
+/// nothing runs again.
+#[test]
+fn a_used_key_without_a_readable_response_is_409_and_runs_nothing() {
+    let Some(service) = Service::start() else {
+        return;
+    };
+    let body = payment("acc-1", 250);
+    let first = service.post(Some("key-1"), &body);
+    assert_eq!(first.status, 201, "{first:?}");
+    service.execute(&format!(
+        "UPDATE inbox_messages SET result = convert_to('{{\"unexpected\": 1}}', 'UTF8') \
+         WHERE handler = '{HANDLER}' AND message_id = 'key-1'"
+    ));
+    let unreadable = service.post(Some("key-1"), &body);
+    assert_eq!(unreadable.status, 409, "{unreadable:?}");
+    assert_eq!(unreadable.problem(), "/problems/idempotency-key-used");
+    let detail = unreadable.json()["detail"].as_str().unwrap().to_owned();
+    assert!(detail.contains("can no longer be read"), "{detail}");
+
+    service.execute(&format!(
+        "UPDATE inbox_messages SET result = NULL \
+         WHERE handler = '{HANDLER}' AND message_id = 'key-1'"
+    ));
+    let without = service.post(Some("key-1"), &body);
+    assert_eq!(without.status, 409, "{without:?}");
+    assert_eq!(without.problem(), "/problems/idempotency-key-used");
+    assert_eq!(service.payments("key-1"), 1, "nothing ran again");
+    assert_eq!(service.claims(), 1);
 }
 
 #[test]

@@ -86,6 +86,16 @@ impl Service {
         ))
     }
 
+    /// Runs `sql` on the service's database (what an operator or another
+    /// program does to its tables).
+    pub fn execute(&self, sql: &str) {
+        use diesel::connection::SimpleConnection;
+        self.db
+            .connect()
+            .batch_execute(sql)
+            .unwrap_or_else(|error| panic!("{sql}: {error}"));
+    }
+
     /// Ends the service's connections on the server's side
     /// (`pg_terminate_backend`), as a restart or a failover would.
     pub fn terminate_connections(&self) {

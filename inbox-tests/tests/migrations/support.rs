@@ -81,7 +81,7 @@ where
 /// The inbox table is there and deduplicates.
 pub fn assert_inbox_works<C>(conn: &mut C, id: &str)
 where
-    C: Connection,
+    C: diesel::connection::LoadConnection,
     C::Backend: EmbeddedInboxMigrations,
 {
     let key = ClaimKey::new(HandlerName::new("migrations.test").unwrap(), id).unwrap();

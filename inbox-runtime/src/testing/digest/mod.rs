@@ -4,7 +4,7 @@
 //!
 //! | backend | tables | a table's digest |
 //! |---|---|---|
-//! | PostgreSQL | base tables of `current_schema()` (`information_schema.tables`) | `count(*)` and `md5(string_agg(md5(t::text), '' ORDER BY md5(t::text)))` |
+//! | PostgreSQL | base tables of `current_schema()` (`information_schema.tables`) | `count(*)` and `md5(string_agg(md5(ROW(t.*)::text), '' ORDER BY md5(ROW(t.*)::text)))` |
 //! | MySQL, MariaDB | base tables of `DATABASE()` (`information_schema.tables`) | `COUNT(*)`, and sums and an XOR of each row's `MD5(CONCAT_WS(',', QUOTE(col), …))` |
 //! | SQLite | `sqlite_master`'s tables (not `sqlite_%`) | every row as `quote(col) \|\| ',' \|\| …`, sorted, hashed by the caller |
 //!

@@ -1,6 +1,8 @@
 //! PostgreSQL's digest: the base tables of `current_schema()`, each read
 //! as `count(*)` and an md5 of its rows' md5s in sorted order (a row's text
-//! is PostgreSQL's own rendering of the row, `t::text`).
+//! is PostgreSQL's own rendering of the row, `ROW(t.*)::text`: every
+//! column, even in a table with a column named `t`, which plain `t::text`
+//! would take instead of the row).
 
 use diesel::QueryResult;
 use diesel::connection::LoadConnection;
@@ -23,8 +25,8 @@ const CURRENT_SCHEMA_SQL: &str = "SELECT current_schema()::text AS name";
 fn digest_sql(table: &str) -> String {
     format!(
         "SELECT count(*)::bigint AS row_count, \
-         coalesce(md5(string_agg(md5(t::text), '' ORDER BY md5(t::text))), '') AS digest \
-         FROM {table} t"
+         coalesce(md5(string_agg(md5(ROW(t.*)::text), '' ORDER BY md5(ROW(t.*)::text))), '') \
+         AS digest FROM {table} t"
     )
 }
 
