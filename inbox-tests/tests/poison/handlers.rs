@@ -151,6 +151,11 @@ pub enum Step<'a> {
     Call(Box<dyn Fn() + Send + Sync + 'a>),
     /// Ends the body with the application's own error.
     Fail(String),
+    /// A statement whose error the body drops (`let _ = …`).
+    Ignored(String),
+    /// A statement in a `conn.transaction` of the body's own (a savepoint);
+    /// its error ends the body through `?`.
+    InTransaction(String),
 }
 
 /// A delivery whose body runs `steps` after its effect.
@@ -189,6 +194,12 @@ pub fn scripted<C: LoadConnection<Backend: InboxBackend>>(
             }
             Step::Call(call) => call(),
             Step::Fail(text) => return Err(AppError::Failed(text.clone())),
+            Step::Ignored(sql) => {
+                let _ignored = statement(sql.clone()).execute(conn);
+            }
+            Step::InTransaction(sql) => {
+                conn.transaction(|conn| statement(sql.clone()).execute(conn))?;
+            }
         }
     }
     Ok(())

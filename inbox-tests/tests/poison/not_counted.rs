@@ -217,6 +217,117 @@ pub fn nested_handler_failures_are_not_counted<B: TestBackend>() {
 /// transaction (the other one writes ten rows first). Four times, none
 /// counted.
 pub fn a_deadlock_in_the_body_is_not_counted<B: ServerBackend>() {
+    deadlock_in_the_body::<B>(|| {
+        Step::Sql("UPDATE poison_locks SET n = n + 1 WHERE id = 2".to_owned())
+    });
+}
+
+/// The same deadlock met inside a `conn.transaction` of the body's own:
+/// InnoDB's rollback of the whole transaction takes Diesel's savepoint with
+/// it, so the body's error is Diesel's failed `ROLLBACK TO SAVEPOINT`
+/// (1305), not the deadlock; still a lock conflict, and never counted.
+pub fn a_deadlock_inside_a_savepoint_of_the_body_is_not_counted<B: ServerBackend>() {
+    deadlock_in_the_body::<B>(|| {
+        Step::InTransaction("UPDATE poison_locks SET n = n + 1 WHERE id = 2".to_owned())
+    });
+}
+
+/// A deadlock whose error the body ignores, then goes on writing and
+/// returns `Ok`. InnoDB rolls the whole transaction back, claim and earlier
+/// effect included, and runs the body's later statements in a new one
+/// (PostgreSQL aborts it instead: the next statement fails, and an ignored
+/// failure is caught at `COMMIT`, tested in `e2e`). Nothing may commit and
+/// the delivery must fail (`IgnoredStatementFailure`, retried, not counted):
+/// an `Ok` here would acknowledge a message whose claim and first effect are
+/// gone.
+pub fn a_deadlock_the_body_ignores_commits_nothing<B: ServerBackend>() {
+    let Some((db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let mut observer = db.connect();
+    observer
+        .batch_execute("INSERT INTO poison_locks (id, n) VALUES (2, 0)")
+        .unwrap();
+    let watcher = Mutex::new(db.connect());
+    let others = Mutex::new(Vec::new());
+    let interfere = || deadlock_partner::<B>(&db, &watcher, &others);
+    let msg = Scripted::new(
+        "dl-ignored",
+        vec![
+            Step::Sql("UPDATE poison_locks SET n = n + 1 WHERE id = 1".to_owned()),
+            Step::Call(Box::new(interfere)),
+            Step::Ignored("UPDATE poison_locks SET n = n + 1 WHERE id = 2".to_owned()),
+            Step::Sql(
+                "INSERT INTO poison_effects (message_id, note) VALUES ('dl-ignored', 'after')"
+                    .to_owned(),
+            ),
+        ],
+    );
+    let result = scripted(&mut conn, &msg);
+    for other in others.lock().unwrap().drain(..) {
+        other
+            .join()
+            .expect("the other transaction")
+            .expect("it got the lock once the body was rolled back");
+    }
+    assert!(
+        matches!(
+            result,
+            Err(AppError::Inbox(InboxError::IgnoredStatementFailure { .. }))
+        ),
+        "{result:?}"
+    );
+    assert_eq!(ack_decision(&result), AckDecision::Retry);
+    assert_eq!(claims(&mut observer, SCRIPTED, "dl-ignored"), 0);
+    assert_eq!(all_effects(&mut observer), 0, "neither effect committed");
+    assert_eq!(
+        failure_row::<B>(&mut observer, SCRIPTED, "dl-ignored"),
+        None
+    );
+
+    // The redelivery, without the interference, is processed once.
+    let again = Scripted::new("dl-ignored", vec![]);
+    scripted(&mut conn, &again).expect("processed");
+    assert_eq!(claims(&mut observer, SCRIPTED, "dl-ignored"), 1);
+    assert_eq!(effects(&mut observer, "dl-ignored"), 1);
+}
+
+/// Starts the deadlock partner of the deadlock tests on its own connection
+/// and returns once it waits for the body's lock on row 1: it wrote ten
+/// rows and locked row 2 first, so InnoDB picks the body as the victim.
+fn deadlock_partner<B: ServerBackend>(
+    db: &B,
+    watcher: &Mutex<B::Connection>,
+    others: &Mutex<Vec<std::thread::JoinHandle<diesel::QueryResult<()>>>>,
+) {
+    let mut other = db.connect();
+    let other_id = connection_id::<B>(&mut other);
+    others.lock().unwrap().push(std::thread::spawn(move || {
+        other.batch_execute("BEGIN").unwrap();
+        for i in 0..10 {
+            other
+                .batch_execute(&format!(
+                    "INSERT INTO poison_effects (message_id, note) VALUES ('other', '{i}')"
+                ))
+                .unwrap();
+        }
+        other
+            .batch_execute("UPDATE poison_locks SET n = n + 100 WHERE id = 2")
+            .unwrap();
+        // Waits for the body's lock, until the body is rolled back.
+        let waited = other.batch_execute("UPDATE poison_locks SET n = n + 100 WHERE id = 1");
+        other.batch_execute("ROLLBACK").unwrap();
+        waited
+    }));
+    wait_until(
+        &mut *watcher.lock().unwrap(),
+        &waits_in_sql::<B>(other_id, "UPDATE poison_locks SET n = n + 100 WHERE id = 1"),
+    );
+}
+
+/// Four deliveries whose body deadlocks at `second_lock` (row 2) against
+/// [`deadlock_partner`]; none counted.
+fn deadlock_in_the_body<B: ServerBackend>(second_lock: impl Fn() -> Step<'static>) {
     let Some((db, mut conn)) = fresh::<B>() else {
         return;
     };
@@ -229,38 +340,14 @@ pub fn a_deadlock_in_the_body_is_not_counted<B: ServerBackend>() {
     }
     let watcher = Mutex::new(db.connect());
     let others = Mutex::new(Vec::new());
-    let interfere = || {
-        let mut other = db.connect();
-        let other_id = connection_id::<B>(&mut other);
-        others.lock().unwrap().push(std::thread::spawn(move || {
-            other.batch_execute("BEGIN").unwrap();
-            for i in 0..10 {
-                other
-                    .batch_execute(&format!(
-                        "INSERT INTO poison_effects (message_id, note) VALUES ('other', '{i}')"
-                    ))
-                    .unwrap();
-            }
-            other
-                .batch_execute("UPDATE poison_locks SET n = n + 100 WHERE id = 2")
-                .unwrap();
-            // Waits for the body's lock, until the body is rolled back.
-            let waited = other.batch_execute("UPDATE poison_locks SET n = n + 100 WHERE id = 1");
-            other.batch_execute("ROLLBACK").unwrap();
-            waited
-        }));
-        wait_until(
-            &mut *watcher.lock().unwrap(),
-            &waits_in_sql::<B>(other_id, "UPDATE poison_locks SET n = n + 100 WHERE id = 1"),
-        );
-    };
+    let interfere = || deadlock_partner::<B>(&db, &watcher, &others);
     for _ in 1..=4 {
         let msg = Scripted::new(
             "dl-1",
             vec![
                 Step::Sql("UPDATE poison_locks SET n = n + 1 WHERE id = 1".to_owned()),
                 Step::Call(Box::new(interfere)),
-                Step::Sql("UPDATE poison_locks SET n = n + 1 WHERE id = 2".to_owned()),
+                second_lock(),
             ],
         );
         let result = scripted(&mut conn, &msg);
@@ -283,6 +370,7 @@ pub fn a_deadlock_in_the_body_is_not_counted<B: ServerBackend>() {
 
 inbox_tests::backend_tests! {
     nested_handler_failures_are_not_counted;
-    only [postgres, mysql]: a_lock_timeout_in_the_body_is_not_counted, a_deadlock_in_the_body_is_not_counted, a_connection_killed_mid_body_is_not_counted;
+    only [postgres, mysql]: a_lock_timeout_in_the_body_is_not_counted, a_deadlock_in_the_body_is_not_counted, a_deadlock_inside_a_savepoint_of_the_body_is_not_counted, a_connection_killed_mid_body_is_not_counted;
+    only [mysql]: a_deadlock_the_body_ignores_commits_nothing;
     only [postgres]: a_serialization_failure_in_the_body_is_not_counted;
 }
