@@ -267,11 +267,15 @@ pub enum InboxError {
     /// on the same connection or on a new one.
     Database(diesel::result::Error),
     /// A statement inside the handler's transaction failed and the body
-    /// ignored its error (`let _ = …`), then returned `Ok`. On PostgreSQL a
-    /// failed statement aborts the transaction, so nothing the body did
-    /// could be committed: the transaction (or, nested, the handler's
-    /// savepoint) was rolled back, the claim with it, and the message can be
-    /// delivered again. Propagate statement errors with `?` instead.
+    /// ignored its error (`let _ = …`), then returned `Ok` (or its result
+    /// could not be stored after it). On PostgreSQL a failed statement
+    /// aborts the transaction; on MySQL/MariaDB a deadlock (or a lock wait
+    /// timeout with `innodb_rollback_on_timeout`) rolls the whole
+    /// transaction back, claim included, and what the body wrote after it
+    /// would have started a new one. Either way nothing the body did is
+    /// committed: the transaction (or, nested, the handler's savepoint) was
+    /// rolled back, the claim with it, and the message can be delivered
+    /// again. Propagate statement errors with `?` instead.
     IgnoredStatementFailure {
         /// The error the database gave at commit (or savepoint release).
         source: diesel::result::Error,

@@ -31,6 +31,7 @@ use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use crate::backend::InboxBackend;
 use crate::error::InboxError;
 use crate::execution::depth;
+use crate::recovery::is_transaction_aborted;
 
 /// Where a handler's transaction sits: the depth it found the connection at.
 #[derive(Debug, Clone)]
@@ -86,12 +87,16 @@ impl Scope {
                     DB::OUTERMOST_COMMIT_SQL,
                     DB::BOUNDED_IDLE_END_SQL
                 )),
-                rollback: Cow::Owned(format!("ROLLBACK{}", DB::BOUNDED_IDLE_END_SQL)),
+                rollback: Cow::Owned(format!(
+                    "{}{}",
+                    DB::OUTERMOST_ROLLBACK_SQL,
+                    DB::BOUNDED_IDLE_END_SQL
+                )),
             },
             None => Outermost {
-                begin: Cow::Borrowed("BEGIN"),
+                begin: Cow::Borrowed(DB::OUTERMOST_BEGIN_SQL),
                 commit: Cow::Borrowed(DB::OUTERMOST_COMMIT_SQL),
-                rollback: Cow::Borrowed("ROLLBACK"),
+                rollback: Cow::Borrowed(DB::OUTERMOST_ROLLBACK_SQL),
             },
         };
         Ok(Scope {
@@ -188,7 +193,10 @@ impl Scope {
         commit_error: diesel::result::Error,
     ) -> InboxError {
         let aborts_on_failed_statements = self.aborted_probe_sql.is_some();
-        if aborted || (!self.is_outermost() && aborts_on_failed_statements) {
+        if aborted
+            || (!self.is_outermost() && aborts_on_failed_statements)
+            || (self.is_outermost() && is_transaction_aborted(&commit_error))
+        {
             InboxError::IgnoredStatementFailure {
                 source: commit_error,
             }
@@ -212,17 +220,24 @@ impl Scope {
     /// [`commit_sql`](Self::commit_sql), [`rollback_sql`](Self::rollback_sql),
     /// the aborted probe) on a blocking connection, in one round trip.
     ///
-    /// On MySQL/MariaDB it goes as a prepared statement, which Diesel's
-    /// statement cache keeps by its text and executes again in one round
-    /// trip; `batch_execute` would cost three there. A server that refuses
-    /// to prepare it (nothing ran then) gets it through `batch_execute`, and
-    /// so do all later statements of the process. Several statements in one
-    /// text always go through `batch_execute`. Diesel's transaction depth is
-    /// not touched: the caller keeps it in step ([`entered`](Self::entered),
-    /// [`left`](Self::left)).
+    /// On MySQL/MariaDB each statement of `sql` goes as a prepared
+    /// statement, which Diesel's statement cache keeps by its text and
+    /// executes again in one round trip (`batch_execute` would cost three
+    /// there), in order, stopping at the first that fails, as a
+    /// multi-statement text does. A server that refuses to prepare one
+    /// (nothing ran then) gets it and the rest through `batch_execute`, and
+    /// so do all later statements of the process. Diesel's transaction depth
+    /// is not touched: the caller keeps it in step
+    /// ([`entered`](Self::entered), [`left`](Self::left)).
     pub(crate) fn execute<C: Connection>(&self, conn: &mut C, sql: &str) -> QueryResult<()> {
-        if self.prepared_sql && !sql.contains(';') && !PREPARING_REFUSED.load(Ordering::Relaxed) {
-            let executed = match sql {
+        if !self.prepared_sql {
+            return conn.batch_execute(sql);
+        }
+        let mut rest = sql;
+        while !rest.is_empty() && !PREPARING_REFUSED.load(Ordering::Relaxed) {
+            let (statement, after) = rest.split_once(';').unwrap_or((rest, ""));
+            let statement = statement.trim();
+            let executed = match statement {
                 "BEGIN" => diesel::RunQueryDsl::execute(Begin, conn),
                 "COMMIT" => diesel::RunQueryDsl::execute(Commit, conn),
                 "ROLLBACK" => diesel::RunQueryDsl::execute(Rollback, conn),
@@ -236,10 +251,14 @@ impl Scope {
                 {
                     PREPARING_REFUSED.store(true, Ordering::Relaxed);
                 }
-                result => return result.map(drop),
+                Err(error) => return Err(error),
+                Ok(_) => rest = after.trim_start(),
             }
         }
-        conn.batch_execute(sql)
+        if rest.is_empty() {
+            return Ok(());
+        }
+        conn.batch_execute(rest)
     }
 
     fn savepoint(&self) -> String {

@@ -40,12 +40,25 @@ pub fn statements_of<C: Connection, T>(
 /// What each statement is: `BEGIN`, `claim`, `effect` (an `INSERT` into a
 /// table whose name contains `effects`), `COMMIT` (on PostgreSQL `SELECT 1;
 /// COMMIT`), `ROLLBACK`, `count attempt`, `mark dead`; anything else as it
-/// was sent. A statement sent as a prepared statement (MySQL's transaction
+/// was sent. MySQL/MariaDB's framing of an outermost transaction reads as
+/// the others': `autocommit` off and the savepoint `inbox_transaction` as
+/// `BEGIN`, the savepoint's release, `COMMIT` and `autocommit` restored as
+/// `COMMIT`, `ROLLBACK` and `autocommit` restored as `ROLLBACK` (the
+/// statements themselves are counted in `e2e/roundtrips.rs`). A statement sent as a prepared statement (MySQL's transaction
 /// statements) reads with its binds, none: `BEGIN -- binds: []`.
 ///
 /// ```
 /// let sent = ["BEGIN -- binds: []".to_owned(), "SELECT 1; COMMIT".to_owned()];
 /// assert_eq!(inbox_tests::statement_shapes(&sent), ["BEGIN", "COMMIT"]);
+/// let mysql = [
+///     "SET @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0 -- binds: []",
+///     "SAVEPOINT inbox_transaction -- binds: []",
+///     "RELEASE SAVEPOINT inbox_transaction -- binds: []",
+///     "COMMIT -- binds: []",
+///     "SET SESSION autocommit = @inbox_saved_autocommit -- binds: []",
+/// ]
+/// .map(String::from);
+/// assert_eq!(inbox_tests::statement_shapes(&mysql), ["BEGIN", "COMMIT"]);
 /// ```
 pub fn statement_shapes(statements: &[String]) -> Vec<&str> {
     statements
@@ -55,6 +68,7 @@ pub fn statement_shapes(statements: &[String]) -> Vec<&str> {
                 "BEGIN" => "BEGIN",
                 "ROLLBACK" => "ROLLBACK",
                 "COMMIT" | "SELECT 1; COMMIT" => "COMMIT",
+                sql if sql.starts_with("SET @inbox_saved_autocommit") => "BEGIN",
                 sql if sql.starts_with("INSERT") && sql.contains("inbox_messages") => "claim",
                 sql if sql.starts_with("INSERT INTO inbox_failures") => "count attempt",
                 sql if sql.starts_with("UPDATE inbox_failures") => "mark dead",
@@ -62,5 +76,14 @@ pub fn statement_shapes(statements: &[String]) -> Vec<&str> {
                 sql => sql,
             },
         )
+        .filter(|shape| !MYSQL_FRAMING.contains(shape))
         .collect()
 }
+
+/// What MySQL/MariaDB send around an outermost transaction besides what
+/// [`statement_shapes`] reads as `BEGIN`, `COMMIT` and `ROLLBACK`.
+const MYSQL_FRAMING: [&str; 3] = [
+    "SAVEPOINT inbox_transaction",
+    "RELEASE SAVEPOINT inbox_transaction",
+    "SET SESSION autocommit = @inbox_saved_autocommit",
+];

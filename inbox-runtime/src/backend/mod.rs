@@ -102,7 +102,29 @@ pub trait InboxBackend: Backend + sealed::Sealed {
         Ok(())
     }
 
-    /// Commits a handler's outermost transaction. On PostgreSQL it first runs
+    /// Begins a handler's outermost transaction. On MySQL/MariaDB InnoDB
+    /// rolls the whole transaction back on a deadlock (or a lock wait
+    /// timeout with `innodb_rollback_on_timeout`), claim included; a body
+    /// that ignores the error would then write its later statements in
+    /// autocommit mode, each committed at once, and a plain `COMMIT` would
+    /// report success. So the transaction runs with `autocommit = 0` (later
+    /// statements then open a new transaction instead, which the runner can
+    /// still roll back) and begins with a savepoint that dies with it: the
+    /// commit releases that savepoint first, which fails once the
+    /// transaction it was set in is gone (see
+    /// [`OUTERMOST_COMMIT_SQL`](Self::OUTERMOST_COMMIT_SQL)).
+    #[doc(hidden)]
+    const OUTERMOST_BEGIN_SQL: &'static str;
+
+    /// Rolls back a handler's outermost transaction (on MySQL/MariaDB, and
+    /// restores `autocommit`).
+    #[doc(hidden)]
+    const OUTERMOST_ROLLBACK_SQL: &'static str;
+
+    /// Commits a handler's outermost transaction. On MySQL/MariaDB it first
+    /// releases the savepoint [`OUTERMOST_BEGIN_SQL`](Self::OUTERMOST_BEGIN_SQL)
+    /// set (a failure stops the statements before `COMMIT`, and the runner
+    /// rolls back), and restores `autocommit` after it. On PostgreSQL it first runs
     /// a statement that fails when the transaction is aborted (a failed
     /// statement whose error the body ignored), because PostgreSQL answers
     /// `COMMIT` in an aborted transaction with a silent `ROLLBACK`; both go

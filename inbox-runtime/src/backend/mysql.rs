@@ -52,8 +52,14 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
         ("mysql_async", "Input/output error"),
     ],
     refused_text: &[],
-    // MySQL/MariaDB do not abort a transaction on a failed statement.
-    transaction_aborted: &[],
+    // A failed statement does not abort a transaction here, but a deadlock
+    // (or a lock wait timeout with `innodb_rollback_on_timeout`) rolls the
+    // whole transaction back; the commit's release of the savepoint the
+    // runner set at `BEGIN` then fails (1305 ER_SP_DOES_NOT_EXIST).
+    transaction_aborted: &[(
+        "1305 ER_SP_DOES_NOT_EXIST",
+        "SAVEPOINT inbox_transaction does not exist",
+    )],
 };
 
 /// What a server that does not take a statement as a prepared statement
@@ -230,7 +236,12 @@ mod imp {
                 "down.sql"
             ),
         );
-        const OUTERMOST_COMMIT_SQL: &'static str = "COMMIT";
+        const OUTERMOST_BEGIN_SQL: &'static str = "SET @inbox_saved_autocommit = @@SESSION.autocommit, \
+             SESSION autocommit = 0; SAVEPOINT inbox_transaction";
+        const OUTERMOST_COMMIT_SQL: &'static str = "RELEASE SAVEPOINT inbox_transaction; COMMIT; \
+             SET SESSION autocommit = @inbox_saved_autocommit";
+        const OUTERMOST_ROLLBACK_SQL: &'static str =
+            "ROLLBACK; SET SESSION autocommit = @inbox_saved_autocommit";
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;
         const PREPARED_TRANSACTION_SQL: bool = true;
         const BOUNDED_IDLE_END_SQL: &'static str =
@@ -243,7 +254,8 @@ mod imp {
             let seconds = limit.as_secs_f64().ceil().clamp(1.0, 31_536_000.0) as u64;
             Some(format!(
                 "SET @inbox_saved_wait_timeout = @@SESSION.wait_timeout, \
-                 SESSION wait_timeout = {seconds}; BEGIN"
+                 SESSION wait_timeout = {seconds}; {}",
+                Self::OUTERMOST_BEGIN_SQL
             ))
         }
         const PRUNE_BEFORE_BEGIN_SQL: &'static str =

@@ -259,6 +259,8 @@ mod imp {
         );
         const FAILURE_SQL: FailureSql = FAILURES;
         const STORED_CLAIM_SQL: StoredClaimSql = STORED_CLAIMS;
+        const OUTERMOST_BEGIN_SQL: &'static str = "BEGIN";
+        const OUTERMOST_ROLLBACK_SQL: &'static str = "ROLLBACK";
         const OUTERMOST_COMMIT_SQL: &'static str = "SELECT 1; COMMIT";
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = Some("SELECT 1");
         const PREPARED_TRANSACTION_SQL: bool = false;
