@@ -345,7 +345,50 @@ pub async fn an_async_constraint_refused_at_commit_is_a_counted_attempt<B: TestB
     assert_eq!(effects(&mut observer, "arc-2"), 1);
 }
 
+/// The async runner on MariaDB, when the server ended the transaction
+/// behind the body's back, as InnoDB does on a deadlock (here the body's
+/// own `ROLLBACK` statement stands in for it: the same state, without a
+/// race): the body's later write opens a new transaction instead of
+/// committing alone (`autocommit` is off), the savepoint's release fails,
+/// and nothing commits; the delivery is `IgnoredStatementFailure`, not
+/// counted, and its redelivery is processed once.
+pub async fn async_a_transaction_the_server_ended_commits_nothing<B: TestBackend>() {
+    let Some((db, mut observer)) = fresh::<B>() else {
+        return;
+    };
+    let mut conn = db.connect_async().await;
+    let msg = ScriptedAsync {
+        id: "aended-1".to_owned(),
+        statements: vec![
+            "ROLLBACK".to_owned(),
+            "INSERT INTO poison_effects (message_id, note) VALUES ('aended-1', 'after')".to_owned(),
+        ],
+        runs: AtomicU32::new(0),
+    };
+    let result = scripted_async(&mut conn, &msg).await;
+    assert!(
+        matches!(
+            result,
+            Err(AppError::Inbox(InboxError::IgnoredStatementFailure { .. }))
+        ),
+        "{result:?}"
+    );
+    assert_eq!(ack_decision(&result), AckDecision::Retry);
+    assert_eq!(effects(&mut observer, "aended-1"), 0, "nothing committed");
+    assert_eq!(claims(&mut observer, SCRIPTED, "aended-1"), 0);
+    assert_eq!(failure_row::<B>(&mut observer, SCRIPTED, "aended-1"), None);
+    let again = ScriptedAsync {
+        id: "aended-1".to_owned(),
+        statements: vec![],
+        runs: AtomicU32::new(0),
+    };
+    scripted_async(&mut conn, &again).await.expect("processed");
+    assert_eq!(effects(&mut observer, "aended-1"), 1);
+    assert_eq!(claims(&mut observer, SCRIPTED, "aended-1"), 1);
+}
+
 inbox_tests::backend_tests! {
+    async only [mysql]: async_a_transaction_the_server_ended_commits_nothing;
     async only [postgres, mysql]:
         async_failures_are_counted_and_the_third_is_fatal,
         async_rejections_are_dead_at_once,
