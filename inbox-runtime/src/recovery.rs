@@ -271,6 +271,7 @@ mod tests {
         "Connection was killed",
         "WSREP has not yet prepared node for application use",
         "The MariaDB server is running with the --read-only option so it cannot execute this statement",
+        "The MySQL server is running with the --super-read-only option so it cannot execute this statement",
         "Connection to the server is closed.",
         "Input/output error: Broken pipe (os error 32)",
         "Input/output error: Connection reset by peer (os error 104)",

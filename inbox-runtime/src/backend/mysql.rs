@@ -42,7 +42,9 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
             "1047 ER_UNKNOWN_COM_ERROR (Galera)",
             "WSREP has not yet prepared node for application use",
         ),
-        ("1290 ER_OPTION_PREVENTS_STATEMENT", "--read-only option"),
+        // `--read-only`, and MySQL's `--super-read-only` (a demoted Group
+        // Replication or InnoDB Cluster primary).
+        ("1290 ER_OPTION_PREVENTS_STATEMENT", "read-only option"),
         (
             "4031 ER_CLIENT_INTERACTION_TIMEOUT",
             "disconnected by the server because of inactivity",
