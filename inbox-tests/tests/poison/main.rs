@@ -31,6 +31,8 @@ mod concurrency;
 mod counting;
 mod dead_letters;
 mod default_limit;
+#[cfg(feature = "postgres")]
+mod encoding;
 mod not_counted;
 mod panics;
 mod pruning;
