@@ -124,6 +124,40 @@ impl Failure {
             Failure::Attempt(text) | Failure::Rejection(text) => text,
         }
     }
+
+    /// The failure with its text in ASCII, every other character written
+    /// as `\u{…}`: what is recorded when the database's encoding cannot
+    /// store the text (a PostgreSQL database in `LATIN1`, a euro sign).
+    /// `None` when the text is ASCII already.
+    pub(crate) fn in_ascii(&self) -> Option<Failure> {
+        let text = self.text();
+        if text.is_ascii() {
+            return None;
+        }
+        let mut ascii = String::with_capacity(text.len() + 16);
+        for c in text.chars() {
+            if c.is_ascii() {
+                ascii.push(c);
+            } else {
+                let _ = write!(ascii, "\\u{{{:x}}}", u32::from(c));
+            }
+        }
+        if ascii.len() > MAX_ERROR_TEXT_BYTES {
+            ascii.truncate(MAX_ERROR_TEXT_BYTES - 3);
+            ascii.push_str("...");
+        }
+        Some(match self {
+            Failure::Attempt(_) => Failure::Attempt(ascii),
+            Failure::Rejection(_) => Failure::Rejection(ascii),
+        })
+    }
+}
+
+/// Whether recording a failure failed because the database refused its
+/// text (see [`Failure::in_ascii`]): the key's text cannot be the cause,
+/// the claim stored it already.
+pub(crate) fn refused_its_text(error: &InboxError) -> bool {
+    matches!(error, InboxError::Database(error) if crate::recovery::is_refused_key_text(error))
 }
 
 /// The reason of the rejection found in `error`.
@@ -344,6 +378,20 @@ mod tests {
         let nuls = bounded("\0".repeat(MAX_ERROR_TEXT_BYTES));
         assert!(nuls.len() <= MAX_ERROR_TEXT_BYTES, "{} bytes", nuls.len());
         assert!(nuls.ends_with('…') && !nuls.contains('\0'));
+    }
+
+    #[test]
+    fn a_text_in_ascii_escapes_every_other_character_and_stays_bounded() {
+        let failure = Failure::Rejection("a price in € is refused".into());
+        assert_eq!(
+            failure.in_ascii(),
+            Some(Failure::Rejection("a price in \\u{20ac} is refused".into()))
+        );
+        assert_eq!(Failure::Attempt("plain".into()).in_ascii(), None);
+        let long = Failure::Attempt(bounded("€".repeat(MAX_ERROR_TEXT_BYTES)));
+        let ascii = long.in_ascii().expect("not ASCII");
+        assert!(ascii.text().is_ascii() && ascii.text().len() <= MAX_ERROR_TEXT_BYTES);
+        assert!(ascii.text().ends_with("..."));
     }
 
     #[test]

@@ -386,6 +386,29 @@ where
     if !handler_scope.is_outermost() {
         return Ok(None);
     }
+    // The database's encoding cannot store the text: recorded in ASCII.
+    match (
+        record_in_short_transaction(conn, key, failure, limit),
+        failure.in_ascii(),
+    ) {
+        (Err(error), Some(ascii)) if failure::refused_its_text(&error) => {
+            record_in_short_transaction(conn, key, &ascii, limit).map(Some)
+        }
+        (recorded, _) => recorded.map(Some),
+    }
+}
+
+/// [`record_failure`]'s short transaction.
+fn record_in_short_transaction<C>(
+    conn: &mut C,
+    key: &ClaimKey,
+    failure: &Failure,
+    limit: MaxAttempts,
+) -> Result<Recorded, InboxError>
+where
+    C: Connection,
+    C::Backend: InboxBackend,
+{
     let scope = Scope::new::<C::Backend>(status(conn))?;
     begin(conn, &scope)?;
     let written = (|| {
@@ -404,11 +427,11 @@ where
     match written {
         Ok(Recorded::ProcessedMeanwhile) => {
             roll_back(conn, &scope)?;
-            Ok(Some(Recorded::ProcessedMeanwhile))
+            Ok(Recorded::ProcessedMeanwhile)
         }
         Ok(recorded) => {
             commit(conn, &scope)?;
-            Ok(Some(recorded))
+            Ok(recorded)
         }
         Err(error) => {
             roll_back(conn, &scope)?;

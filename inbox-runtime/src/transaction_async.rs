@@ -749,7 +749,14 @@ where
         }
         let short = Scope::new::<C::Backend>(async_status(self.level.conn()))?;
         let handler_scope = std::mem::replace(&mut self.level.scope, short);
-        let recorded = self.record_in_short_transaction(failure).await;
+        let recorded = match self.record_in_short_transaction(failure).await {
+            // The database's encoding cannot store the text: in ASCII.
+            Err(error) if failure::refused_its_text(&error) => match failure.in_ascii() {
+                Some(ascii) => self.record_in_short_transaction(&ascii).await,
+                None => Err(error),
+            },
+            recorded => recorded,
+        };
         self.level.scope = handler_scope;
         recorded.map(Some)
     }

@@ -196,6 +196,15 @@ impl PgEncodedDatabase {
     pub fn connect(&self) -> PgConnection {
         PgConnection::establish(&self.url).expect("connect to the test database")
     }
+
+    /// A new diesel-async connection to this database.
+    #[cfg(feature = "async")]
+    pub async fn connect_async(&self) -> diesel_async::AsyncPgConnection {
+        use diesel_async::AsyncConnection;
+        diesel_async::AsyncPgConnection::establish(&self.url)
+            .await
+            .expect("connect to the test database")
+    }
 }
 
 impl Drop for PgEncodedDatabase {
