@@ -153,11 +153,17 @@ impl Failure {
     }
 }
 
-/// Whether recording a failure failed because the database refused its
-/// text (see [`Failure::in_ascii`]): the key's text cannot be the cause,
-/// the claim stored it already.
-pub(crate) fn refused_its_text(error: &InboxError) -> bool {
-    matches!(error, InboxError::Database(error) if crate::recovery::is_refused_key_text(error))
+/// What to record instead after recording `failure` failed with `error`:
+/// its text in ASCII ([`Failure::in_ascii`]) when the database refused the
+/// text (the key's text cannot be the cause, the claim stored it already);
+/// `None`: nothing else to try.
+pub(crate) fn retry_in_ascii(error: &InboxError, failure: &Failure) -> Option<Failure> {
+    match error {
+        InboxError::Database(error) if crate::recovery::is_refused_key_text(error) => {
+            failure.in_ascii()
+        }
+        _ => None,
+    }
 }
 
 /// The reason of the rejection found in `error`.

@@ -386,16 +386,14 @@ where
     if !handler_scope.is_outermost() {
         return Ok(None);
     }
-    // The database's encoding cannot store the text: recorded in ASCII.
-    match (
-        record_in_short_transaction(conn, key, failure, limit),
-        failure.in_ascii(),
-    ) {
-        (Err(error), Some(ascii)) if failure::refused_its_text(&error) => {
-            record_in_short_transaction(conn, key, &ascii, limit).map(Some)
-        }
-        (recorded, _) => recorded.map(Some),
-    }
+    let recorded = match record_in_short_transaction(conn, key, failure, limit) {
+        Err(error) => match failure::retry_in_ascii(&error, failure) {
+            Some(ascii) => record_in_short_transaction(conn, key, &ascii, limit),
+            None => Err(error),
+        },
+        recorded => recorded,
+    };
+    recorded.map(Some)
 }
 
 /// [`record_failure`]'s short transaction.

@@ -163,9 +163,7 @@ where
         Claim::Claimed => Ok(Taken::Claimed),
         Claim::Duplicate if !outermost && current::is_running(key) => {
             if let Some(fingerprint) = key.fingerprint() {
-                let binds = column_binds(fingerprint.as_bytes(), key);
-                let sql = C::Backend::STORED_CLAIM_SQL.store_fingerprint;
-                C::Backend::execute_bound_async(conn, sql, &binds).await?;
+                store_fingerprint_async(conn, key, fingerprint).await?;
             }
             Ok(Taken::Claimed)
         }
@@ -177,6 +175,23 @@ where
             duplicate_of(key, row).map(Taken::Duplicate)
         }
     }
+}
+
+/// The async twin of [`store_fingerprint`](crate::claim::store_fingerprint).
+async fn store_fingerprint_async<C>(
+    conn: &mut C,
+    key: &ClaimKey,
+    fingerprint: &crate::fingerprint::Fingerprint,
+) -> QueryResult<()>
+where
+    C: AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    let binds = column_binds(fingerprint.as_bytes(), key);
+    let sql = C::Backend::STORED_CLAIM_SQL.store_fingerprint;
+    C::Backend::execute_bound_async(conn, sql, &binds)
+        .await
+        .map(drop)
 }
 
 /// The async twin of `claim::stored_claim`.
@@ -546,8 +561,6 @@ where
             .await
     }
 
-    /// Stores the body's result with the claim, for a handler that stores
-    /// results: before the commit, in the claim's transaction.
     /// Ends the transaction after the body returned `result` (under
     /// `catch_unwind`): stores the `Ok` value's result first when `P` says
     /// so, then [`finish_or_resume`](Self::finish_or_resume). The value is
@@ -578,7 +591,8 @@ where
         self.finish_or_resume(result).await
     }
 
-    /// Stores the encoded result with the claim, before the commit.
+    /// Stores the encoded result with the claim (a handler that stores
+    /// results): before the commit, in the claim's transaction.
     async fn store(&mut self, encoded: Encoded) -> Result<(), InboxError> {
         let Some(result) = encoded? else {
             return Ok(());
@@ -750,8 +764,7 @@ where
         let short = Scope::new::<C::Backend>(async_status(self.level.conn()))?;
         let handler_scope = std::mem::replace(&mut self.level.scope, short);
         let recorded = match self.record_in_short_transaction(failure).await {
-            // The database's encoding cannot store the text: in ASCII.
-            Err(error) if failure::refused_its_text(&error) => match failure.in_ascii() {
+            Err(error) => match failure::retry_in_ascii(&error, failure) {
                 Some(ascii) => self.record_in_short_transaction(&ascii).await,
                 None => Err(error),
             },
