@@ -33,6 +33,7 @@ mod backend;
 mod cancel;
 mod connections;
 mod deferred;
+mod depth;
 pub mod failure_rows;
 mod macros;
 mod migrated;
@@ -59,6 +60,9 @@ pub use self::connections::{connection_id, terminate};
 #[cfg(feature = "async")]
 pub use self::connections::{connection_id_async, terminate_async};
 pub use self::deferred::{COUNT_CHILDREN_SQL, ORPHAN_SQL, create_deferred_foreign_key};
+pub use self::depth::transaction_depth;
+#[cfg(feature = "async")]
+pub use self::depth::transaction_depth_async;
 pub use self::migrated::migrate_inbox_before;
 pub use self::panics::{panic_text, quiet_deliberate_panics};
 pub use self::rows::SqlRows;

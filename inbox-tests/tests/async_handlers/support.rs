@@ -4,7 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use diesel_async::AsyncConnection;
 use inbox_tests::{AsyncSqlRows, ServerBackend, TestBackend};
 
 use crate::handlers::{EFFECTS_DDL, literal};
@@ -45,15 +44,7 @@ pub async fn all_claims(conn: &mut impl AsyncSqlRows) -> i64 {
         .await
 }
 
-/// The depth of the connection's transaction (0: none open).
-pub fn depth<C: AsyncConnection>(conn: &mut C) -> u32 {
-    <C::TransactionManager as diesel_async::TransactionManager<C>>::transaction_manager_status_mut(
-        conn,
-    )
-    .transaction_depth()
-    .expect("the transaction manager is not broken")
-    .map_or(0, std::num::NonZeroU32::get)
-}
+pub use inbox_tests::transaction_depth_async as depth;
 
 /// Waits until `count` of the connections `ids` are inside their claim
 /// statement, behind the holder's lock.

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use diesel::connection::{InstrumentationEvent, SimpleConnection, TransactionManager};
+use diesel::connection::{InstrumentationEvent, SimpleConnection};
 use diesel::prelude::*;
 use inbox_runtime::{
     AckDecision, BatchReport, HandlerName, InboxBackend, MaxAttempts, Outcome, ack_decision,
@@ -199,13 +199,7 @@ pub fn assert_all_duplicates(report: &Report) {
     }
 }
 
-/// Diesel's transaction depth on `conn` (0: none open).
-pub fn depth<C: Connection>(conn: &mut C) -> u32 {
-    C::TransactionManager::transaction_manager_status_mut(conn)
-        .transaction_depth()
-        .expect("the transaction manager is not broken")
-        .map_or(0, std::num::NonZeroU32::get)
-}
+pub use inbox_tests::transaction_depth as depth;
 
 pub use inbox_tests::{statement_shapes as shape, statements_of};
 

@@ -3,7 +3,6 @@
 //! body opened), with and without a transaction of the caller's around the
 //! handler.
 
-use diesel::connection::TransactionManager;
 use diesel::prelude::*;
 use inbox_runtime::Outcome;
 
@@ -21,13 +20,7 @@ fn expect_deliberate_panic<T: std::fmt::Debug>(deliver: impl FnOnce() -> T) {
     }
 }
 
-/// Diesel's transaction depth on `conn` (0: none open).
-fn depth<C: Connection>(conn: &mut C) -> u32 {
-    C::TransactionManager::transaction_manager_status_mut(conn)
-        .transaction_depth()
-        .expect("the transaction manager is not broken")
-        .map_or(0, std::num::NonZeroU32::get)
-}
+use inbox_tests::transaction_depth as depth;
 
 pub fn panic_inside_a_nested_transaction_rolls_back_the_handler<B: E2e>() {
     let Some((db, mut conn)) = fresh::<B>() else {

@@ -203,14 +203,7 @@ pub fn an_ignored_failure_before_the_stored_result_is_named<B: TestBackend>() {
     );
 }
 
-/// Diesel's transaction depth on `conn` (0: none open).
-fn depth<C: diesel::Connection>(conn: &mut C) -> u32 {
-    use diesel::connection::TransactionManager;
-    C::TransactionManager::transaction_manager_status_mut(conn)
-        .transaction_depth()
-        .expect("the transaction manager is not broken")
-        .map_or(0, std::num::NonZeroU32::get)
-}
+use inbox_tests::transaction_depth as depth;
 
 inbox_tests::backend_tests! {
     a_panicking_result_encoder_is_a_panicking_delivery,

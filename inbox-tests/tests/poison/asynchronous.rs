@@ -17,15 +17,7 @@ use crate::handlers::*;
 use crate::handlers_async::{ScriptedAsync, diesel_typed_async, scripted_async, three_async};
 use crate::support::*;
 
-/// Diesel-async's transaction depth on `conn` (0: none open).
-fn depth<C: AsyncConnection>(conn: &mut C) -> u32 {
-    <C::TransactionManager as diesel_async::TransactionManager<C>>::transaction_manager_status_mut(
-        conn,
-    )
-    .transaction_depth()
-    .expect("the transaction manager is not broken")
-    .map_or(0, std::num::NonZeroU32::get)
-}
+use inbox_tests::transaction_depth_async as depth;
 
 pub async fn async_failures_are_counted_and_the_third_is_fatal<B: TestBackend>() {
     let Some((db, mut observer)) = fresh::<B>() else {

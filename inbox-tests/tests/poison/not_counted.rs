@@ -245,12 +245,8 @@ pub fn a_deadlock_the_body_ignores_commits_nothing<B: ServerBackend>() {
         return;
     };
     let mut observer = db.connect();
-    observer
-        .batch_execute("INSERT INTO poison_locks (id, n) VALUES (2, 0)")
-        .unwrap();
-    let watcher = Mutex::new(db.connect());
-    let others = Mutex::new(Vec::new());
-    let interfere = || deadlock_partner::<B>(&db, &watcher, &others);
+    let partners = DeadlockPartners::new(&db, &mut observer);
+    let interfere = || partners.start();
     let msg = Scripted::new(
         "dl-ignored",
         vec![
@@ -264,12 +260,7 @@ pub fn a_deadlock_the_body_ignores_commits_nothing<B: ServerBackend>() {
         ],
     );
     let result = scripted(&mut conn, &msg);
-    for other in others.lock().unwrap().drain(..) {
-        other
-            .join()
-            .expect("the other transaction")
-            .expect("it got the lock once the body was rolled back");
-    }
+    partners.join();
     assert!(
         matches!(
             result,
@@ -292,55 +283,86 @@ pub fn a_deadlock_the_body_ignores_commits_nothing<B: ServerBackend>() {
     assert_eq!(effects(&mut observer, "dl-ignored"), 1);
 }
 
-/// Starts the deadlock partner of the deadlock tests on its own connection
-/// and returns once it waits for the body's lock on row 1: it wrote ten
-/// rows and locked row 2 first, so InnoDB picks the body as the victim.
-fn deadlock_partner<B: ServerBackend>(
-    db: &B,
-    watcher: &Mutex<B::Connection>,
-    others: &Mutex<Vec<std::thread::JoinHandle<diesel::QueryResult<()>>>>,
-) {
-    let mut other = db.connect();
-    let other_id = connection_id::<B>(&mut other);
-    others.lock().unwrap().push(std::thread::spawn(move || {
-        other.batch_execute("BEGIN").unwrap();
-        for i in 0..10 {
-            other
-                .batch_execute(&format!(
-                    "INSERT INTO poison_effects (message_id, note) VALUES ('other', '{i}')"
-                ))
-                .unwrap();
-        }
-        other
-            .batch_execute("UPDATE poison_locks SET n = n + 100 WHERE id = 2")
+/// The other side of the deadlock tests: transactions on connections of
+/// their own that deadlock with the body, started while it runs and joined
+/// after each delivery.
+struct DeadlockPartners<'db, B: ServerBackend> {
+    db: &'db B,
+    /// Watches a partner until it waits for the body's lock.
+    watcher: Mutex<B::Connection>,
+    started: Mutex<Vec<std::thread::JoinHandle<diesel::QueryResult<()>>>>,
+}
+
+impl<'db, B: ServerBackend> DeadlockPartners<'db, B> {
+    /// Adds row 2 of `poison_locks`, which the partners lock first.
+    fn new(db: &'db B, observer: &mut B::Connection) -> Self {
+        observer
+            .batch_execute("INSERT INTO poison_locks (id, n) VALUES (2, 0)")
             .unwrap();
-        // Waits for the body's lock, until the body is rolled back.
-        let waited = other.batch_execute("UPDATE poison_locks SET n = n + 100 WHERE id = 1");
-        other.batch_execute("ROLLBACK").unwrap();
-        waited
-    }));
-    wait_until(
-        &mut *watcher.lock().unwrap(),
-        &waits_in_sql::<B>(other_id, "UPDATE poison_locks SET n = n + 100 WHERE id = 1"),
-    );
+        DeadlockPartners {
+            db,
+            watcher: Mutex::new(db.connect()),
+            started: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Starts a partner and returns once it waits for the body's lock on
+    /// row 1: it wrote ten rows and locked row 2 first, so InnoDB picks the
+    /// body as the victim.
+    fn start(&self) {
+        let mut other = self.db.connect();
+        let other_id = connection_id::<B>(&mut other);
+        self.started
+            .lock()
+            .unwrap()
+            .push(std::thread::spawn(move || {
+                other.batch_execute("BEGIN").unwrap();
+                for i in 0..10 {
+                    other
+                        .batch_execute(&format!(
+                            "INSERT INTO poison_effects (message_id, note) VALUES ('other', '{i}')"
+                        ))
+                        .unwrap();
+                }
+                other
+                    .batch_execute("UPDATE poison_locks SET n = n + 100 WHERE id = 2")
+                    .unwrap();
+                // Waits for the body's lock, until the body is rolled back.
+                let waited =
+                    other.batch_execute("UPDATE poison_locks SET n = n + 100 WHERE id = 1");
+                other.batch_execute("ROLLBACK").unwrap();
+                waited
+            }));
+        wait_until(
+            &mut *self.watcher.lock().unwrap(),
+            &waits_in_sql::<B>(other_id, "UPDATE poison_locks SET n = n + 100 WHERE id = 1"),
+        );
+    }
+
+    /// Joins the partners started so far: each got its lock once the body
+    /// was rolled back.
+    fn join(&self) {
+        for other in self.started.lock().unwrap().drain(..) {
+            other
+                .join()
+                .expect("the other transaction")
+                .expect("it got the lock once the body was rolled back");
+        }
+    }
 }
 
 /// Four deliveries whose body deadlocks at `second_lock` (row 2) against
-/// [`deadlock_partner`]; none counted.
+/// [`DeadlockPartners`]; none counted.
 fn deadlock_in_the_body<B: ServerBackend>(second_lock: impl Fn() -> Step<'static>) {
     let Some((db, mut conn)) = fresh::<B>() else {
         return;
     };
     let mut observer = db.connect();
-    observer
-        .batch_execute("INSERT INTO poison_locks (id, n) VALUES (2, 0)")
-        .unwrap();
+    let partners = DeadlockPartners::new(&db, &mut observer);
     if B::NAME == "postgres" {
         conn.batch_execute("SET deadlock_timeout = '10ms'").unwrap();
     }
-    let watcher = Mutex::new(db.connect());
-    let others = Mutex::new(Vec::new());
-    let interfere = || deadlock_partner::<B>(&db, &watcher, &others);
+    let interfere = || partners.start();
     for _ in 1..=4 {
         let msg = Scripted::new(
             "dl-1",
@@ -356,12 +378,7 @@ fn deadlock_in_the_body<B: ServerBackend>(second_lock: impl Fn() -> Step<'static
             other => panic!("expected the body to lose the deadlock, got {other:?}"),
         }
         assert_eq!(ack_decision(&result), AckDecision::Retry);
-        for other in others.lock().unwrap().drain(..) {
-            other
-                .join()
-                .expect("the other transaction")
-                .expect("it got the lock once the body was rolled back");
-        }
+        partners.join();
     }
     assert_eq!(failure_row::<B>(&mut observer, SCRIPTED, "dl-1"), None);
     assert_eq!(claims(&mut observer, SCRIPTED, "dl-1"), 0);

@@ -4,22 +4,14 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use diesel::Connection;
 use diesel::connection::LoadConnection;
-use diesel::connection::TransactionManager;
 use inbox_runtime::AckDecision;
 use inbox_tests::TestBackend;
 
 use crate::handlers::*;
 use crate::support::*;
 
-/// Diesel's transaction depth on `conn` (0: none open).
-fn depth<C: Connection>(conn: &mut C) -> u32 {
-    C::TransactionManager::transaction_manager_status_mut(conn)
-        .transaction_depth()
-        .expect("the transaction manager is not broken")
-        .map_or(0, std::num::NonZeroU32::get)
-}
+use inbox_tests::transaction_depth as depth;
 
 /// Delivers `msg` to `three`, which must panic; returns the panic's text.
 fn expect_panic<C: LoadConnection<Backend: inbox_runtime::InboxBackend>>(
