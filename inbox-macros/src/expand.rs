@@ -9,14 +9,14 @@
 //!     let __inbox_key = KRATE::__private::claim_key(HANDLER, &ID);   // at the id's span
 //!     // HANDLER: the literal, or `__INBOX_HANDLER`, defined first as
 //!     // const __INBOX_HANDLER: &str = KRATE::__private::checked_handler(concat!(module_path!(), "::", NAME));
-//!     KRATE::__private::run_sync::<_, RET, _>(&mut *conn, __inbox_key, MAX_ATTEMPTS, |conn| -> RET { body })
+//!     KRATE::__private::run_sync::<_, RET, _>(&mut *conn, __inbox_key, OPTIONS, |conn| -> RET { body })
 //! }
 //! ```
 //!
 //! An `async fn` gets the same steps written out, without a closure:
 //!
 //! ```text
-//! let mut __inbox_transaction = match KRATE::__private::begin_async::<_, RET>(&mut *conn, __inbox_key, MAX_ATTEMPTS).await {
+//! let mut __inbox_transaction = match KRATE::__private::begin_async::<_, RET>(&mut *conn, __inbox_key, OPTIONS).await {
 //!     Ok(transaction) => transaction,          // the id is claimed: run the body
 //!     Err(done) => return done,                // duplicate, invalid id, database failure
 //! };
@@ -29,6 +29,10 @@
 //! ).await;
 //! KRATE::__private::finish_async::<_, RET>(__inbox_transaction, __inbox_result).await
 //! ```
+//!
+//! `OPTIONS` is the attribute's options as one runtime value,
+//! `KRATE::Options::new()` followed by a builder call per argument given
+//! (`.max_attempts(KRATE::MaxAttempts::limit(3))`).
 //!
 //! With `fingerprint = PAYLOAD`, the key is
 //! `KRATE::__private::fingerprinted_key(HANDLER, &ID, &PAYLOAD)`; with
@@ -103,7 +107,7 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
             key: &key,
             lent: &lent,
             output: &output,
-            max_attempts: max_attempts_expr(&krate, max_attempts),
+            options: options_expr(&krate, max_attempts),
             store_result,
             body: braced(body_span, quote!(#(#stmts)*)),
         },
@@ -391,9 +395,9 @@ struct RunParts<'a> {
     lent: &'a Lent,
     /// The function's return type, which the closure returns too.
     output: &'a Type,
-    /// The handler's limit of failed attempts: an `Option<MaxAttempts>`
-    /// expression (`None`: the runtime's default).
-    max_attempts: TokenStream,
+    /// The handler's options: an `Options` expression built from the
+    /// attribute's arguments (none set: the runtime's defaults).
+    options: TokenStream,
     /// `store_result`: the storing entry points.
     store_result: bool,
     /// The user's body, in the user's braces.
@@ -412,6 +416,25 @@ fn max_attempts_expr(krate: &Path, max_attempts: Option<MaxAttempts>) -> TokenSt
             ::core::option::Option::Some(#krate::MaxAttempts::Unbounded)
         },
     }
+}
+
+/// The attribute's options as the runtime's `Options` value: `Options::new()`,
+/// then one builder call per argument given, spanned at what the user wrote.
+fn options_expr(krate: &Path, max_attempts: Option<MaxAttempts>) -> TokenStream {
+    let mut options = quote!(#krate::Options::new());
+    let limit = match max_attempts {
+        None => None,
+        Some(MaxAttempts::Limit(limit, span)) => {
+            Some(quote_spanned!(span=> #krate::MaxAttempts::limit(#limit)))
+        }
+        Some(MaxAttempts::Unbounded(span)) => {
+            Some(quote_spanned!(span=> #krate::MaxAttempts::Unbounded))
+        }
+    };
+    if let Some(limit) = limit {
+        options = quote!(#options.max_attempts(#limit));
+    }
+    options
 }
 
 /// The call that runs the body in the transaction, per flavor.
@@ -435,7 +458,7 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
         key,
         lent,
         output,
-        max_attempts,
+        options,
         store_result,
         body,
     } = parts;
@@ -454,7 +477,7 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
             let entry = respanned(entry("run_sync", "run_sync_storing"), first);
             let args = parenthesized(
                 last,
-                quote!(#arg, #key, #max_attempts, |#param| -> #output #body),
+                quote!(#arg, #key, #options, |#param| -> #output #body),
             );
             quote!(#entry::<#conn_type, #output, _> #args)
         }
@@ -469,7 +492,7 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
             let done = Ident::new("__inbox_done", Span::mixed_site());
             let result = Ident::new("__inbox_result", Span::mixed_site());
             let begin = respanned(entry("begin_async", "begin_async_storing"), first);
-            let begin_args = parenthesized(last, quote!(#arg, #key, #max_attempts));
+            let begin_args = parenthesized(last, quote!(#arg, #key, #options));
             let typed = respanned(quote!(#krate::__private::typed), first);
             let finish = respanned(entry("finish_async", "finish_async_storing"), first);
             let finish_args = parenthesized(last, quote!(#transaction, #result));

@@ -2,10 +2,10 @@
 //! from the handler's result.
 
 use std::error::Error as StdError;
-use std::fmt;
 
-use crate::error::InboxError;
-use crate::recovery::{Recovery, recovery};
+use crate::error::Recovery;
+use crate::error::{InboxError, Marker, Marks};
+use crate::recovery::recovery;
 
 /// What to tell the broker about a delivery, decided by [`ack_decision`].
 ///
@@ -168,7 +168,11 @@ pub(crate) fn classify(error: &(dyn StdError + 'static)) -> Found {
             };
         }
         if let Some(marker) = error.downcast_ref::<Marker>() {
-            return marker.found;
+            return match marker.marks {
+                Marks::Final => Found::Final,
+                Marks::Rejected => Found::Rejected,
+                Marks::Misconfigured => Found::Misconfigured,
+            };
         }
         next = error.source();
     }
@@ -238,38 +242,3 @@ fn carries_lock_conflict(error: &(dyn StdError + 'static)) -> bool {
     }
     false
 }
-
-/// The `source()` of the inbox errors that must never be redelivered, so
-/// that they are recognised through a wrapper that forwards `source()`
-/// (`#[error(transparent)]`) as well as through one that returns them.
-#[derive(Debug)]
-pub(crate) struct Marker {
-    found: Found,
-    text: &'static str,
-}
-
-impl fmt::Display for Marker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.text)
-    }
-}
-
-impl StdError for Marker {}
-
-/// Marks an invalid id and exhausted attempts.
-pub(crate) static FINAL: Marker = Marker {
-    found: Found::Final,
-    text: "redelivering this message will not help: dead-letter it",
-};
-
-/// Marks a delivery refused for a shared scope.
-pub(crate) static MISCONFIGURED: Marker = Marker {
-    found: Found::Misconfigured,
-    text: "the handler's scope is shared with another handler: redeliver once the deploy is fixed",
-};
-
-/// Marks a business rejection.
-pub(crate) static REJECTED: Marker = Marker {
-    found: Found::Rejected,
-    text: "the handler rejected this message: dead-letter it",
-};

@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// How many times a handler's body may fail on one message before the inbox
 /// records the message as dead and stops running the body for it.
@@ -24,9 +23,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// same short transaction: later deliveries skip the body as duplicates, and
 /// [`dead_letters`](crate::dead_letters) lists, revives and purges them.
 ///
-/// The attribute takes `max_attempts = 3` or `max_attempts = unbounded`;
-/// without it, a handler uses [`default_max_attempts`] (five unless
-/// [`set_default_max_attempts`] changed it).
+/// The attribute takes `max_attempts = 3` or `max_attempts = unbounded`
+/// ([`Options::max_attempts`](crate::Options::max_attempts) for the
+/// functions); without it, a handler uses
+/// [`default_max_attempts`](crate::default_max_attempts) (five unless
+/// [`set_default_max_attempts`](crate::set_default_max_attempts) changed it).
 ///
 /// ```
 /// use inbox_runtime::MaxAttempts;
@@ -99,14 +100,14 @@ impl MaxAttempts {
         }
     }
 
-    const fn encode(self) -> u32 {
+    pub(crate) const fn encode(self) -> u32 {
         match self {
             MaxAttempts::Limit(attempts) => attempts.get(),
             MaxAttempts::Unbounded => 0,
         }
     }
 
-    const fn decode(encoded: u32) -> MaxAttempts {
+    pub(crate) const fn decode(encoded: u32) -> MaxAttempts {
         match NonZeroU32::new(encoded) {
             Some(attempts) => MaxAttempts::Limit(attempts),
             None => MaxAttempts::Unbounded,
@@ -127,37 +128,4 @@ impl fmt::Display for MaxAttempts {
             MaxAttempts::Unbounded => f.write_str("unbounded"),
         }
     }
-}
-
-static DEFAULT_MAX_ATTEMPTS: AtomicU32 = AtomicU32::new(MaxAttempts::DEFAULT.encode());
-
-/// Sets the limit of every handler that does not name its own
-/// (`max_attempts = …` in the attribute, or
-/// [`run_idempotent_with`](crate::run_idempotent_with)), for the whole
-/// process. Set it at start-up, before the first delivery.
-///
-/// ```
-/// use inbox_runtime::{default_max_attempts, set_default_max_attempts, MaxAttempts};
-///
-/// set_default_max_attempts(MaxAttempts::limit(8));
-/// assert_eq!(default_max_attempts(), MaxAttempts::limit(8));
-/// set_default_max_attempts(MaxAttempts::DEFAULT);
-/// ```
-pub fn set_default_max_attempts(limit: MaxAttempts) {
-    DEFAULT_MAX_ATTEMPTS.store(limit.encode(), Ordering::Relaxed);
-}
-
-/// The limit of handlers that do not name their own (see
-/// [`set_default_max_attempts`]).
-///
-/// ```
-/// assert!(inbox_runtime::default_max_attempts().limit_value().is_some());
-/// ```
-pub fn default_max_attempts() -> MaxAttempts {
-    MaxAttempts::decode(DEFAULT_MAX_ATTEMPTS.load(Ordering::Relaxed))
-}
-
-/// `limit`, or the process default when `None`.
-pub(crate) fn resolve(limit: Option<MaxAttempts>) -> MaxAttempts {
-    limit.unwrap_or_else(default_max_attempts)
 }

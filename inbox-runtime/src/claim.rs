@@ -1,13 +1,12 @@
-//! Claiming a message id: the one statement that makes a delivery the first.
+//! Claiming a message id: the one statement that makes a delivery the
+//! first, and what its answer means (the statements run through the
+//! delivery core, `delivery::steps`).
 
-use diesel::connection::{Connection, TransactionManager};
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::{QueryResult, RunQueryDsl};
 
 use crate::backend::{Bind, InboxBackend, StoredClaimRow};
-use crate::batch::current;
 use crate::error::{InboxError, PayloadConflict};
-use crate::execution::require_transaction;
 use crate::fingerprint::Fingerprint;
 use crate::key::{ClaimKey, preview};
 use crate::recovery::{is_refused_key_text, is_transaction_aborted};
@@ -26,72 +25,6 @@ pub enum Claim {
     /// The id is already in the inbox (committed by an earlier delivery):
     /// apply nothing.
     Duplicate,
-}
-
-/// Claims `key` inside the transaction open on `conn`.
-///
-/// The row becomes durable only when the caller's transaction commits, together
-/// with the effects written through the same connection; if the transaction
-/// rolls back, the id is free again and a redelivery is processed. A delivery
-/// of the same key racing on another connection waits for this transaction to
-/// finish.
-///
-/// A key carrying the payload's fingerprint
-/// ([`ClaimKey::with_fingerprint`]) stores it with a new claim; on a
-/// duplicate it is compared with the one stored, and another fingerprint is
-/// refused with [`InboxError::Conflict`] (as
-/// `diesel::result::Error::QueryBuilderError`, which
-/// [`recovery`](crate::recovery) and [`ack_decision`](crate::ack_decision)
-/// read as the inbox error it carries: dead-letter).
-///
-/// Calling it outside a transaction is refused with
-/// `diesel::result::Error::NotInTransaction`: a claim committed on its own,
-/// apart from the effects, is exactly the mistake the inbox exists to prevent.
-/// [`run_idempotent`](crate::run_idempotent) (what `#[idempotent]` expands to)
-/// opens the transaction for you.
-///
-/// ```
-/// # #[cfg(feature = "sqlite")] {
-/// use diesel::{Connection, SqliteConnection};
-/// use inbox_runtime::{claim, Claim, ClaimKey, HandlerName};
-///
-/// let mut conn = SqliteConnection::establish(":memory:")?;
-/// inbox_runtime::setup(&mut conn)?;
-/// let key = ClaimKey::new(HandlerName::new("billing")?, "pay-1")?;
-///
-/// assert!(claim(&mut conn, &key).is_err(), "outside a transaction");
-/// conn.transaction(|conn| {
-///     assert_eq!(claim(conn, &key)?, Claim::Claimed);
-///     assert_eq!(claim(conn, &key)?, Claim::Duplicate);
-///     diesel::QueryResult::Ok(())
-/// })?;
-/// # }
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub fn claim<C>(conn: &mut C, key: &ClaimKey) -> QueryResult<Claim>
-where
-    C: diesel::connection::LoadConnection,
-    C::Backend: InboxBackend,
-{
-    let claim = claim_statement(conn, key).map_err(|error| refused_or_database(key, error))?;
-    if claim == Claim::Duplicate && key.fingerprint().is_some() {
-        duplicate_of(key, stored_claim(conn, key)?)?;
-    }
-    Ok(claim)
-}
-
-/// Runs the claim statement inside the transaction open on `conn`.
-pub(crate) fn claim_statement<C>(conn: &mut C, key: &ClaimKey) -> QueryResult<Claim>
-where
-    C: Connection,
-    C::Backend: InboxBackend,
-{
-    require_transaction(C::TransactionManager::transaction_manager_status_mut(conn))?;
-    let affected = match key.fingerprint() {
-        None => ClaimStatement::new(key).execute(conn)?,
-        Some(fingerprint) => FingerprintedClaimStatement { key, fingerprint }.execute(conn)?,
-    };
-    Ok(claim_from_affected_rows(affected))
 }
 
 /// What a failed claim statement means: the database refused the key's text
@@ -114,59 +47,6 @@ pub(crate) enum Taken {
     /// Already claimed, by a delivery with the same fingerprint (or none):
     /// the body does not run.
     Duplicate(Option<Vec<u8>>),
-}
-
-/// Claims `key` in the level open on `conn`: [`Taken::Claimed`] for a new
-/// id, and for an id the running batch claimed for this very message (a
-/// nested handler, see `batch::current`); otherwise the duplicate is checked
-/// against the fingerprint stored with its claim, and the stored result read
-/// when `read_result`.
-pub(crate) fn take<C>(
-    conn: &mut C,
-    outermost: bool,
-    key: &ClaimKey,
-    read_result: bool,
-) -> Result<Taken, InboxError>
-where
-    C: diesel::connection::LoadConnection,
-    C::Backend: InboxBackend,
-{
-    match claim_statement(conn, key).map_err(|error| refused_or_database(key, error))? {
-        Claim::Claimed => Ok(Taken::Claimed),
-        Claim::Duplicate if !outermost && current::is_running(key) => {
-            if let Some(fingerprint) = key.fingerprint() {
-                store_fingerprint(conn, key, fingerprint)?;
-            }
-            Ok(Taken::Claimed)
-        }
-        Claim::Duplicate if key.fingerprint().is_none() && !read_result => {
-            Ok(Taken::Duplicate(None))
-        }
-        Claim::Duplicate => {
-            let row = stored_claim(conn, key)?;
-            duplicate_of(key, row).map(Taken::Duplicate)
-        }
-    }
-}
-
-/// The fingerprint and result stored with `key`'s claim, wherever the claim
-/// sits.
-fn stored_claim<C>(conn: &mut C, key: &ClaimKey) -> QueryResult<Option<StoredClaimRow>>
-where
-    C: diesel::connection::LoadConnection,
-    C::Backend: InboxBackend,
-{
-    let sql = C::Backend::STORED_CLAIM_SQL;
-    let binds = key_binds(key);
-    if let Some(row) = C::Backend::load_stored_claim(conn, sql.select, &binds)?.pop() {
-        return Ok(Some(row));
-    }
-    match sql.archived_select {
-        Some((present, archived)) if C::Backend::load_flag(conn, present)? => {
-            Ok(C::Backend::load_stored_claim(conn, archived, &binds)?.pop())
-        }
-        _ => Ok(None),
-    }
 }
 
 /// `(handler, message_id)` as binds.
@@ -218,33 +98,6 @@ pub(crate) fn stored_result_refused(error: diesel::result::Error) -> InboxError 
     } else {
         InboxError::Database(error)
     }
-}
-
-/// Stores the payload's fingerprint with `key`'s claim, made without one by
-/// the running batch, in the batch's transaction: a later delivery of the id
-/// with another payload is then a conflict, as it is after a single claim.
-pub(crate) fn store_fingerprint<C>(
-    conn: &mut C,
-    key: &ClaimKey,
-    fingerprint: &Fingerprint,
-) -> QueryResult<()>
-where
-    C: diesel::Connection,
-    C::Backend: InboxBackend,
-{
-    let binds = column_binds(fingerprint.as_bytes(), key);
-    C::Backend::execute_bound(conn, C::Backend::STORED_CLAIM_SQL.store_fingerprint, &binds)
-        .map(drop)
-}
-
-/// Stores `result` with `key`'s claim, in the transaction that claimed it.
-pub(crate) fn store_result<C>(conn: &mut C, key: &ClaimKey, result: &[u8]) -> QueryResult<()>
-where
-    C: diesel::Connection,
-    C::Backend: InboxBackend,
-{
-    let binds = column_binds(result, key);
-    C::Backend::execute_bound(conn, C::Backend::STORED_CLAIM_SQL.store_result, &binds).map(drop)
 }
 
 /// Reads the claim statement's affected-row count: one row inserted means the

@@ -4,6 +4,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
+use crate::digest::Fingerprint;
 use crate::duration::format_duration;
 
 /// What is wrong with a rejected message id or handler name.
@@ -192,9 +193,9 @@ pub struct PayloadConflict {
     /// The fingerprint stored by the delivery that processed the id
     /// (`None`: the stored bytes are not a fingerprint, written by
     /// something else than the inbox).
-    pub stored: Option<crate::Fingerprint>,
+    pub stored: Option<Fingerprint>,
     /// This delivery's fingerprint.
-    pub delivered: crate::Fingerprint,
+    pub delivered: Fingerprint,
 }
 
 impl fmt::Display for PayloadConflict {
@@ -309,7 +310,7 @@ pub enum InboxError {
         /// The id of the message whose result carries the error.
         cause_message_id: String,
         /// What that error's [`InboxError::recovery`] says.
-        recovery: crate::Recovery,
+        recovery: Recovery,
     },
     /// The handler rejected the message as permanently bad (built with
     /// [`InboxError::rejected`] and returned from the body): its effects were
@@ -356,14 +357,14 @@ pub enum InboxError {
     /// effects were rolled back with the claim. Do not retry: the same
     /// message fails the same way.
     ///
-    /// [`StoredResultProblem`]: crate::StoredResultProblem
+    /// [`StoredResultProblem`]: StoredResultProblem
     StoredResult {
         /// The handler that received the message.
         handler: String,
         /// The message id, escaped and shortened for display.
         message_id: String,
         /// What went wrong.
-        problem: crate::StoredResultProblem,
+        problem: StoredResultProblem,
     },
     /// The handler's deduplication scope is declared by another
     /// `#[idempotent]` handler of the program too, and not all of them say
@@ -418,38 +419,6 @@ impl InboxError {
         self.recovery().is_retryable()
     }
 
-    /// What to do next: retry on the same connection, reconnect then retry,
-    /// or never retry (see [`Recovery`](crate::Recovery)).
-    ///
-    /// ```
-    /// use inbox_runtime::{ClaimKey, HandlerName, InboxError, Recovery};
-    /// let invalid = ClaimKey::new(HandlerName::new("h")?, "").unwrap_err();
-    /// assert_eq!(invalid.recovery(), Recovery::Never);
-    /// let lost = InboxError::Database(diesel::result::Error::BrokenTransactionManager);
-    /// assert_eq!(lost.recovery(), Recovery::Reconnect);
-    /// # Ok::<(), InboxError>(())
-    /// ```
-    pub fn recovery(&self) -> crate::Recovery {
-        use crate::Recovery;
-        match self {
-            InboxError::InvalidMessageId { .. }
-            | InboxError::InvalidHandlerName { .. }
-            | InboxError::InvalidRetention { .. }
-            | InboxError::InvalidBatchSize { .. }
-            | InboxError::Rejected { .. }
-            | InboxError::AttemptsExhausted { .. }
-            | InboxError::Conflict(_)
-            | InboxError::InvalidFingerprint { .. }
-            | InboxError::StoredResult { .. } => Recovery::Never,
-            InboxError::Database(error) => crate::recovery(error),
-            InboxError::IgnoredStatementFailure { .. }
-            | InboxError::Migration(_)
-            | InboxError::SharedScope { .. } => Recovery::Retry,
-            InboxError::TransactionLost { .. } => Recovery::Reconnect,
-            InboxError::BatchAborted { recovery, .. } => *recovery,
-        }
-    }
-
     /// `true` when the message (its id) is malformed: dead-letter it.
     ///
     /// ```
@@ -496,7 +465,7 @@ impl InboxError {
     /// ```
     pub fn rejected(reason: impl fmt::Display) -> InboxError {
         InboxError::Rejected {
-            reason: crate::failure::error_text(&reason),
+            reason: crate::text::error_text(&reason),
         }
     }
 
@@ -663,11 +632,11 @@ impl StdError for InboxError {
             | InboxError::AttemptsExhausted { .. }
             | InboxError::Conflict(_)
             | InboxError::InvalidFingerprint { .. }
-            | InboxError::StoredResult { .. } => Some(&crate::ack::FINAL),
-            InboxError::Rejected { .. } => Some(&crate::ack::REJECTED),
+            | InboxError::StoredResult { .. } => Some(&FINAL),
+            InboxError::Rejected { .. } => Some(&REJECTED),
             // Retried, but never counted as a failed attempt of a handler
             // whose body called the refused one.
-            InboxError::SharedScope { .. } => Some(&crate::ack::MISCONFIGURED),
+            InboxError::SharedScope { .. } => Some(&MISCONFIGURED),
             _ => None,
         }
     }
@@ -756,3 +725,143 @@ pub(crate) fn into_handler_error<E: HandlerError>(error: InboxError) -> E {
         other => E::from(other),
     }
 }
+
+/// What a consumer should do after a failed delivery.
+///
+/// ```
+/// use inbox_runtime::{recovery, Recovery};
+/// use diesel::result::{DatabaseErrorKind, Error};
+///
+/// let conflict = Error::DatabaseError(DatabaseErrorKind::SerializationFailure, Box::new("could not serialize access".to_owned()));
+/// assert_eq!(recovery(&conflict), Recovery::Retry);
+/// let gone = Error::DatabaseError(DatabaseErrorKind::ClosedConnection, Box::new("server closed the connection unexpectedly".to_owned()));
+/// assert_eq!(recovery(&gone), Recovery::Reconnect);
+/// assert_eq!(recovery(&Error::BrokenTransactionManager), Recovery::Reconnect);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Recovery {
+    /// Deliver the message again, on the same connection: nothing was
+    /// committed, and the failure says nothing about the message (a lock
+    /// conflict, a serialization failure, or a database error the inbox
+    /// cannot attribute to the connection or the message).
+    Retry,
+    /// The connection cannot be used any more (closed, killed, read-only,
+    /// a server shutting down or not ready, a transaction manager Diesel
+    /// refuses to use): get a new connection (a pool does this when the
+    /// broken one is returned), then deliver the message again. Retrying on
+    /// the same connection fails forever.
+    Reconnect,
+    /// Never retry: the message is malformed (an id the inbox cannot store,
+    /// another payload under a claimed id) or a setting is wrong in a way no
+    /// redelivery mends (a handler name the inbox cannot store). Redelivering
+    /// fails the same way: dead-letter the message or fix the setting. (A
+    /// scope declared by two handlers, [`InboxError::SharedScope`], is
+    /// [`Retry`](Recovery::Retry) instead: the message is fine, and the
+    /// deployment that fixes the scopes processes it.)
+    Never,
+}
+
+/// What went wrong with a stored result (see [`InboxError::StoredResult`]).
+///
+/// ```
+/// use inbox_runtime::StoredResultProblem;
+/// let problem = StoredResultProblem::TooLarge { bytes: 70_000, max_bytes: 65_536 };
+/// assert!(problem.to_string().contains("70000 bytes"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoredResultProblem {
+    /// The result's JSON is longer than [`MAX_STORED_RESULT_BYTES`](crate::MAX_STORED_RESULT_BYTES); the
+    /// delivery's effects were rolled back.
+    TooLarge {
+        /// Its length.
+        bytes: usize,
+        /// The limit.
+        max_bytes: usize,
+    },
+    /// The result could not be encoded as JSON (its `Serialize`
+    /// implementation failed, or a map has keys JSON cannot have); the
+    /// delivery's effects were rolled back.
+    Unencodable {
+        /// The encoder's error.
+        reason: String,
+    },
+    /// The stored result could not be read back as the handler's result
+    /// type (the type changed since it was stored). The message was
+    /// processed, by an earlier delivery; only its result is unavailable.
+    Unreadable {
+        /// The decoder's error.
+        reason: String,
+    },
+}
+
+impl fmt::Display for StoredResultProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoredResultProblem::TooLarge { bytes, max_bytes } => write!(
+                f,
+                "the handler's result is {bytes} bytes as JSON, more than the {max_bytes} bytes \
+                 the inbox stores; its effects were rolled back"
+            ),
+            StoredResultProblem::Unencodable { reason } => write!(
+                f,
+                "the handler's result cannot be stored as JSON ({reason}); its effects were \
+                 rolled back"
+            ),
+            StoredResultProblem::Unreadable { reason } => write!(
+                f,
+                "the message was already processed, but its stored result cannot be read back \
+                 as the handler's result type ({reason})"
+            ),
+        }
+    }
+}
+
+/// What a [`Marker`] in an inbox error's `source()` chain says: read by
+/// [`ack_decision`](crate::ack_decision) and by the count of failed
+/// attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Marks {
+    /// Never to be redelivered: an invalid id, exhausted attempts.
+    Final,
+    /// A business rejection.
+    Rejected,
+    /// A shared scope: retried once the deploy is fixed, never counted.
+    Misconfigured,
+}
+
+/// The `source()` of the inbox errors that must never be redelivered, so
+/// that they are recognised through a wrapper that forwards `source()`
+/// (`#[error(transparent)]`) as well as through one that returns them.
+#[derive(Debug)]
+pub(crate) struct Marker {
+    pub(crate) marks: Marks,
+    text: &'static str,
+}
+
+impl fmt::Display for Marker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.text)
+    }
+}
+
+impl StdError for Marker {}
+
+/// Marks an invalid id and exhausted attempts.
+pub(crate) static FINAL: Marker = Marker {
+    marks: Marks::Final,
+    text: "redelivering this message will not help: dead-letter it",
+};
+
+/// Marks a delivery refused for a shared scope.
+pub(crate) static MISCONFIGURED: Marker = Marker {
+    marks: Marks::Misconfigured,
+    text: "the handler's scope is shared with another handler: redeliver once the deploy is fixed",
+};
+
+/// Marks a business rejection.
+pub(crate) static REJECTED: Marker = Marker {
+    marks: Marks::Rejected,
+    text: "the handler rejected this message: dead-letter it",
+};

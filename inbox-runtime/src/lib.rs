@@ -157,14 +157,19 @@ mod backoff;
 mod batch;
 mod claim;
 pub mod dead_letters;
+mod delivery;
+mod digest;
 mod duration;
 mod error;
 mod execution;
 mod failure;
 pub mod fingerprint;
 mod key;
+#[cfg(test)]
+mod layering;
 mod message_id;
 pub mod observe;
+mod options;
 mod outcome;
 pub mod prune;
 mod recovery;
@@ -172,9 +177,7 @@ pub mod registry;
 pub mod retention;
 mod scope;
 mod stored;
-mod transaction;
-#[cfg(feature = "async")]
-mod transaction_async;
+mod text;
 
 #[cfg(feature = "migrations")]
 pub mod migrations;
@@ -204,7 +207,7 @@ pub mod __private;
 pub use inbox_macros::idempotent;
 
 pub use ack::{AckDecision, Acknowledge, ack_decision};
-pub use attempts::{MaxAttempts, default_max_attempts, set_default_max_attempts};
+pub use attempts::MaxAttempts;
 pub use backend::InboxBackend;
 pub use backoff::Backoff;
 pub use batch::{
@@ -216,28 +219,36 @@ pub use batch::{
     run_idempotent_batch_async, run_idempotent_batch_async_with, run_idempotent_batch_bulk_async,
     run_idempotent_batch_bulk_async_with,
 };
+pub use claim::Claim;
 #[doc(hidden)]
 pub use claim::ClaimStatement;
-pub use claim::{Claim, claim};
-pub use error::{HandlerError, InboxError, KeyProblem, PayloadConflict, RetentionProblem};
+#[cfg(feature = "async")]
+#[doc(hidden)]
+pub use delivery::asynchronous::begin_claimed;
+#[cfg(feature = "async")]
+pub use delivery::asynchronous::{
+    ClaimedTransaction, claim_async, run_idempotent_async, run_idempotent_async_storing,
+    run_idempotent_async_with,
+};
+pub use delivery::blocking::{claim, run_idempotent, run_idempotent_storing, run_idempotent_with};
+pub use error::{
+    HandlerError, InboxError, KeyProblem, PayloadConflict, Recovery, RetentionProblem,
+    StoredResultProblem,
+};
 pub use execution::CLAIM_ATTEMPTS;
-pub use failure::MAX_ERROR_TEXT_BYTES;
 pub use fingerprint::{Fingerprint, Fingerprinted};
 pub use key::{ClaimKey, HandlerName, MAX_HANDLER_BYTES, MAX_MESSAGE_ID_BYTES};
 pub use message_id::MessageId;
-pub use outcome::{OnDuplicate, Outcome, StoredOutcome};
-pub use prune::{Prune, PruneError, PruneReport};
-pub use recovery::{Recovery, is_lock_conflict, recovery};
-pub use retention::{MAX_RETENTION, RetentionPolicy};
-pub use schema::setup;
-pub use stored::{MAX_STORED_RESULT_BYTES, StoredResult, StoredResultProblem};
-pub use transaction::{run_idempotent, run_idempotent_storing, run_idempotent_with};
 #[cfg(feature = "async")]
-#[doc(hidden)]
-pub use transaction_async::begin_claimed;
-#[cfg(feature = "async")]
-pub use transaction_async::{
-    ClaimedTransaction, DEFAULT_ABANDONED_TRANSACTION_TIMEOUT, abandoned_transaction_timeout,
-    claim_async, run_idempotent_async, run_idempotent_async_storing, run_idempotent_async_with,
+pub use options::{
+    DEFAULT_ABANDONED_TRANSACTION_TIMEOUT, abandoned_transaction_timeout,
     set_abandoned_transaction_timeout,
 };
+pub use options::{Options, default_max_attempts, set_default_max_attempts};
+pub use outcome::{OnDuplicate, Outcome, StoredOutcome};
+pub use prune::{Prune, PruneError, PruneReport};
+pub use recovery::{is_lock_conflict, recovery};
+pub use retention::{MAX_RETENTION, RetentionPolicy};
+pub use schema::setup;
+pub use stored::{MAX_STORED_RESULT_BYTES, StoredResult};
+pub use text::MAX_ERROR_TEXT_BYTES;

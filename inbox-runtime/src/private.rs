@@ -3,13 +3,14 @@
 
 use diesel::connection::LoadConnection;
 
-use crate::attempts::{MaxAttempts, resolve};
+use crate::attempts::MaxAttempts;
 use crate::backend::InboxBackend;
 use crate::error::{HandlerError, InboxError};
 use crate::fingerprint::Fingerprinted;
 use crate::key::{ClaimKey, HandlerName};
 use crate::message_id::MessageId;
 use crate::observe::{self, BodyScope};
+use crate::options::Options;
 use crate::outcome::OnDuplicate;
 use crate::stored::{Plain, Reply, StoredResult, Storing};
 
@@ -145,7 +146,7 @@ impl<R, E> HandlerResult for Result<R, E> {
 pub fn run_sync<C, T, F>(
     conn: &mut C,
     key: Result<ClaimKey, InboxError>,
-    max_attempts: Option<MaxAttempts>,
+    options: Options,
     body: F,
 ) -> T
 where
@@ -156,7 +157,7 @@ where
     T::Err: HandlerError,
     F: FnOnce(&mut C) -> T,
 {
-    run_with::<Plain, C, T, F>(conn, key, max_attempts, body)
+    run_with::<Plain, C, T, F>(conn, key, options, body)
 }
 
 /// [`run_sync`] for `store_result`, through
@@ -164,7 +165,7 @@ where
 pub fn run_sync_storing<C, T, F>(
     conn: &mut C,
     key: Result<ClaimKey, InboxError>,
-    max_attempts: Option<MaxAttempts>,
+    options: Options,
     body: F,
 ) -> T
 where
@@ -175,13 +176,13 @@ where
     T::Err: HandlerError,
     F: FnOnce(&mut C) -> T,
 {
-    run_with::<Storing, C, T, F>(conn, key, max_attempts, body)
+    run_with::<Storing, C, T, F>(conn, key, options, body)
 }
 
 fn run_with<P, C, T, F>(
     conn: &mut C,
     key: Result<ClaimKey, InboxError>,
-    max_attempts: Option<MaxAttempts>,
+    options: Options,
     body: F,
 ) -> T
 where
@@ -193,12 +194,11 @@ where
     F: FnOnce(&mut C) -> T,
 {
     T::from_result(match key {
-        Ok(key) => crate::transaction::run::<P, C, T::Ok, T::Err, _>(
-            conn,
-            key,
-            resolve(max_attempts),
-            |conn| body(conn).into_result(),
-        ),
+        Ok(key) => {
+            crate::delivery::blocking::run::<P, C, T::Ok, T::Err, _>(conn, key, options, |conn| {
+                body(conn).into_result()
+            })
+        }
         Err(error) => {
             observe::invalid_key(&error);
             Err(error.into())
@@ -213,7 +213,7 @@ where
 pub async fn begin_async<C, T>(
     conn: &mut C,
     key: Result<ClaimKey, InboxError>,
-    max_attempts: Option<MaxAttempts>,
+    options: Options,
 ) -> Result<crate::ClaimedTransaction<'_, C>, T>
 where
     C: diesel_async::AsyncConnection,
@@ -222,7 +222,7 @@ where
     T::Ok: OnDuplicate,
     T::Err: HandlerError,
 {
-    begin_async_with::<Plain, C, T>(conn, key, max_attempts).await
+    begin_async_with::<Plain, C, T>(conn, key, options).await
 }
 
 /// [`begin_async`] for `store_result`: a duplicate returns the stored
@@ -231,7 +231,7 @@ where
 pub async fn begin_async_storing<C, T>(
     conn: &mut C,
     key: Result<ClaimKey, InboxError>,
-    max_attempts: Option<MaxAttempts>,
+    options: Options,
 ) -> Result<crate::ClaimedTransaction<'_, C>, T>
 where
     C: diesel_async::AsyncConnection,
@@ -240,14 +240,14 @@ where
     T::Ok: StoredResult,
     T::Err: HandlerError,
 {
-    begin_async_with::<Storing, C, T>(conn, key, max_attempts).await
+    begin_async_with::<Storing, C, T>(conn, key, options).await
 }
 
 #[cfg(feature = "async")]
 async fn begin_async_with<P, C, T>(
     conn: &mut C,
     key: Result<ClaimKey, InboxError>,
-    max_attempts: Option<MaxAttempts>,
+    options: Options,
 ) -> Result<crate::ClaimedTransaction<'_, C>, T>
 where
     P: Reply<T::Ok>,
@@ -256,14 +256,15 @@ where
     T: HandlerResult,
     T::Err: HandlerError,
 {
-    use crate::transaction_async::{Begun, claim_in_new_level};
+    use crate::delivery::asynchronous::claim_in_new_level;
+    use crate::delivery::single::Begun;
     let key = key.map_err(|error| {
         observe::invalid_key(&error);
         T::from_result(Err(error.into()))
     })?;
-    match claim_in_new_level::<P, C, T::Ok>(conn, key, resolve(max_attempts)).await {
+    match claim_in_new_level::<P, C, T::Ok>(conn, key, options).await {
         Ok(Begun::Claimed(claimed)) => Ok(claimed),
-        Ok(Begun::Duplicate(answer)) => Err(T::from_result(Ok(answer))),
+        Ok(Begun::Answered(answer)) => Err(T::from_result(Ok(answer))),
         Err(error) => Err(T::from_result(Err(crate::error::into_handler_error(error)))),
     }
 }
@@ -347,7 +348,7 @@ where
 pub fn begin_async<C, T>(
     conn: &mut C,
     _key: Result<ClaimKey, InboxError>,
-    _max_attempts: Option<MaxAttempts>,
+    _options: Options,
 ) -> core::future::Pending<Result<AsyncUnavailable<'_, C>, T>>
 where
     C: AsyncFeatureEnabled,
@@ -361,12 +362,12 @@ where
 pub fn begin_async_storing<C, T>(
     conn: &mut C,
     key: Result<ClaimKey, InboxError>,
-    max_attempts: Option<MaxAttempts>,
+    options: Options,
 ) -> core::future::Pending<Result<AsyncUnavailable<'_, C>, T>>
 where
     C: AsyncFeatureEnabled,
 {
-    begin_async(conn, key, max_attempts)
+    begin_async(conn, key, options)
 }
 
 /// Stands in for `finish_async_storing` without the `async` feature.

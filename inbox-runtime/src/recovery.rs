@@ -26,43 +26,7 @@
 use diesel::result::{DatabaseErrorKind, Error};
 
 use crate::backend::{SERVER_MESSAGES, ServerMessages};
-use crate::error::InboxError;
-
-/// What a consumer should do after a failed delivery.
-///
-/// ```
-/// use inbox_runtime::{recovery, Recovery};
-/// use diesel::result::{DatabaseErrorKind, Error};
-///
-/// let conflict = Error::DatabaseError(DatabaseErrorKind::SerializationFailure, Box::new("could not serialize access".to_owned()));
-/// assert_eq!(recovery(&conflict), Recovery::Retry);
-/// let gone = Error::DatabaseError(DatabaseErrorKind::ClosedConnection, Box::new("server closed the connection unexpectedly".to_owned()));
-/// assert_eq!(recovery(&gone), Recovery::Reconnect);
-/// assert_eq!(recovery(&Error::BrokenTransactionManager), Recovery::Reconnect);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Recovery {
-    /// Deliver the message again, on the same connection: nothing was
-    /// committed, and the failure says nothing about the message (a lock
-    /// conflict, a serialization failure, or a database error the inbox
-    /// cannot attribute to the connection or the message).
-    Retry,
-    /// The connection cannot be used any more (closed, killed, read-only,
-    /// a server shutting down or not ready, a transaction manager Diesel
-    /// refuses to use): get a new connection (a pool does this when the
-    /// broken one is returned), then deliver the message again. Retrying on
-    /// the same connection fails forever.
-    Reconnect,
-    /// Never retry: the message is malformed (an id the inbox cannot store,
-    /// another payload under a claimed id) or a setting is wrong in a way no
-    /// redelivery mends (a handler name the inbox cannot store). Redelivering
-    /// fails the same way: dead-letter the message or fix the setting. (A
-    /// scope declared by two handlers, [`InboxError::SharedScope`], is
-    /// [`Retry`](Recovery::Retry) instead: the message is fine, and the
-    /// deployment that fixes the scopes processes it.)
-    Never,
-}
+use crate::error::{InboxError, Recovery};
 
 impl Recovery {
     /// `true` unless the answer is [`Recovery::Never`].
@@ -224,6 +188,41 @@ const LOCK_CONFLICT_MESSAGES: Table = |messages| messages.lock_conflict;
 const CONNECTION_LOST_MESSAGES: Table = |messages| messages.connection_lost;
 const REFUSED_TEXT_MESSAGES: Table = |messages| messages.refused_text;
 const TRANSACTION_ABORTED_MESSAGES: Table = |messages| messages.transaction_aborted;
+
+/// The inbox error's answer, here beside the rules it applies (the error
+/// type itself knows nothing of them).
+impl InboxError {
+    /// What to do next: retry on the same connection, reconnect then retry,
+    /// or never retry (see [`Recovery`](crate::Recovery)).
+    ///
+    /// ```
+    /// use inbox_runtime::{ClaimKey, HandlerName, InboxError, Recovery};
+    /// let invalid = ClaimKey::new(HandlerName::new("h")?, "").unwrap_err();
+    /// assert_eq!(invalid.recovery(), Recovery::Never);
+    /// let lost = InboxError::Database(diesel::result::Error::BrokenTransactionManager);
+    /// assert_eq!(lost.recovery(), Recovery::Reconnect);
+    /// # Ok::<(), InboxError>(())
+    /// ```
+    pub fn recovery(&self) -> Recovery {
+        match self {
+            InboxError::InvalidMessageId { .. }
+            | InboxError::InvalidHandlerName { .. }
+            | InboxError::InvalidRetention { .. }
+            | InboxError::InvalidBatchSize { .. }
+            | InboxError::Rejected { .. }
+            | InboxError::AttemptsExhausted { .. }
+            | InboxError::Conflict(_)
+            | InboxError::InvalidFingerprint { .. }
+            | InboxError::StoredResult { .. } => Recovery::Never,
+            InboxError::Database(error) => recovery(error),
+            InboxError::IgnoredStatementFailure { .. }
+            | InboxError::Migration(_)
+            | InboxError::SharedScope { .. } => Recovery::Retry,
+            InboxError::TransactionLost { .. } => Recovery::Reconnect,
+            InboxError::BatchAborted { recovery, .. } => *recovery,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

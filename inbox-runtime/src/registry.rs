@@ -433,7 +433,7 @@ fn refused_scopes() -> &'static [&'static str] {
     REFUSED.get_or_init(|| match check() {
         Ok(()) => Box::new([]),
         Err(shared) => {
-            crate::observe::shared_scopes(&shared);
+            crate::observe::shared_scopes(shared.0.len(), &shared);
             shared.0.iter().map(|scope| scope.scope).collect()
         }
     })

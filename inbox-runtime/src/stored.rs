@@ -2,9 +2,7 @@
 //! later deliveries of the same id (`#[idempotent(store_result)]`), and how
 //! a runner answers a duplicate.
 
-use std::fmt;
-
-use crate::error::InboxError;
+use crate::error::{InboxError, StoredResultProblem};
 use crate::key::{ClaimKey, preview};
 use crate::outcome::OnDuplicate;
 #[cfg(feature = "serde")]
@@ -18,62 +16,6 @@ use crate::outcome::StoredOutcome;
 /// assert_eq!(inbox_runtime::MAX_STORED_RESULT_BYTES, 65_536);
 /// ```
 pub const MAX_STORED_RESULT_BYTES: usize = 64 * 1024;
-
-/// What went wrong with a stored result (see [`InboxError::StoredResult`]).
-///
-/// ```
-/// use inbox_runtime::StoredResultProblem;
-/// let problem = StoredResultProblem::TooLarge { bytes: 70_000, max_bytes: 65_536 };
-/// assert!(problem.to_string().contains("70000 bytes"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum StoredResultProblem {
-    /// The result's JSON is longer than [`MAX_STORED_RESULT_BYTES`]; the
-    /// delivery's effects were rolled back.
-    TooLarge {
-        /// Its length.
-        bytes: usize,
-        /// The limit.
-        max_bytes: usize,
-    },
-    /// The result could not be encoded as JSON (its `Serialize`
-    /// implementation failed, or a map has keys JSON cannot have); the
-    /// delivery's effects were rolled back.
-    Unencodable {
-        /// The encoder's error.
-        reason: String,
-    },
-    /// The stored result could not be read back as the handler's result
-    /// type (the type changed since it was stored). The message was
-    /// processed, by an earlier delivery; only its result is unavailable.
-    Unreadable {
-        /// The decoder's error.
-        reason: String,
-    },
-}
-
-impl fmt::Display for StoredResultProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoredResultProblem::TooLarge { bytes, max_bytes } => write!(
-                f,
-                "the handler's result is {bytes} bytes as JSON, more than the {max_bytes} bytes \
-                 the inbox stores; its effects were rolled back"
-            ),
-            StoredResultProblem::Unencodable { reason } => write!(
-                f,
-                "the handler's result cannot be stored as JSON ({reason}); its effects were \
-                 rolled back"
-            ),
-            StoredResultProblem::Unreadable { reason } => write!(
-                f,
-                "the message was already processed, but its stored result cannot be read back \
-                 as the handler's result type ({reason})"
-            ),
-        }
-    }
-}
 
 /// A handler result that can be stored with the claim and replayed: what
 /// `#[idempotent(store_result)]` needs its `Ok` type to be.
@@ -122,7 +64,7 @@ where
             problem(
                 key,
                 StoredResultProblem::Unencodable {
-                    reason: crate::failure::error_text(&error),
+                    reason: crate::text::error_text(&error),
                 },
             )
         })?;
@@ -148,7 +90,7 @@ where
                 problem(
                     key,
                     StoredResultProblem::Unreadable {
-                        reason: crate::failure::error_text(&error),
+                        reason: crate::text::error_text(&error),
                     },
                 )
             })

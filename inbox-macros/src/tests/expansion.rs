@@ -14,7 +14,7 @@ fn output(expanded: &Expanded) -> Type {
 }
 
 /// Asserts the sync form: the signature kept, and the body one
-/// `KRATE::__private::run_sync::<_, RET, _>(CONN, KEY, None, |PARAM| -> RET { body })`
+/// `KRATE::__private::run_sync::<_, RET, _>(CONN, KEY, OPTIONS, |PARAM| -> RET { body })`
 /// whose key is the claimed one and whose closure is not `move` and returns
 /// the function's type around the body as written (so `return` and `?` in the
 /// body behave as they did in the function).
@@ -27,19 +27,15 @@ fn assert_runs_sync(expanded: &Expanded, krate: &str) {
         run.call.types,
         [parse_quote!(_), ret.clone(), parse_quote!(_)]
     );
-    assert_eq!(
-        run.call.args.len(),
-        4,
-        "connection, key, max attempts, body"
-    );
+    assert_eq!(run.call.args.len(), 4, "connection, key, options, body");
     assert_eq!(
         run.call.args[1],
         named(&expanded.claim().key),
         "the claimed key"
     );
+    let default_options: syn::Expr = syn::parse_str(&format!("{krate}::Options::new()")).unwrap();
     assert_eq!(
-        run.call.args[2],
-        parse_quote!(::core::option::Option::None),
+        run.call.args[2], default_options,
         "no `max_attempts`: the runtime's default"
     );
     let closure = &run.closure;
@@ -171,21 +167,24 @@ fn passes_max_attempts_to_the_runtime() {
     let cases: [(&str, Expr); 3] = [
         (
             "id = msg.id, max_attempts = 3",
-            parse_quote!(::core::option::Option::Some(
-                ::inbox_runtime::MaxAttempts::limit(3u32)
-            )),
+            parse_quote!(
+                ::inbox_runtime::Options::new()
+                    .max_attempts(::inbox_runtime::MaxAttempts::limit(3u32))
+            ),
         ),
         (
             "id = msg.id, max_attempts = 1",
-            parse_quote!(::core::option::Option::Some(
-                ::inbox_runtime::MaxAttempts::limit(1u32)
-            )),
+            parse_quote!(
+                ::inbox_runtime::Options::new()
+                    .max_attempts(::inbox_runtime::MaxAttempts::limit(1u32))
+            ),
         ),
         (
             "id = msg.id, max_attempts = unbounded",
-            parse_quote!(::core::option::Option::Some(
-                ::inbox_runtime::MaxAttempts::Unbounded
-            )),
+            parse_quote!(
+                ::inbox_runtime::Options::new()
+                    .max_attempts(::inbox_runtime::MaxAttempts::Unbounded)
+            ),
         ),
     ];
     for (args, expected) in cases {
@@ -349,7 +348,7 @@ fn expands_the_async_shape_without_a_closure() {
     let run = out.run_async();
     let (transaction, transaction_mut) = &run.transaction;
     assert!(transaction_mut, "`conn()` borrows the transaction mutably");
-    // `let mut T = match begin_async::<_, RET>(&mut *conn, KEY, None).await { .. }`
+    // `let mut T = match begin_async::<_, RET>(&mut *conn, KEY, OPTIONS).await { .. }`
     assert_eq!(run.begin.entry, runtime("::inbox_runtime", "begin_async"));
     assert_eq!(run.begin.types, [parse_quote!(_), ret.clone()]);
     assert_eq!(
@@ -357,7 +356,7 @@ fn expands_the_async_shape_without_a_closure() {
         [
             parse_quote!(&mut *conn),
             named(&key),
-            parse_quote!(::core::option::Option::None)
+            parse_quote!(::inbox_runtime::Options::new())
         ]
     );
     // `Ok(t) => t`: the transaction; `Err(done) => return done`: the outcome

@@ -704,17 +704,10 @@ mod tests {
     fn the_schema_sql_is_ascii() {
         let mut schemas: Vec<(&str, &str)> = Vec::new();
         #[cfg(feature = "postgres")]
-        schemas.extend([
-            (
-                "postgres",
-                <diesel::pg::Pg as super::InboxBackend>::CREATE_SCHEMA_SQL,
-            ),
-            ("partitioned setup", crate::prune::partitioned::SETUP_SQL),
-            (
-                "partitioned teardown",
-                crate::prune::partitioned::TEARDOWN_SQL,
-            ),
-        ]);
+        schemas.push((
+            "postgres",
+            <diesel::pg::Pg as super::InboxBackend>::CREATE_SCHEMA_SQL,
+        ));
         #[cfg(feature = "mysql")]
         schemas.push((
             "mysql",

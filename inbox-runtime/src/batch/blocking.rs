@@ -1,27 +1,17 @@
 //! The batch form on blocking Diesel connections.
 
-use std::collections::HashSet;
-use std::panic::{self, AssertUnwindSafe};
-
 use diesel::connection::LoadConnection;
 
-use super::{
-    Attempt, BatchReport, BodyFailure, ClaimFailure, ClaimMode, Execute, Pending, Run,
-    attempt_after_body_failure, attempt_after_claims_failed, attempt_after_commit, claimed,
-    claims_of, current, lost_after_claims, next_claim_mode, one_by_one_failure, sorted_ids,
-    sorted_positions,
-};
-use crate::attempts::{MaxAttempts, default_max_attempts};
-use crate::backend::{BatchClaimed, InboxBackend};
-use crate::claim::Claim;
-use crate::error::{HandlerError, InboxError};
-use crate::execution::{RetryPolicy, block_ready, require_transaction};
+use super::attempt::Batch;
+use super::bodies::{Bulk, Each};
+use super::{BatchReport, Run};
+use crate::backend::InboxBackend;
+use crate::delivery::blocking::Blocking;
+use crate::error::HandlerError;
+use crate::execution::block_ready;
 use crate::key::HandlerName;
 use crate::message_id::MessageId;
-use crate::observe::Delivery;
-use crate::outcome::Outcome;
-use crate::scope::Scope;
-use crate::transaction::{begin, claim_or_refuse, commit, roll_back, run_idempotent_with, status};
+use crate::options::Options;
 
 /// Handles a batch of messages exactly once each: one transaction, one
 /// statement claiming every id, and `body` run on that transaction's
@@ -123,11 +113,12 @@ where
     E: HandlerError,
     F: FnMut(&mut C, &M) -> Result<T, E>,
 {
-    run_idempotent_batch_with(conn, handler, messages, id_of, default_max_attempts(), body)
+    run_idempotent_batch_with(conn, handler, messages, id_of, Options::new(), body)
 }
 
-/// [`run_idempotent_batch`] with the handler's own limit of failed attempts
-/// instead of [`default_max_attempts`](crate::default_max_attempts).
+/// [`run_idempotent_batch`] with the handler's own [`Options`] (a
+/// [`MaxAttempts`](crate::MaxAttempts) converts into them) instead of the
+/// process defaults.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -153,7 +144,7 @@ pub fn run_idempotent_batch_with<C, M, I, T, E, F>(
     handler: &HandlerName,
     messages: &[M],
     id_of: impl Fn(&M) -> &I,
-    max_attempts: MaxAttempts,
+    options: impl Into<Options>,
     body: F,
 ) -> BatchReport<T, E>
 where
@@ -163,12 +154,13 @@ where
     E: HandlerError,
     F: FnMut(&mut C, &M) -> Result<T, E>,
 {
-    let mut exec = Blocking {
-        conn,
-        bodies: Each(body),
-        max_attempts,
+    let mut body = body;
+    let mut batch = Batch {
+        exec: Blocking::new(conn),
+        bodies: Each(async |conn: &mut C, message: &M| body(conn, message)),
+        max_attempts: options.into().resolved_max_attempts(),
     };
-    block_ready(Run::drive(&mut exec, handler, messages, id_of))
+    block_ready(Run::drive(&mut batch, handler, messages, id_of))
 }
 /// [`run_idempotent_batch`] with one body for all the new messages of a
 /// transaction instead of one per message: what lets a batch write its
@@ -222,12 +214,12 @@ where
     E: HandlerError,
     F: FnMut(&mut C, &[&M]) -> Result<(), E>,
 {
-    let max_attempts = default_max_attempts();
-    run_idempotent_batch_bulk_with(conn, handler, messages, id_of, max_attempts, body)
+    let options = Options::new();
+    run_idempotent_batch_bulk_with(conn, handler, messages, id_of, options, body)
 }
 
-/// [`run_idempotent_batch_bulk`] with the handler's own limit of failed
-/// attempts instead of [`default_max_attempts`](crate::default_max_attempts).
+/// [`run_idempotent_batch_bulk`] with the handler's own [`Options`]
+/// instead of the process defaults.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -254,7 +246,7 @@ pub fn run_idempotent_batch_bulk_with<C, M, I, E, F>(
     handler: &HandlerName,
     messages: &[M],
     id_of: impl Fn(&M) -> &I,
-    max_attempts: MaxAttempts,
+    options: impl Into<Options>,
     body: F,
 ) -> BatchReport<(), E>
 where
@@ -264,235 +256,11 @@ where
     E: HandlerError,
     F: FnMut(&mut C, &[&M]) -> Result<(), E>,
 {
-    let mut exec = Blocking {
-        conn,
-        bodies: Bulk(body),
-        max_attempts,
+    let mut body = body;
+    let mut batch = Batch {
+        exec: Blocking::new(conn),
+        bodies: Bulk(async |conn: &mut C, messages: &[&M]| body(conn, messages)),
+        max_attempts: options.into().resolved_max_attempts(),
     };
-    block_ready(Run::drive(&mut exec, handler, messages, id_of))
-}
-
-/// A batch on a blocking connection: every step is done before its future
-/// is first polled.
-struct Blocking<'c, C, B> {
-    conn: &'c mut C,
-    bodies: B,
-    max_attempts: MaxAttempts,
-}
-
-/// How a blocking batch runs the bodies of its messages.
-trait Bodies<C, M, T, E> {
-    /// Runs the bodies of the messages of `batch` whose ids were claimed
-    /// (`claims`), in order, pushing their values: on failure, the position
-    /// of the message it failed on, if it says (`None`: a bulk body), and
-    /// the failure.
-    fn run(
-        &mut self,
-        conn: &mut C,
-        batch: &[&Pending<'_, M>],
-        claims: &[Claim],
-        deliveries: &[Delivery],
-        values: &mut Vec<T>,
-    ) -> Result<(), (Option<usize>, BodyFailure<E>)>;
-
-    /// The body of one message on its own.
-    fn one(&mut self, conn: &mut C, pending: &Pending<'_, M>) -> Result<T, E>;
-}
-
-/// A body per message.
-struct Each<F>(F);
-
-impl<C, M, T, E, F> Bodies<C, M, T, E> for Each<F>
-where
-    F: FnMut(&mut C, &M) -> Result<T, E>,
-{
-    fn run(
-        &mut self,
-        conn: &mut C,
-        batch: &[&Pending<'_, M>],
-        claims: &[Claim],
-        deliveries: &[Delivery],
-        values: &mut Vec<T>,
-    ) -> Result<(), (Option<usize>, BodyFailure<E>)> {
-        for (position, (pending, claim)) in batch.iter().zip(claims).enumerate() {
-            if *claim == Claim::Duplicate {
-                continue;
-            }
-            let _entered = deliveries[position].entered();
-            let body = || current::running([&pending.key], || (self.0)(conn, pending.message));
-            match panic::catch_unwind(AssertUnwindSafe(body)) {
-                Ok(Ok(value)) => values.push(value),
-                Ok(Err(error)) => return Err((Some(position), BodyFailure::Error(error))),
-                Err(panic) => return Err((Some(position), BodyFailure::Panic(panic))),
-            }
-        }
-        Ok(())
-    }
-
-    fn one(&mut self, conn: &mut C, pending: &Pending<'_, M>) -> Result<T, E> {
-        current::running([&pending.key], || (self.0)(conn, pending.message))
-    }
-}
-
-/// One body for all the messages claimed.
-struct Bulk<F>(F);
-
-impl<C, M, E, F> Bodies<C, M, (), E> for Bulk<F>
-where
-    F: FnMut(&mut C, &[&M]) -> Result<(), E>,
-{
-    fn run(
-        &mut self,
-        conn: &mut C,
-        batch: &[&Pending<'_, M>],
-        claims: &[Claim],
-        _deliveries: &[Delivery],
-        values: &mut Vec<()>,
-    ) -> Result<(), (Option<usize>, BodyFailure<E>)> {
-        let new = claimed(batch, claims);
-        if new.is_empty() {
-            return Ok(());
-        }
-        let messages: Vec<&M> = new.iter().map(|p| p.message).collect();
-        let keys = new.iter().map(|p| &p.key);
-        let body = || current::running(keys, || (self.0)(conn, &messages));
-        match panic::catch_unwind(AssertUnwindSafe(body)) {
-            Ok(Ok(())) => {
-                values.extend(new.iter().map(|_| ()));
-                Ok(())
-            }
-            Ok(Err(error)) => Err((None, BodyFailure::Error(error))),
-            Err(panic) => Err((None, BodyFailure::Panic(panic))),
-        }
-    }
-
-    fn one(&mut self, conn: &mut C, pending: &Pending<'_, M>) -> Result<(), E> {
-        current::running([&pending.key], || (self.0)(conn, &[pending.message]))
-    }
-}
-
-impl<C, M, T, E, B> Execute<M, T, E> for Blocking<'_, C, B>
-where
-    C: LoadConnection,
-    C::Backend: InboxBackend,
-    E: HandlerError,
-    B: Bodies<C, M, T, E>,
-{
-    async fn attempt(&mut self, batch: &[&Pending<'_, M>], values: &mut Vec<T>) -> Attempt<E> {
-        self.attempt_now(batch, values)
-    }
-
-    fn is_broken(&mut self) -> bool {
-        status(self.conn).transaction_depth().is_err()
-    }
-
-    async fn alone(&mut self, pending: &Pending<'_, M>) -> Result<Outcome<T>, E> {
-        let bodies = &mut self.bodies;
-        run_idempotent_with(self.conn, pending.key.clone(), self.max_attempts, |conn| {
-            bodies.one(conn, pending).map(Outcome::Processed)
-        })
-    }
-}
-
-impl<C, B> Blocking<'_, C, B>
-where
-    C: LoadConnection,
-    C::Backend: InboxBackend,
-{
-    fn attempt_now<M, T, E>(&mut self, batch: &[&Pending<'_, M>], values: &mut Vec<T>) -> Attempt<E>
-    where
-        E: HandlerError,
-        B: Bodies<C, M, T, E>,
-    {
-        let conn = &mut *self.conn;
-        let mut deliveries: Vec<Delivery> = batch.iter().map(|p| Delivery::start(&p.key)).collect();
-        let scope = match Scope::new::<C::Backend>(status(conn)) {
-            Ok(scope) => scope,
-            Err(error) => return Attempt::Trouble(0, E::from(error), Vec::new()),
-        };
-        let claims = match claim_all(conn, &scope, batch) {
-            Ok(claims) => claims,
-            Err(failure) => return attempt_after_claims_failed(failure),
-        };
-        deliveries.iter_mut().for_each(Delivery::claimed);
-        if let Err((at, failure)) = self.bodies.run(conn, batch, &claims, &deliveries, values) {
-            let rolled_back = roll_back(conn, &scope);
-            return attempt_after_body_failure(at, failure, rolled_back, &claims);
-        }
-        let committed = commit(conn, &scope);
-        let broken = status(conn).transaction_depth().is_err();
-        attempt_after_commit(committed, broken, deliveries, batch, claims)
-    }
-}
-
-/// Begins the batch's level and claims every id in it (see
-/// [`next_claim_mode`] for the tries). Returns the claims in batch order,
-/// with the level open.
-fn claim_all<C, M>(
-    conn: &mut C,
-    scope: &Scope,
-    batch: &[&Pending<'_, M>],
-) -> Result<Vec<Claim>, ClaimFailure>
-where
-    C: LoadConnection,
-    C::Backend: InboxBackend,
-{
-    let mut tries = RetryPolicy::CLAIM.tries();
-    let mut mode = ClaimMode::Statements;
-    loop {
-        begin(conn, scope).map_err(ClaimFailure::Trouble)?;
-        let claimed = match mode {
-            ClaimMode::Statements => claim_in_statements(conn, batch),
-            ClaimMode::OneByOne => claim_each(conn, batch).map(Some),
-        };
-        let failure = match claimed {
-            Ok(Some(claims)) => return Ok(claims),
-            Ok(None) => None,
-            Err(failure) => Some(failure),
-        };
-        if let Err(rollback_error) = roll_back(conn, scope) {
-            return Err(lost_after_claims(failure, rollback_error));
-        }
-        mode = next_claim_mode(failure, mode, scope, &mut tries)?;
-    }
-}
-
-/// The claims of `batch` in as few statements as the backend's parameter
-/// limit allows, over the ids in sorted order; `None` when a statement
-/// could not tell which ids it inserted.
-fn claim_in_statements<C, M>(
-    conn: &mut C,
-    batch: &[&Pending<'_, M>],
-) -> Result<Option<Vec<Claim>>, ClaimFailure>
-where
-    C: LoadConnection,
-    C::Backend: InboxBackend,
-{
-    require_transaction(status(conn))
-        .map_err(|error| ClaimFailure::Trouble(InboxError::Database(error)))?;
-    let handler = batch[0].key.handler().as_str();
-    let ids = sorted_ids(batch);
-    let mut inserted = HashSet::with_capacity(ids.len());
-    for statement in ids.chunks(C::Backend::MAX_CLAIMS_PER_STATEMENT) {
-        match C::Backend::claim_batch(conn, handler, statement) {
-            Ok(BatchClaimed::Inserted(new)) => inserted.extend(new),
-            Ok(BatchClaimed::Mixed) => return Ok(None),
-            Err(error) => return Err(ClaimFailure::Trouble(InboxError::Database(error))),
-        }
-    }
-    Ok(Some(claims_of(batch, &inserted)))
-}
-
-/// The claims of `batch`, one statement per id, in sorted order.
-fn claim_each<C, M>(conn: &mut C, batch: &[&Pending<'_, M>]) -> Result<Vec<Claim>, ClaimFailure>
-where
-    C: LoadConnection,
-    C::Backend: InboxBackend,
-{
-    let mut claims = vec![Claim::Duplicate; batch.len()];
-    for position in sorted_positions(batch) {
-        claims[position] = claim_or_refuse(conn, &batch[position].key)
-            .map_err(|error| one_by_one_failure(position, error))?;
-    }
-    Ok(claims)
+    block_ready(Run::drive(&mut batch, handler, messages, id_of))
 }

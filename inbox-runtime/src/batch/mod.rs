@@ -4,14 +4,18 @@
 //!
 //! The split around failed messages is written once ([`Run::drive`]), as an
 //! `async fn` over how one transaction and one lone message execute
-//! ([`Execute`]): [`blocking`] runs it without a runtime (every step is
-//! ready when first polled), [`asynchronous`] on diesel-async connections.
+//! ([`Execute`]); so are the transaction's claims and commit
+//! ([`attempt`], over the delivery core's executors) and the bodies' runs
+//! ([`bodies`], async closures). [`blocking`] drives it without a runtime
+//! (every step is ready when first polled) and [`asynchronous`] on
+//! diesel-async connections: they hold only the public functions.
 
 use std::collections::HashSet;
 use std::future::Future;
 
 use crate::ack::{Found, classify, trouble_recovery};
 use crate::claim::Claim;
+use crate::error::Recovery;
 use crate::error::{HandlerError, InboxError, into_handler_error};
 use crate::execution::retry::Tries;
 use crate::failure::Failure;
@@ -19,13 +23,14 @@ use crate::key::{ClaimKey, HandlerName};
 use crate::message_id::MessageId;
 use crate::observe::{self, Delivery, Ending};
 use crate::outcome::Outcome;
-use crate::recovery::{Recovery, is_refused_key_text};
+use crate::recovery::is_refused_key_text;
 use crate::scope::{Scope, either, report_after_failed_rollback};
 
 #[cfg(feature = "async")]
 mod asynchronous;
+mod attempt;
 mod blocking;
-pub(crate) mod current;
+mod bodies;
 
 #[cfg(feature = "async")]
 pub use asynchronous::{

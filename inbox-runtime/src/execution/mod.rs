@@ -4,19 +4,15 @@
 //! diesel-async, what marks a connection broken when a future is dropped
 //! inside a transaction ([`guard`]).
 
-#[cfg(feature = "async")]
-pub(crate) mod async_level;
 pub(crate) mod depth;
 #[cfg(feature = "async")]
 pub(crate) mod guard;
 pub(crate) mod ready;
 pub(crate) mod retry;
 
-#[cfg(feature = "async")]
-pub(crate) use async_level::{AsyncLevel, status as async_status};
 pub(crate) use depth::{depth, require_no_transaction, require_transaction};
 #[cfg(feature = "async")]
 pub(crate) use guard::OpenTransactionGuard;
-pub(crate) use ready::block_ready;
+pub(crate) use ready::{block_ready, caught};
 pub use retry::CLAIM_ATTEMPTS;
 pub(crate) use retry::RetryPolicy;

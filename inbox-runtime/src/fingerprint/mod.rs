@@ -55,10 +55,9 @@
 #[cfg(feature = "serde")]
 mod canonical;
 
-use std::fmt;
-
 use sha2::{Digest, Sha256};
 
+pub use crate::digest::Fingerprint;
 use crate::error::InboxError;
 
 /// The version byte the digest starts with.
@@ -67,20 +66,6 @@ const ENCODING_VERSION: u8 = 1;
 const TEXT: u8 = b's';
 /// The tag of bytes.
 const BYTES: u8 = b'b';
-
-/// A stable hash of a message's payload, stored with its claim (see the
-/// [module documentation](self) for the algorithm).
-///
-/// ```
-/// use inbox_runtime::Fingerprint;
-/// let a = Fingerprint::of("amount=250")?;
-/// assert_eq!(a, Fingerprint::of(&String::from("amount=250"))?);
-/// assert_ne!(a, Fingerprint::of("amount=251")?);
-/// assert_eq!(a.as_bytes().len(), 32);
-/// # Ok::<(), inbox_runtime::InboxError>(())
-/// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Fingerprint([u8; 32]);
 
 impl Fingerprint {
     /// The fingerprint of `value`. Text and bytes never fail; a
@@ -99,7 +84,7 @@ impl Fingerprint {
     /// The fingerprint of an already encoded value (version byte included).
     #[cfg_attr(not(any(feature = "serde", test)), allow(dead_code))]
     fn of_encoding(encoding: &[u8]) -> Fingerprint {
-        Fingerprint(Sha256::digest(encoding).into())
+        Fingerprint::from_digest(Sha256::digest(encoding).into())
     }
 
     /// The fingerprint of text or bytes, hashed in place.
@@ -109,53 +94,7 @@ impl Fingerprint {
         digest.update([ENCODING_VERSION, tag]);
         digest.update((bytes.len() as u64).to_be_bytes());
         digest.update(bytes);
-        Fingerprint(digest.finalize().into())
-    }
-
-    /// The 32 bytes as stored.
-    ///
-    /// ```
-    /// assert_eq!(inbox_runtime::Fingerprint::of("x")?.as_bytes().len(), 32);
-    /// # Ok::<(), inbox_runtime::InboxError>(())
-    /// ```
-    pub fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
-    }
-
-    /// The fingerprint read back from the database; `None` unless it is 32
-    /// bytes long.
-    ///
-    /// ```
-    /// use inbox_runtime::Fingerprint;
-    /// let stored = Fingerprint::of("x")?;
-    /// assert_eq!(Fingerprint::from_stored(stored.as_bytes()), Some(stored));
-    /// assert_eq!(Fingerprint::from_stored(b"short"), None);
-    /// # Ok::<(), inbox_runtime::InboxError>(())
-    /// ```
-    pub fn from_stored(bytes: &[u8]) -> Option<Fingerprint> {
-        bytes.try_into().ok().map(Fingerprint)
-    }
-
-    /// The lowercase hex form (64 characters), as logs and errors show it.
-    ///
-    /// ```
-    /// assert_eq!(inbox_runtime::Fingerprint::of("x")?.to_hex().len(), 64);
-    /// # Ok::<(), inbox_runtime::InboxError>(())
-    /// ```
-    pub fn to_hex(&self) -> String {
-        self.0.iter().map(|byte| format!("{byte:02x}")).collect()
-    }
-}
-
-impl fmt::Debug for Fingerprint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Fingerprint({})", self.to_hex())
-    }
-}
-
-impl fmt::Display for Fingerprint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_hex())
+        Fingerprint::from_digest(digest.finalize().into())
     }
 }
 
@@ -228,7 +167,7 @@ mod direct {
 impl<T: serde::Serialize + ?Sized> Fingerprinted for T {
     fn fingerprint(&self) -> Result<Fingerprint, InboxError> {
         canonical::fingerprint(self).map_err(|error| InboxError::InvalidFingerprint {
-            reason: crate::failure::error_text(&error),
+            reason: crate::text::error_text(&error),
         })
     }
 }

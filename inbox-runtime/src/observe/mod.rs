@@ -341,19 +341,8 @@ impl Delivery {
         }
     }
 
-    /// Enters the delivery's span until the returned guard drops (blocking
-    /// runners only: never held across an `.await`).
-    #[inline]
-    pub(crate) fn entered(&self) -> Entered {
-        Entered {
-            #[cfg(feature = "tracing")]
-            _span: self.span.clone().entered(),
-        }
-    }
-
-    /// What runs an async part of the delivery (the claim, the body, the
-    /// commit) inside its span.
-    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    /// What runs a part of the delivery (the claim, the body, the commit)
+    /// inside its span.
     #[inline]
     pub(crate) fn scope(&self) -> BodyScope {
         BodyScope {
@@ -381,14 +370,6 @@ impl Delivery {
         #[cfg(feature = "metrics")]
         metrics::delivered(handler, &ending, timing);
     }
-}
-
-/// A delivery's span, entered (blocking runners); nothing without the
-/// `tracing` feature.
-#[must_use = "the span is exited when this is dropped"]
-pub(crate) struct Entered {
-    #[cfg(feature = "tracing")]
-    _span: ::tracing::span::EnteredSpan,
 }
 
 /// Runs futures inside a delivery's span (feature `tracing`); without it, a
@@ -479,12 +460,12 @@ pub(crate) fn shared_scope(key: &ClaimKey, error: &InboxError) {
 /// handler ([`registry::check`](crate::registry::check)): reported once, as
 /// the `inbox.shared_scopes` event (`ERROR`) and through `log`.
 #[cold]
-pub(crate) fn shared_scopes(shared: &crate::registry::SharedScopes) {
-    let _ = shared;
+pub(crate) fn shared_scopes(scopes: usize, report: &dyn fmt::Display) {
+    let _ = (scopes, report);
     #[cfg(feature = "tracing")]
-    tracing::shared_scopes(shared);
+    tracing::shared_scopes(scopes, report);
     #[cfg(feature = "log")]
-    ::log::error!(target: TARGET, "{shared}");
+    ::log::error!(target: TARGET, "{report}");
 }
 
 /// A pruning run found rows of scopes that no registered handler declares

@@ -145,12 +145,12 @@ pub(super) fn finish(
 
 /// `inbox.shared_scopes`: the registry's check failed (once per process).
 #[cold]
-pub(super) fn shared_scopes(shared: &crate::registry::SharedScopes) {
+pub(super) fn shared_scopes(scopes: usize, report: &dyn std::fmt::Display) {
     ::tracing::event!(
         name: "inbox.shared_scopes",
         target: TARGET,
         Level::ERROR,
-        { "inbox.scopes" = shared.0.len(), error = %shared },
+        { "inbox.scopes" = scopes, error = %report },
         "deduplication scopes are declared by more than one handler; their deliveries are refused",
     );
 }

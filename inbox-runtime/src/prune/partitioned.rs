@@ -916,3 +916,20 @@ impl super::PruneJob<PgConnection> for Maintenance {
         self.run_until(conn, &|| stop.is_requested())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The layout's SQL is sent as the client's text, which a server whose
+    /// database encoding is not UTF-8 converts: plain ASCII, as the inbox's
+    /// schema is (`backend`'s test of the same name).
+    #[test]
+    fn the_schema_sql_is_ascii() {
+        for (name, sql) in [
+            ("setup", super::SETUP_SQL),
+            ("teardown", super::TEARDOWN_SQL),
+        ] {
+            let odd = sql.char_indices().find(|(_, c)| !c.is_ascii());
+            assert_eq!(odd, None, "{name}: not ASCII at (byte, char)");
+        }
+    }
+}

@@ -11,27 +11,13 @@
 //! batch still sees a duplicate (that message's own body runs it).
 
 use std::cell::RefCell;
-#[cfg(feature = "async")]
-use std::future::Future;
-#[cfg(feature = "async")]
-use std::pin::Pin;
-#[cfg(feature = "async")]
-use std::task::{Context, Poll};
+use std::future::{Future, poll_fn};
+use std::pin::pin;
 
 use crate::key::ClaimKey;
 
 thread_local! {
     static RUNNING: RefCell<Vec<ClaimKey>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Runs `body` with `keys` marked as the messages whose body runs (one, or
-/// every message a bulk body handles).
-pub(crate) fn running<'k, R>(
-    keys: impl IntoIterator<Item = &'k ClaimKey>,
-    body: impl FnOnce() -> R,
-) -> R {
-    let _marked = Marked::new(keys);
-    body()
 }
 
 /// Whether a claim of `key` that found it claimed, in a transaction level
@@ -41,34 +27,20 @@ pub(crate) fn is_running(key: &ClaimKey) -> bool {
     RUNNING.with(|running| running.borrow().iter().any(|marked| marked.same_claim(key)))
 }
 
-/// `future`, with `keys` marked while it is polled.
-#[cfg(feature = "async")]
-pub(crate) fn running_future<'k, F: Future>(
+/// `body`, with `keys` marked as the messages whose body runs (one, or
+/// every message a bulk body handles) while it is polled: a blocking body
+/// runs in its first poll, an async one across its polls.
+pub(crate) async fn running<'k, F: Future>(
     keys: impl IntoIterator<Item = &'k ClaimKey>,
-    future: F,
-) -> Running<F> {
-    Running {
-        keys: keys.into_iter().cloned().collect(),
-        future: Box::pin(future),
-    }
-}
-
-/// A body's future, with its messages marked while it is polled.
-#[cfg(feature = "async")]
-pub(crate) struct Running<F> {
-    keys: Vec<ClaimKey>,
-    future: Pin<Box<F>>,
-}
-
-#[cfg(feature = "async")]
-impl<F: Future> Future for Running<F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = &mut *self;
-        let _marked = Marked::new(&this.keys);
-        this.future.as_mut().poll(cx)
-    }
+    body: F,
+) -> F::Output {
+    let keys: Vec<ClaimKey> = keys.into_iter().cloned().collect();
+    let mut body = pin!(body);
+    poll_fn(|cx| {
+        let _marked = Marked::new(&keys);
+        body.as_mut().poll(cx)
+    })
+    .await
 }
 
 /// Marks messages until dropped (also when their body panics), restoring

@@ -1,0 +1,82 @@
+//! How the steps of a delivery reach the database: the one seam between
+//! the delivery core (written once, as `async fn`s) and a connection,
+//! blocking ([`Blocking`](super::blocking::Blocking)) or diesel-async
+//! (`Async`, feature `async`).
+
+use std::future::Future;
+use std::time::Duration;
+
+use diesel::QueryResult;
+use diesel::connection::TransactionManagerStatus;
+
+use crate::backend::{BatchClaimed, Bind, InboxBackend, StoredClaimRow};
+use crate::key::ClaimKey;
+use crate::scope::Scope;
+
+/// The statements a delivery runs, on one connection.
+///
+/// A blocking executor runs each statement when its method is called and
+/// returns a [`std::future::Ready`]: a core `async fn` over it completes in
+/// one poll ([`block_ready`](crate::execution::block_ready)). An async
+/// executor returns diesel-async's futures.
+pub(crate) trait Executor {
+    /// The backend the inbox's statements are written for.
+    type Backend: InboxBackend;
+    /// The connection a handler's body gets.
+    type Conn;
+
+    /// The connection, for the body.
+    fn conn(&mut self) -> &mut Self::Conn;
+
+    /// Diesel's transaction manager status of the connection.
+    fn status(&mut self) -> &mut TransactionManagerStatus;
+
+    /// How long the server may keep an outermost transaction of this
+    /// executor's idle before it ends it (see
+    /// [`Scope::bounded`]): what bounds a dropped async handler's claim.
+    /// `None` for blocking connections, which roll back as they unwind.
+    fn idle_limit(&self) -> Option<Duration>;
+
+    /// Records that a transaction level is being opened (before its `BEGIN`
+    /// is sent) or has ended: an async executor marks the connection broken
+    /// if its future is dropped in between.
+    fn set_open(&mut self, open: bool);
+
+    /// One of `scope`'s level statements (begin, commit, rollback, the
+    /// aborted probe), in one round trip.
+    fn level_sql(
+        &mut self,
+        scope: &Scope,
+        sql: &str,
+    ) -> impl Future<Output = QueryResult<()>> + Send;
+
+    /// The claim statement for `key` (with its fingerprint, if it has
+    /// one): the rows it inserted.
+    fn claim(&mut self, key: &ClaimKey) -> impl Future<Output = QueryResult<usize>> + Send;
+
+    /// One of the backend's bound statements: the rows it affected.
+    fn execute_bound(
+        &mut self,
+        sql: &'static str,
+        binds: &[Bind<'_>],
+    ) -> impl Future<Output = QueryResult<usize>> + Send;
+
+    /// The fingerprint and result stored with a claim (one of the backend's
+    /// stored-claim selects).
+    fn load_stored_claim(
+        &mut self,
+        sql: &'static str,
+        binds: &[Bind<'_>],
+    ) -> impl Future<Output = QueryResult<Vec<StoredClaimRow>>> + Send;
+
+    /// The `present` column of the one row `sql` returns.
+    fn load_flag(&mut self, sql: &'static str) -> impl Future<Output = QueryResult<bool>> + Send;
+
+    /// Claims the distinct, sorted `ids` of `handler` in one statement
+    /// ([`InboxBackend::claim_batch`]).
+    fn claim_batch(
+        &mut self,
+        handler: &str,
+        ids: &[&str],
+    ) -> impl Future<Output = QueryResult<BatchClaimed>> + Send;
+}

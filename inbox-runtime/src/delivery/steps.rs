@@ -1,0 +1,201 @@
+//! The inbox's own statements in a delivery, over an [`Executor`]: the
+//! claim and what a duplicate reads, the fingerprint and result stored with
+//! a claim, and a failed attempt's record.
+
+use super::current;
+use super::executor::Executor;
+use super::level::Level;
+use crate::attempts::MaxAttempts;
+use crate::backend::{InboxBackend, StoredClaimRow};
+use crate::claim::{
+    Claim, Taken, claim_from_affected_rows, column_binds, duplicate_of, key_binds,
+    refused_or_database, stored_result_refused,
+};
+use crate::error::InboxError;
+use crate::execution::require_transaction;
+use crate::failure::{self, Failure, Recorded};
+use crate::fingerprint::Fingerprint;
+use crate::key::ClaimKey;
+
+/// Runs the claim statement inside the transaction open on the executor's
+/// connection (refused outside one: a claim committed on its own, apart
+/// from the effects, is what the inbox exists to prevent).
+pub(crate) async fn claim_statement<X: Executor>(
+    exec: &mut X,
+    key: &ClaimKey,
+) -> diesel::QueryResult<Claim> {
+    require_transaction(exec.status())?;
+    exec.claim(key).await.map(claim_from_affected_rows)
+}
+
+/// [`claim_statement`], its failure read as a refused key or a database
+/// failure.
+pub(crate) async fn claim_or_refuse<X: Executor>(
+    exec: &mut X,
+    key: &ClaimKey,
+) -> Result<Claim, InboxError> {
+    claim_statement(exec, key)
+        .await
+        .map_err(|error| refused_or_database(key, error))
+}
+
+/// The public `claim`: a duplicate of a fingerprinted key is compared with
+/// the fingerprint stored with its claim.
+pub(crate) async fn claim_checked<X: Executor>(
+    exec: &mut X,
+    key: &ClaimKey,
+) -> diesel::QueryResult<Claim> {
+    let claim = claim_or_refuse(exec, key).await?;
+    if claim == Claim::Duplicate && key.fingerprint().is_some() {
+        duplicate_of(key, stored_claim(exec, key).await?)?;
+    }
+    Ok(claim)
+}
+
+/// Claims `key` in the level open on the executor: [`Taken::Claimed`] for
+/// a new id, and for an id the running batch claimed for this very message
+/// (a nested handler, see [`current`]); otherwise the duplicate is checked
+/// against the fingerprint stored with its claim, and the stored result
+/// read when `read_result`.
+pub(crate) async fn take<X: Executor>(
+    exec: &mut X,
+    outermost: bool,
+    key: &ClaimKey,
+    read_result: bool,
+) -> Result<Taken, InboxError> {
+    match claim_or_refuse(exec, key).await? {
+        Claim::Claimed => Ok(Taken::Claimed),
+        Claim::Duplicate if !outermost && current::is_running(key) => {
+            if let Some(fingerprint) = key.fingerprint() {
+                store_fingerprint(exec, key, fingerprint).await?;
+            }
+            Ok(Taken::Claimed)
+        }
+        Claim::Duplicate if key.fingerprint().is_none() && !read_result => {
+            Ok(Taken::Duplicate(None))
+        }
+        Claim::Duplicate => {
+            let row = stored_claim(exec, key).await?;
+            duplicate_of(key, row).map(Taken::Duplicate)
+        }
+    }
+}
+
+/// The fingerprint and result stored with `key`'s claim, wherever the claim
+/// sits.
+async fn stored_claim<X: Executor>(
+    exec: &mut X,
+    key: &ClaimKey,
+) -> diesel::QueryResult<Option<StoredClaimRow>> {
+    let sql = X::Backend::STORED_CLAIM_SQL;
+    let binds = key_binds(key);
+    if let Some(row) = exec.load_stored_claim(sql.select, &binds).await?.pop() {
+        return Ok(Some(row));
+    }
+    match sql.archived_select {
+        Some((present, archived)) if exec.load_flag(present).await? => {
+            Ok(exec.load_stored_claim(archived, &binds).await?.pop())
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Stores the payload's fingerprint with `key`'s claim, made without one by
+/// the running batch, in the batch's transaction: a later delivery of the id
+/// with another payload is then a conflict, as it is after a single claim.
+async fn store_fingerprint<X: Executor>(
+    exec: &mut X,
+    key: &ClaimKey,
+    fingerprint: &Fingerprint,
+) -> diesel::QueryResult<()> {
+    let binds = column_binds(fingerprint.as_bytes(), key);
+    let sql = X::Backend::STORED_CLAIM_SQL.store_fingerprint;
+    exec.execute_bound(sql, &binds).await.map(drop)
+}
+
+/// Stores `result` with `key`'s claim, in the transaction that claimed it.
+pub(crate) async fn store_result<X: Executor>(
+    exec: &mut X,
+    key: &ClaimKey,
+    result: &[u8],
+) -> Result<(), InboxError> {
+    let binds = column_binds(result, key);
+    let sql = X::Backend::STORED_CLAIM_SQL.store_result;
+    exec.execute_bound(sql, &binds)
+        .await
+        .map(drop)
+        .map_err(stored_result_refused)
+}
+
+/// Records a failed body of `key` after its handler's level rolled back
+/// (`handler_level`), in a short transaction of its own (see
+/// [`crate::failure`]); a text the database's encoding cannot store is
+/// recorded again in ASCII. `None`: nothing to record at this level (a
+/// nested handler: its caller's transaction is still open).
+pub(crate) async fn record_failure<X: Executor>(
+    exec: &mut X,
+    handler_level: &Level,
+    key: &ClaimKey,
+    failure: &Failure,
+    limit: MaxAttempts,
+) -> Result<Option<Recorded>, InboxError> {
+    if !handler_level.is_outermost() {
+        return Ok(None);
+    }
+    let recorded = match record_in_short_transaction(exec, key, failure, limit).await {
+        Err(error) => match failure::retry_in_ascii(&error, failure) {
+            Some(ascii) => record_in_short_transaction(exec, key, &ascii, limit).await,
+            None => Err(error),
+        },
+        recorded => recorded,
+    };
+    recorded.map(Some)
+}
+
+/// [`record_failure`]'s short transaction.
+async fn record_in_short_transaction<X: Executor>(
+    exec: &mut X,
+    key: &ClaimKey,
+    failure: &Failure,
+    limit: MaxAttempts,
+) -> Result<Recorded, InboxError> {
+    let level = Level::short(exec)?;
+    level.begin(exec).await?;
+    match write_failure(exec, key, failure, limit).await {
+        Ok(Recorded::ProcessedMeanwhile) => {
+            level.roll_back(exec).await?;
+            Ok(Recorded::ProcessedMeanwhile)
+        }
+        Ok(recorded) => {
+            level.commit(exec).await?;
+            Ok(recorded)
+        }
+        Err(error) => {
+            level.roll_back(exec).await?;
+            Err(error)
+        }
+    }
+}
+
+/// Counts the attempt and, at the limit or on a rejection, marks the
+/// message dead and claims its id (unless a delivery committed it
+/// meanwhile).
+async fn write_failure<X: Executor>(
+    exec: &mut X,
+    key: &ClaimKey,
+    failure: &Failure,
+    limit: MaxAttempts,
+) -> Result<Recorded, InboxError> {
+    let record = failure::record_attempt_binds(key, failure);
+    exec.execute_bound(X::Backend::FAILURE_SQL.record_attempt, &record)
+        .await?;
+    let rows = match failure::mark_dead::<X::Backend>(key, failure, limit) {
+        Some((sql, binds)) => Some(exec.execute_bound(sql, &binds).await?),
+        None => None,
+    };
+    let recorded = failure::recorded(failure, limit, rows);
+    if recorded.claims() && claim_or_refuse(exec, key).await? == Claim::Duplicate {
+        return Ok(Recorded::ProcessedMeanwhile);
+    }
+    Ok(recorded)
+}
