@@ -32,7 +32,7 @@
 //! what was published: every good payment applied exactly once, every
 //! poison message in the inbox's dead letters and in the dead-letter stream,
 //! no message that reached `max_deliver`, nothing left in the stream. The
-//! chaos tests (`inbox-tests/tests/brokers/`) run the same consumer as
+//! chaos tests (`tests/tests/brokers/`) run the same consumer as
 //! processes and kill them.
 
 fn main() -> std::process::ExitCode {

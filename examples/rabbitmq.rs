@@ -28,7 +28,7 @@
 //! At the end the summary checks the ledger against what was published:
 //! every good payment applied exactly once, every poison message in the
 //! inbox's dead letters and in the dead-letter queue, nothing left in the
-//! queue. The chaos tests (`inbox-tests/tests/brokers/`) run the same
+//! queue. The chaos tests (`tests/tests/brokers/`) run the same
 //! consumer as processes and kill them.
 
 fn main() -> std::process::ExitCode {

@@ -13,7 +13,7 @@ const TEST_PACKAGE: &str = "inbox-tests";
 const RUNTIME_PACKAGE: &str = "inbox-runtime";
 /// Set for the suite: a server that cannot be reached fails its tests.
 const REQUIRE_DATABASES: &str = "INBOX_REQUIRE_DATABASES";
-/// Set for the suite: the chaos tests (`inbox-tests/tests/brokers/`) fail
+/// Set for the suite: the chaos tests (`tests/tests/brokers/`) fail
 /// when RabbitMQ or NATS cannot be reached. xtask starts no broker: they
 /// are the machine's (`.ci/run` starts them).
 const REQUIRE_BROKERS: &str = "INBOX_TEST_REQUIRE_BROKERS";

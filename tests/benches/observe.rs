@@ -18,7 +18,7 @@
 //!   apart.
 //!
 //! The features are chosen at compile time, so the modes need two builds:
-//! `inbox-tests/benches/observe.sh` builds both, runs the modes
+//! `tests/benches/observe.sh` builds both, runs the modes
 //! alternately (rotating their order every round, so whatever else loads
 //! the machine weighs on all of them alike), and hands the lines they print
 //! to `observe --summarize`, which prints each mode's median time per
@@ -26,8 +26,8 @@
 //! nothing.
 //!
 //! ```text
-//! inbox-tests/benches/observe.sh            # 15 rounds, sqlite,postgres
-//! inbox-tests/benches/observe.sh 25 sqlite
+//! tests/benches/observe.sh            # 15 rounds, sqlite,postgres
+//! tests/benches/observe.sh 25 sqlite
 //! ```
 //!
 //! One process (`observe --bench MODE`) measures one round: per backend, a
@@ -69,7 +69,7 @@ fn main() {
         .position(|arg| arg == "--bench")
         .and_then(|at| args.get(at + 1))
     else {
-        println!("observe benchmark: run it with `inbox-tests/benches/observe.sh`");
+        println!("observe benchmark: run it with `tests/benches/observe.sh`");
         return;
     };
     let observed = cfg!(all(feature = "tracing", feature = "metrics"));

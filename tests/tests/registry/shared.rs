@@ -25,7 +25,7 @@ fn check_reports_the_undeclared_shared_scope_with_its_locations() {
     assert_eq!(error.0[0].scope, "registry.shared");
     let text = error.to_string();
     assert!(
-        text.contains("registry::handlers::shared_first (inbox-tests/tests/registry/handlers.rs:"),
+        text.contains("registry::handlers::shared_first (tests/tests/registry/handlers.rs:"),
         "{text}"
     );
     assert!(

@@ -6,7 +6,7 @@
 # `metrics` features off and on, run alternately). Pruning (`prune.rs`)
 # stays apart: it loads PostgreSQL with a million rows.
 #
-# Usage: inbox-tests/benches/bench.sh [OBSERVE_ROUNDS=15]
+# Usage: tests/benches/bench.sh [OBSERVE_ROUNDS=15]
 # The throughput suite reads its INBOX_BENCH_* variables (backends, modes,
 # connections, variants, rounds, slice length); see `throughput/main.rs`.
 set -euo pipefail
@@ -14,4 +14,4 @@ cd "$(dirname "$0")/../.."
 cargo bench -p inbox-tests --bench throughput --features postgres,mysql,async
 echo
 echo "observability (observe.sh):"
-inbox-tests/benches/observe.sh "${1:-15}" sqlite,postgres
+tests/benches/observe.sh "${1:-15}" sqlite,postgres

@@ -6,7 +6,7 @@
 //! ```text
 //! cargo bench -p inbox-tests --bench throughput --features postgres,mysql,async
 //! INBOX_BENCH_BACKENDS=postgres INBOX_BENCH_VARIANTS=handler,batch-100 cargo bench -p inbox-tests --bench throughput --features postgres
-//! inbox-tests/benches/bench.sh     # this, then what observability costs (observe.sh)
+//! tests/benches/bench.sh     # this, then what observability costs (observe.sh)
 //! cargo bench -p inbox-tests --bench throughput --features postgres,mysql -- growth
 //! ```
 //!

@@ -5,7 +5,7 @@
 # recorder) as processes of their own, alternately, rotating their order
 # every round, and prints the medians and throughput ratios.
 #
-# Usage: inbox-tests/benches/observe.sh [ROUNDS=15] [BACKENDS=sqlite,postgres]
+# Usage: tests/benches/observe.sh [ROUNDS=15] [BACKENDS=sqlite,postgres]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-15}
