@@ -44,9 +44,12 @@ where
         Ok(Begun::Answered(answer)) => return Ok(answer),
         Err(error) => return Err(into_handler_error(error)),
     };
+    // The call is inside the watch too: a closure that panics before it
+    // returns its future is the body's panic.
+    let conn = exec.conn();
     let result = claimed
         .observed()
-        .instrument(caught(body(exec.conn())))
+        .instrument(caught(async move { body(conn).await }))
         .await;
     claimed.finish_replying::<P, R, E, X>(exec, result).await
 }
@@ -83,12 +86,20 @@ where
             return Err(error.into());
         }
     };
+    // The claim, and a duplicate's answer (a stored result's decoding),
+    // run inside the delivery's span.
     let taken = delivery
         .scope()
-        .instrument(claim_with_retries(exec, &level, &key, P::STORES, &delivery))
+        .instrument(async {
+            let taken = claim_with_retries(exec, &level, &key, P::STORES, &delivery).await;
+            taken.map(|taken| match taken {
+                Taken::Claimed => None,
+                Taken::Duplicate(stored) => Some(P::duplicate(&key, stored.as_deref())),
+            })
+        })
         .await;
     match taken {
-        Ok(Taken::Claimed) => {
+        Ok(None) => {
             delivery.claimed();
             Ok(Begun::Claimed(Claimed {
                 level,
@@ -97,9 +108,8 @@ where
                 delivery: Some(delivery),
             }))
         }
-        Ok(Taken::Duplicate(stored)) => {
+        Ok(Some(answer)) => {
             delivery.claimed();
-            let answer = P::duplicate(&key, stored.as_deref());
             match &answer {
                 Ok(_) => delivery.finish(&key, Ending::Duplicate),
                 Err(error) => delivery.finish(&key, ending_of_inbox_error(error)),
@@ -192,13 +202,20 @@ impl Claimed {
         X: Executor,
     {
         let result = match result {
-            Ok(Ok(value)) => match encode_caught::<P, R>(&self.key, &value) {
-                Ok(encoded) => match self.store(exec, encoded).await {
-                    Ok(()) => Ok(Ok(value)),
-                    Err(error) => return Err(into_handler_error(self.abandon(exec, error).await)),
-                },
-                Err(panic) => Err(panic),
-            },
+            Ok(Ok(value)) => {
+                let encoded = self
+                    .observed()
+                    .in_scope(|| encode_caught::<P, R>(&self.key, &value));
+                match encoded {
+                    Ok(encoded) => match self.store(exec, encoded).await {
+                        Ok(()) => Ok(Ok(value)),
+                        Err(error) => {
+                            return Err(into_handler_error(self.abandon(exec, error).await));
+                        }
+                    },
+                    Err(panic) => Err(panic),
+                }
+            }
             other => other,
         };
         self.finish_or_resume(exec, result).await

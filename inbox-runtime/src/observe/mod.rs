@@ -410,6 +410,15 @@ impl BodyScope {
         let future = ::tracing::Instrument::instrument(future, self.span);
         future
     }
+
+    /// Runs `f` inside the delivery's span (a synchronous step between two
+    /// awaits: encoding a result to store).
+    #[inline]
+    pub(crate) fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
+        #[cfg(feature = "tracing")]
+        let _entered = self.span.enter();
+        f()
+    }
 }
 
 /// How a delivery that failed with the inbox's own `error` ended.

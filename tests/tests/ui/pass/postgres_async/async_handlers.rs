@@ -107,4 +107,41 @@ async fn by_value(pool: bb8::Pool<AsyncPgConnection>, msg: Payment) -> QueryResu
     assert_send(bb8_by_ref(&mut pool.get().await.expect("a connection"), &msg)).await
 }
 
+/// The runtime's own async entry points are `Send` too, a failing body
+/// included (its future holds the failure's record across awaits): the
+/// closure form, a batch, and the claimed transaction written out.
+#[allow(dead_code)]
+async fn entry_points(pool: deadpool::Pool<AsyncPgConnection>) -> QueryResult<()> {
+    use inbox_runtime::{ClaimKey, HandlerName, InboxError, MaxAttempts};
+    let task = tokio::spawn(assert_send(async move {
+        let mut conn = pool.get().await.expect("a connection");
+        let handler = HandlerName::new("async.entry_points").expect("a valid name");
+        let key = ClaimKey::new(handler.clone(), "m-1").expect("a valid id");
+        let failed = inbox_runtime::run_idempotent_async_with(
+            &mut *conn,
+            key.clone(),
+            MaxAttempts::limit(3),
+            async |_conn| Err::<(), _>(InboxError::rejected("no")),
+        )
+        .await;
+        let _ = failed;
+        let messages = [String::from("a"), String::from("b")];
+        let report = inbox_runtime::run_idempotent_batch_async(
+            &mut *conn,
+            &handler,
+            &messages,
+            |id| id.as_str(),
+            async move |conn, _id| diesel::sql_query("SELECT 1").execute(conn).await.map(drop),
+        )
+        .await;
+        let _ = report.processed();
+        if let Some(mut claimed) = inbox_runtime::begin_claimed(&mut *conn, &key).await? {
+            let effect = diesel::sql_query("SELECT 1").execute(claimed.conn()).await.map(drop);
+            claimed.finish(effect).await?;
+        }
+        QueryResult::Ok(())
+    }));
+    task.await.expect("the task finished")
+}
+
 fn main() {}
