@@ -264,6 +264,8 @@ where
                     continue;
                 }
                 Recovery::Retry => tally.failed += 1, // nack: the broker redelivers it later
+                // Another delivery of the message is in flight: nack after a delay.
+                Recovery::RetryLater => tally.failed += 1,
                 Recovery::Never => tally.dead_lettered += 1,
                 Recovery::Reconnect if reconnects < RECONNECTS => {
                     reconnects += 1;

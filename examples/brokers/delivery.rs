@@ -18,6 +18,12 @@ pub const RETRY_BACKOFF: Backoff = Backoff {
     max: Duration::from_secs(5),
 };
 
+/// How long a consumer waits before it hands back a copy whose first
+/// delivery is still in flight ([`Verdict::InProgress`]): longer than the
+/// claim's bound ([`ClaimWait::DEFAULT`](inbox_runtime::ClaimWait::DEFAULT)),
+/// so the first delivery has time to end before the copy comes back.
+pub const IN_PROGRESS_DELAY: Duration = Duration::from_secs(5);
+
 /// A delivery as the consumer received it.
 #[derive(Debug, Clone, Copy)]
 pub struct Received<'a> {
@@ -49,6 +55,10 @@ pub enum Verdict {
     /// Nothing was committed (a database failure, a failed attempt):
     /// redeliver.
     Retry(String),
+    /// Another delivery of the message is still in flight (the claim gave
+    /// up waiting for it): nothing ran; redeliver after
+    /// [`IN_PROGRESS_DELAY`].
+    InProgress(String),
 }
 
 impl Verdict {
@@ -67,11 +77,12 @@ impl Verdict {
                 AckDecision::DeadLetter
             }
             Verdict::Retry(_) => AckDecision::Retry,
+            Verdict::InProgress(_) => AckDecision::RetryLater,
         }
     }
 
     /// A one-word name (`applied`, `duplicate`, `dead`, `dead-again`,
-    /// `unprocessable`, `retry`).
+    /// `unprocessable`, `retry`, `in-progress`).
     pub fn kind(&self) -> &'static str {
         match self {
             Verdict::Applied => "applied",
@@ -80,6 +91,7 @@ impl Verdict {
             Verdict::DeadAgain => "dead-again",
             Verdict::Unprocessable(_) => "unprocessable",
             Verdict::Retry(_) => "retry",
+            Verdict::InProgress(_) => "in-progress",
         }
     }
 
@@ -93,7 +105,10 @@ impl Verdict {
     /// Why, for the verdicts that carry a reason.
     pub fn reason(&self) -> Option<&str> {
         match self {
-            Verdict::Dead(why) | Verdict::Unprocessable(why) | Verdict::Retry(why) => Some(why),
+            Verdict::Dead(why)
+            | Verdict::Unprocessable(why)
+            | Verdict::Retry(why)
+            | Verdict::InProgress(why) => Some(why),
             _ => None,
         }
     }
@@ -177,6 +192,7 @@ pub async fn handle<P: Probe>(
             Err(error) => Verdict::Retry(format!("is the duplicate dead? {error}")),
         },
         (AckDecision::Retry, result) => Verdict::Retry(error_text(result)),
+        (AckDecision::RetryLater, result) => Verdict::InProgress(error_text(result)),
         (AckDecision::DeadLetter, result) => Verdict::Dead(error_text(result)),
     }
 }

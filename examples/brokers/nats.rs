@@ -19,6 +19,9 @@
 //! - `Ack`: `+ACK`, and waits for the server to confirm it;
 //! - `Retry`: `-NAK` with a delay from [`RETRY_BACKOFF`] and the delivery
 //!   count: JetStream delivers it again after the delay;
+//! - `RetryLater` (another delivery of the message is in flight): `-NAK`
+//!   with [`IN_PROGRESS_DELAY`], so the copy comes back after the first
+//!   delivery has ended;
 //! - `DeadLetter`: publishes the message to the dead-letter stream (with a
 //!   `Nats-Msg-Id` of its own stream sequence, so that a second dead-letter
 //!   of the same copy is dropped, and headers `Ledger-Message-Id` and
@@ -45,7 +48,7 @@ use async_nats::HeaderMap;
 use futures_util::StreamExt;
 use inbox_runtime::AckDecision;
 
-use super::delivery::{handle, Probe, Received, Verdict, RETRY_BACKOFF};
+use super::delivery::{handle, Probe, Received, Verdict, IN_PROGRESS_DELAY, RETRY_BACKOFF};
 use super::ledger::Pool;
 use super::{Backlog, BoxError, Broker, BrokerConfig, DeadCopy, DeadLetterQueue, Outgoing};
 
@@ -147,6 +150,11 @@ impl Nats {
                 let failures = u32::try_from(delivered).unwrap_or(u32::MAX);
                 let delay = RETRY_BACKOFF.after(failures);
                 message.ack_with(AckKind::Nak(Some(delay))).await
+            }
+            AckDecision::RetryLater => {
+                message
+                    .ack_with(AckKind::Nak(Some(IN_PROGRESS_DELAY)))
+                    .await
             }
             AckDecision::DeadLetter => {
                 match self

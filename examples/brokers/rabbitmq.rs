@@ -21,6 +21,10 @@
 //! - `Retry`: `basic.nack` with `requeue`, after [`RETRY_BACKOFF`] (failures
 //!   in a row on this consumer): the message is delivered again, with
 //!   `redelivered` set;
+//! - `RetryLater` (another delivery of the message is in flight):
+//!   `basic.nack` with `requeue` after [`IN_PROGRESS_DELAY`]: RabbitMQ has
+//!   no delay of its own, and holding the copy (one prefetch slot, for a
+//!   bounded time) needs no delay queue in the topology;
 //! - `DeadLetter`: `basic.reject` without `requeue`: the broker moves the
 //!   message to the dead-letter exchange, which routes it to the
 //!   dead-letter queue (with an `x-death` header saying why).
@@ -44,7 +48,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 
-use super::delivery::{handle, Probe, Received, Verdict, RETRY_BACKOFF};
+use super::delivery::{handle, Probe, Received, Verdict, IN_PROGRESS_DELAY, RETRY_BACKOFF};
 use super::ledger::Pool;
 use super::{Backlog, BoxError, Broker, BrokerConfig, DeadCopy, DeadLetterQueue, Outgoing};
 
@@ -341,6 +345,17 @@ async fn settle<P: Probe>(
         AckDecision::Retry => {
             let failures = failures_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
             tokio::time::sleep(RETRY_BACKOFF.after(failures)).await;
+            let requeue = BasicNackOptions {
+                requeue: true,
+                multiple: false,
+            };
+            delivery.acker.nack(requeue).await
+        }
+        AckDecision::RetryLater => {
+            // RabbitMQ requeues at once: the consumer holds the copy for the
+            // delay first (one prefetch slot, for a bounded time), which
+            // needs no delay queue in the topology.
+            tokio::time::sleep(IN_PROGRESS_DELAY).await;
             let requeue = BasicNackOptions {
                 requeue: true,
                 multiple: false,

@@ -151,7 +151,7 @@ impl Probe for Stats {
             Verdict::Dead(_) => &self.dead,
             Verdict::DeadAgain => &self.dead_again,
             Verdict::Unprocessable(_) => &self.unprocessable,
-            Verdict::Retry(_) => &self.retries,
+            Verdict::Retry(_) | Verdict::InProgress(_) => &self.retries,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }

@@ -23,7 +23,7 @@
 //! | new key | `201` with the payment, stored with the key |
 //! | same key, same body, first request done | the stored response (same status, same body bytes) and `Idempotent-Replayed: true` |
 //! | same key, different body (byte for byte) | `422`, problem `idempotency-key-reused`; nothing runs |
-//! | same key while the first request is in flight | waits on the claim's row lock, up to [`Config::claim_wait`] (2 s); the replay (or `422`) if the first finishes meanwhile, else `409` `request-in-progress` with `Retry-After: 1` |
+//! | same key while the first request is in flight | the claim waits for it, up to [`Config::claim_wait`] (2 s, the handler's `claim_wait`); the replay (or `422`) if the first finishes meanwhile, else the runtime's `InProgress`, answered `409` `request-in-progress` with `Retry-After: 1` |
 //! | no `Idempotency-Key` | `400` `idempotency-key-missing` |
 //! | an empty key, one over 255 bytes, a repeated or malformed header | `400` `idempotency-key-invalid` |
 //! | a body that is not a payment request (JSON syntax, types, fields) | `400` `malformed-request`; the key is not claimed |

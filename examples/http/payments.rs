@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::PgConnection;
-use inbox_runtime::{idempotent, InboxError, StoredOutcome};
+use inbox_runtime::{idempotent, ClaimWait, InboxError, StoredOutcome};
 use serde::{Deserialize, Serialize};
 
 /// The handler's deduplication scope, as written in its attribute: the
@@ -149,6 +149,10 @@ pub struct CreatePayment {
     /// the tests use it to keep a request in flight (see
     /// [`Config::hold`](super::Config::hold)).
     pub hold: Duration,
+    /// How long the claim waits for a request with the same key still in
+    /// flight before the request is answered `409` (see
+    /// [`Config::claim_wait`](super::Config::claim_wait)).
+    pub claim_wait: ClaimWait,
 }
 
 /// What creating a payment can fail with. Nothing is committed on any of
@@ -174,7 +178,8 @@ pub enum PaymentError {
     handler = "http.create_payment",
     fingerprint = req.body,
     store_result,
-    max_attempts = unbounded
+    max_attempts = unbounded,
+    claim_wait = req.claim_wait
 )]
 pub fn create_payment(
     conn: &mut PgConnection,

@@ -3,7 +3,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use inbox_runtime::{is_lock_conflict, InboxError, Recovery, StoredResultProblem};
+use inbox_runtime::{InboxError, Recovery, StoredResultProblem};
 
 use super::key::KeyError;
 use super::payments::{InvalidBody, PaymentError};
@@ -155,6 +155,17 @@ impl Problem {
                 "its stored response can no longer be read (stored by another version of the \
                  service)",
             ),
+            // A request with the same key is still being processed: the
+            // claim waited `Config::claim_wait` for it.
+            InboxError::InProgress { .. } => Problem::new(
+                StatusCode::CONFLICT,
+                "request-in-progress",
+                "A request with this Idempotency-Key is in progress",
+                "a request with the same key is still being processed; retry later to get \
+                 its response"
+                    .to_owned(),
+            )
+            .retry_after(1),
             InboxError::Database(cause) => Problem::of_database(cause),
             error if error.recovery() == Recovery::Reconnect => {
                 Problem::unavailable(error.to_string())
@@ -164,23 +175,6 @@ impl Problem {
     }
 
     fn of_database(error: &diesel::result::Error) -> Problem {
-        // The claim waited on the row lock of a request with the same key
-        // still in flight, under the connection's `lock_timeout`, for every
-        // one of the runtime's tries. (The runtime hands the claim's
-        // database error back as the handler's own `Database` variant; the
-        // body's insert waits on no lock another request could hold, so a
-        // lock conflict here is the claim's.)
-        if is_lock_conflict(error) {
-            return Problem::new(
-                StatusCode::CONFLICT,
-                "request-in-progress",
-                "A request with this Idempotency-Key is in progress",
-                "a request with the same key is still being processed; retry later to get \
-                 its response"
-                    .to_owned(),
-            )
-            .retry_after(1);
-        }
         match inbox_runtime::recovery(error) {
             Recovery::Reconnect => Problem::unavailable(error.to_string()),
             _ => Problem::internal(error.to_string()),

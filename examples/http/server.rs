@@ -12,7 +12,7 @@ use axum::Router;
 use diesel::connection::SimpleConnection;
 use diesel::r2d2::{ConnectionManager, CustomizeConnection};
 use diesel::PgConnection;
-use inbox_runtime::{StoredOutcome, CLAIM_ATTEMPTS};
+use inbox_runtime::StoredOutcome;
 
 use super::key::idempotency_key;
 use super::payments::{create_payment, CreatePayment, NewPayment, StoredResponse, SCHEMA_SQL};
@@ -35,7 +35,6 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024;
 /// use inbox_examples::http::Config;
 /// let config = Config::new("postgres://postgres@127.0.0.1:5432/test");
 /// assert_eq!(config.claim_wait, Duration::from_secs(2));
-/// assert_eq!(config.lock_timeout(), Duration::from_millis(400)); // 5 tries
 /// ```
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -46,10 +45,9 @@ pub struct Config {
     /// `None`: the URL's own `search_path`. Lowercase letters, digits, `_`.
     pub schema: Option<String>,
     /// How long a retry waits for a request with the same key still in
-    /// flight before it gets 409. The claim waits on the first request's
-    /// row lock, under a `lock_timeout` of `claim_wait / CLAIM_ATTEMPTS`,
-    /// since the runtime tries a claim that lost a lock conflict
-    /// `CLAIM_ATTEMPTS` times in all.
+    /// flight before it gets 409: the handler's claim wait
+    /// (`#[idempotent(claim_wait = req.claim_wait)]`), past which the
+    /// runtime answers `InboxError::InProgress`.
     pub claim_wait: Duration,
     /// The most connections the pool opens (each request in flight holds
     /// one, waiting retries included).
@@ -76,17 +74,8 @@ impl Config {
         }
     }
 
-    /// The `lock_timeout` each connection sets: the claim wait split over
-    /// the runtime's claim tries (at least 1 ms, since 0 means none).
-    pub fn lock_timeout(&self) -> Duration {
-        (self.claim_wait / CLAIM_ATTEMPTS).max(Duration::from_millis(1))
-    }
-
     fn session_sql(&self) -> Result<String, BoxError> {
-        let mut sql = format!(
-            "SET lock_timeout = '{}ms';",
-            self.lock_timeout().as_millis()
-        );
+        let mut sql = String::new();
         if let Some(schema) = &self.schema {
             let valid = !schema.is_empty()
                 && schema
@@ -103,7 +92,7 @@ impl Config {
     }
 }
 
-/// Sets each new connection's session: `lock_timeout`, `search_path`.
+/// Sets each new connection's session: its `search_path`.
 #[derive(Debug)]
 struct Session {
     sql: String,
@@ -111,6 +100,9 @@ struct Session {
 
 impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for Session {
     fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
+        if self.sql.is_empty() {
+            return Ok(());
+        }
         conn.batch_execute(&self.sql)
             .map_err(diesel::r2d2::Error::QueryError)
     }
@@ -123,6 +115,7 @@ pub struct PaymentsService {
     pool: Pool,
     schema: Option<String>,
     hold: Duration,
+    claim_wait: Duration,
 }
 
 impl std::fmt::Debug for PaymentsService {
@@ -151,6 +144,7 @@ impl PaymentsService {
             pool,
             schema: config.schema.clone(),
             hold: config.hold,
+            claim_wait: config.claim_wait,
         })
     }
 
@@ -216,6 +210,7 @@ async fn create(
         body: body.to_vec(),
         payment,
         hold: service.hold,
+        claim_wait: inbox_runtime::ClaimWait::Bounded(service.claim_wait),
     };
     let outcome = tokio::task::spawn_blocking(move || service.create_blocking(&request)).await;
     match outcome {

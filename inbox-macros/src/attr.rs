@@ -38,6 +38,9 @@ pub(crate) struct Args {
     /// `max_attempts = 5` or `max_attempts = unbounded`: the handler's limit
     /// of failed attempts, instead of the runtime's default.
     pub(crate) max_attempts: Option<MaxAttempts>,
+    /// `claim_wait = "2s"` or `claim_wait = unbounded`: how long the claim
+    /// waits for a delivery of the same id in flight.
+    pub(crate) claim_wait: Option<ClaimWait>,
     /// `fingerprint = msg.body`: the payload whose fingerprint is stored
     /// with the claim and compared on duplicates.
     pub(crate) fingerprint: Option<Expr>,
@@ -131,6 +134,7 @@ fn parse_one(
             | "crate"
             | "outside_transaction"
             | "max_attempts"
+            | "claim_wait"
             | "fingerprint"
             | "store_result"
             | "shared_scope"
@@ -139,8 +143,8 @@ fn parse_one(
             name.span(),
             format!(
                 "unknown argument `{key}`; `#[idempotent]` takes `id`, `handler`, `conn`, \
-                 `max_attempts`, `fingerprint`, `store_result`, `shared_scope`, `crate` and \
-                 `outside_transaction`"
+                 `max_attempts`, `claim_wait`, `fingerprint`, `store_result`, `shared_scope`, \
+                 `crate` and `outside_transaction`"
             ),
         ));
     }
@@ -180,6 +184,7 @@ fn parse_one(
         "conn" => args.conn = errors.keep(conn_name(value)),
         "outside_transaction" => args.outside_transaction = outside_names(value, errors),
         "max_attempts" => args.max_attempts = errors.keep(max_attempts(value)),
+        "claim_wait" => args.claim_wait = errors.keep(claim_wait(value)),
         "fingerprint" => args.fingerprint = Some(value),
         _ => args.krate = errors.keep(crate_path(value)),
     }
@@ -212,6 +217,56 @@ fn max_attempts(value: Expr) -> syn::Result<MaxAttempts> {
         }
         other => Err(syn::Error::new_spanned(other, USAGE)),
     }
+}
+
+/// `claim_wait = "2s"` (a whole number of `ms`, `s` or `m`),
+/// `claim_wait = unbounded`, or any other expression: an
+/// `inbox_runtime::ClaimWait` evaluated on each delivery (a setting of the
+/// service's, `claim_wait = req.claim_wait`).
+fn claim_wait(value: Expr) -> syn::Result<ClaimWait> {
+    const USAGE: &str = "`claim_wait` takes a duration such as `\"2s\"`, `\"500ms\"` or \
+                         `\"1m\"`, `unbounded`, or an expression of type `ClaimWait`";
+    if let Expr::Path(path) = &value {
+        if path.path.is_ident("unbounded") {
+            return Ok(ClaimWait::Unbounded(path.path.segments[0].ident.span()));
+        }
+    }
+    if matches!(&value, Expr::Lit(_)) && as_str_lit(&value).is_none() {
+        return Err(syn::Error::new_spanned(value, USAGE));
+    }
+    let Some(text) = as_str_lit(&value) else {
+        return Ok(ClaimWait::Expr(Box::new(value)));
+    };
+    let written = text.value();
+    let digits = written
+        .trim()
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &written.trim()[digits.len()..];
+    let millis_per_unit: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        _ => return Err(syn::Error::new(text.span(), USAGE)),
+    };
+    match digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(millis_per_unit))
+    {
+        Some(millis) => Ok(ClaimWait::Bounded(millis, text.span())),
+        None => Err(syn::Error::new(text.span(), USAGE)),
+    }
+}
+
+/// The value of `claim_wait = ...`, with the span of what the user wrote.
+#[derive(Clone, Debug)]
+pub(crate) enum ClaimWait {
+    /// At most this many milliseconds.
+    Bounded(u64, Span),
+    /// As long as the first delivery takes.
+    Unbounded(Span),
+    /// An expression of type `ClaimWait`, evaluated on each delivery.
+    Expr(Box<Expr>),
 }
 
 /// The value of `max_attempts = ...`, with the span of what the user wrote.

@@ -32,7 +32,8 @@
 //!
 //! `OPTIONS` is the attribute's options as one runtime value,
 //! `KRATE::Options::new()` followed by a builder call per argument given
-//! (`.max_attempts(KRATE::MaxAttempts::limit(3))`).
+//! (`.max_attempts(KRATE::MaxAttempts::limit(3))`,
+//! `.claim_wait(KRATE::ClaimWait::Bounded(Duration::from_millis(2000)))`).
 //!
 //! With `fingerprint = PAYLOAD`, the key is
 //! `KRATE::__private::fingerprinted_key(HANDLER, &ID, &PAYLOAD)`; with
@@ -54,7 +55,7 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{AttrStyle, Expr, FnArg, ItemFn, LitStr, Pat, Path, Type};
 
-use crate::attr::MaxAttempts;
+use crate::attr::{ClaimWait, MaxAttempts};
 use crate::model::{ConnPassing, Connection, Flavor, Handler, Shadow, View};
 
 /// The function with its body wrapped in the idempotent transaction.
@@ -68,6 +69,7 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
         krate,
         output,
         max_attempts,
+        claim_wait,
         fingerprint,
         store_result,
         shared_scope,
@@ -107,7 +109,7 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
             key: &key,
             lent: &lent,
             output: &output,
-            options: options_expr(&krate, max_attempts),
+            options: options_expr(&krate, max_attempts, claim_wait),
             store_result,
             body: braced(body_span, quote!(#(#stmts)*)),
         },
@@ -420,7 +422,11 @@ fn max_attempts_expr(krate: &Path, max_attempts: Option<MaxAttempts>) -> TokenSt
 
 /// The attribute's options as the runtime's `Options` value: `Options::new()`,
 /// then one builder call per argument given, spanned at what the user wrote.
-fn options_expr(krate: &Path, max_attempts: Option<MaxAttempts>) -> TokenStream {
+fn options_expr(
+    krate: &Path,
+    max_attempts: Option<MaxAttempts>,
+    claim_wait: Option<ClaimWait>,
+) -> TokenStream {
     let mut options = quote!(#krate::Options::new());
     let limit = match max_attempts {
         None => None,
@@ -433,6 +439,19 @@ fn options_expr(krate: &Path, max_attempts: Option<MaxAttempts>) -> TokenStream 
     };
     if let Some(limit) = limit {
         options = quote!(#options.max_attempts(#limit));
+    }
+    let wait = match claim_wait {
+        None => None,
+        Some(ClaimWait::Bounded(millis, span)) => Some(quote_spanned! {span=>
+            #krate::ClaimWait::Bounded(::core::time::Duration::from_millis(#millis))
+        }),
+        Some(ClaimWait::Unbounded(span)) => {
+            Some(quote_spanned!(span=> #krate::ClaimWait::Unbounded))
+        }
+        Some(ClaimWait::Expr(expr)) => Some(quote!(#expr)),
+    };
+    if let Some(wait) = wait {
+        options = quote!(#options.claim_wait(#wait));
     }
     options
 }

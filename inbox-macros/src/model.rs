@@ -79,6 +79,8 @@ pub(crate) struct Handler {
     pub(crate) output: Type,
     /// `max_attempts = ...`, if given.
     pub(crate) max_attempts: Option<crate::attr::MaxAttempts>,
+    /// `claim_wait = ...`, if given.
+    pub(crate) claim_wait: Option<crate::attr::ClaimWait>,
     /// `fingerprint = ...`: the payload expression, rooted in a message
     /// parameter.
     pub(crate) fingerprint: Option<Expr>,

@@ -96,6 +96,7 @@ pub(crate) fn handler(
             krate: args.krate.unwrap_or_else(|| parse_quote!(::inbox_runtime)),
             output,
             max_attempts: args.max_attempts,
+            claim_wait: args.claim_wait,
             fingerprint: args.fingerprint,
             store_result: args.store_result.is_some(),
             shared_scope: args.shared_scope.is_some(),

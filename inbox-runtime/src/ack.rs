@@ -50,6 +50,15 @@ pub enum AckDecision {
     /// dead-letter exchange, JetStream `term`): redelivering the message
     /// will never succeed.
     DeadLetter,
+    /// Redeliver after a delay, not at once: another delivery of the same
+    /// message is still in flight ([`InboxError::InProgress`]; nothing was
+    /// committed or counted). JetStream: `Nak` with a delay
+    /// (`AckKind::Nak(Some(delay))`); RabbitMQ, which requeues at once,
+    /// has no delay of its own: reject to a delay queue whose message TTL
+    /// dead-letters back to the work queue, or hold the message for the
+    /// delay before the requeue. A delay of at least the delivery's claim
+    /// bound ([`ClaimWait`](crate::ClaimWait)) lets the first delivery end.
+    RetryLater,
 }
 
 /// The broker decision for a handler's result: see [`AckDecision`].
@@ -101,6 +110,7 @@ where
         Ok(_) => AckDecision::Ack,
         Err(error) => match classify(error) {
             Found::Final | Found::Rejected => AckDecision::DeadLetter,
+            Found::InProgress | Found::Database(Recovery::RetryLater) => AckDecision::RetryLater,
             Found::Database(_) | Found::HandlerOwn | Found::Misconfigured => AckDecision::Retry,
         },
     }
@@ -136,6 +146,9 @@ pub(crate) enum Found {
     /// The program is misconfigured (a shared scope): retried, once the
     /// deploy is fixed, and never counted as a failed attempt.
     Misconfigured,
+    /// Another delivery of the message is in flight: redelivered later,
+    /// never counted.
+    InProgress,
     /// Neither: the handler's own failure.
     HandlerOwn,
 }
@@ -147,9 +160,9 @@ impl Found {
     pub(crate) fn counts_as_attempt(self, error: &(dyn StdError + 'static)) -> bool {
         match self {
             Found::HandlerOwn => !says_database_trouble(error),
-            Found::Database(Recovery::Reconnect) => false,
+            Found::Database(Recovery::Reconnect | Recovery::RetryLater) => false,
             Found::Database(_) => !carries_lock_conflict(error),
-            Found::Final | Found::Rejected | Found::Misconfigured => false,
+            Found::Final | Found::Rejected | Found::Misconfigured | Found::InProgress => false,
         }
     }
 }
@@ -172,6 +185,7 @@ pub(crate) fn classify(error: &(dyn StdError + 'static)) -> Found {
                 Marks::Final => Found::Final,
                 Marks::Rejected => Found::Rejected,
                 Marks::Misconfigured => Found::Misconfigured,
+                Marks::InProgress => Found::InProgress,
             };
         }
         next = error.source();
@@ -188,6 +202,7 @@ fn of_inbox_error(error: &InboxError) -> Found {
         | InboxError::StoredResult { .. } => Found::Final,
         InboxError::Rejected { .. } => Found::Rejected,
         InboxError::SharedScope { .. } => Found::Misconfigured,
+        InboxError::InProgress { .. } => Found::InProgress,
         other => Found::Database(other.recovery()),
     }
 }

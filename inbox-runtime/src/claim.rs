@@ -5,7 +5,7 @@
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::{QueryResult, RunQueryDsl};
 
-use crate::backend::{Bind, InboxBackend, StoredClaimRow};
+use crate::backend::{Bind, ClaimBound, InboxBackend, StoredClaimRow};
 use crate::error::{InboxError, PayloadConflict};
 use crate::fingerprint::Fingerprint;
 use crate::key::{ClaimKey, preview};
@@ -186,3 +186,26 @@ impl<DB: InboxBackend> QueryFragment<DB> for FingerprintedClaimStatement<'_> {
 }
 
 impl<C> RunQueryDsl<C> for FingerprintedClaimStatement<'_> {}
+
+/// The claim that waits at most a bound for a claim of the same key in
+/// flight ([`InboxBackend::walk_bounded_claim`]). Its text carries the bound
+/// on some backends (MariaDB's `SET STATEMENT`), so Diesel's statement cache
+/// keys it by its text.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BoundedClaimStatement<'k> {
+    pub(crate) key: &'k ClaimKey,
+    pub(crate) bound: ClaimBound,
+}
+
+impl QueryId for BoundedClaimStatement<'_> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<DB: InboxBackend> QueryFragment<DB> for BoundedClaimStatement<'_> {
+    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        DB::walk_bounded_claim(self.key, self.key.fingerprint(), &self.bound, out)
+    }
+}
+
+impl<C> RunQueryDsl<C> for BoundedClaimStatement<'_> {}

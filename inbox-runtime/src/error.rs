@@ -383,6 +383,21 @@ pub enum InboxError {
     },
     /// Applying the inbox's migrations failed.
     Migration(Box<dyn StdError + Send + Sync>),
+    /// Another delivery of the same message is still in flight (its claim
+    /// is not committed or rolled back yet) and the claim waited for it as
+    /// long as the delivery's [`ClaimWait`](crate::ClaimWait) allows:
+    /// nothing ran, nothing was written and no attempt was counted.
+    /// Redeliver the copy later ([`Recovery::RetryLater`]): once the first
+    /// delivery commits, the copy is a duplicate; if it fails, the copy
+    /// processes the message.
+    InProgress {
+        /// The handler (deduplication scope).
+        handler: String,
+        /// The message id, as a preview.
+        message_id: String,
+        /// How long the claim waited.
+        waited: Duration,
+    },
     /// A pruning batch size of zero, or larger than
     /// [`MAX_BATCH_SIZE`](crate::prune::MAX_BATCH_SIZE). Fix the
     /// configuration; retrying will not help.
@@ -590,6 +605,16 @@ impl fmt::Display for InboxError {
                 handlers.join(", ")
             ),
             InboxError::Migration(_) => f.write_str("applying the inbox's migrations failed"),
+            InboxError::InProgress {
+                handler,
+                message_id,
+                waited,
+            } => write!(
+                f,
+                "another delivery of message {message_id:?} (handler `{handler}`) is still in \
+                 flight: the claim waited {} for it; redeliver the message later",
+                format_duration(*waited)
+            ),
             InboxError::InvalidBatchSize { requested, max } => write!(
                 f,
                 "invalid pruning batch size: {requested} is not between 1 and {max}"
@@ -637,6 +662,9 @@ impl StdError for InboxError {
             // Retried, but never counted as a failed attempt of a handler
             // whose body called the refused one.
             InboxError::SharedScope { .. } => Some(&MISCONFIGURED),
+            // Redelivered later, never counted: also through a wrapper that
+            // forwards `source()`.
+            InboxError::InProgress { .. } => Some(&IN_PROGRESS),
             _ => None,
         }
     }
@@ -760,6 +788,14 @@ pub enum Recovery {
     /// [`Retry`](Recovery::Retry) instead: the message is fine, and the
     /// deployment that fixes the scopes processes it.)
     Never,
+    /// Deliver the message again *later*, after a delay (JetStream `Nak`
+    /// with a delay, an AMQP requeue through a delay queue; see
+    /// [`AckDecision::RetryLater`](crate::AckDecision::RetryLater)):
+    /// another delivery of the same message is still in flight
+    /// ([`InboxError::InProgress`]). Redelivered at once, the copy would
+    /// wait again; once the first delivery ends, it is a duplicate or
+    /// processes the message.
+    RetryLater,
 }
 
 /// What went wrong with a stored result (see [`InboxError::StoredResult`]).
@@ -829,6 +865,9 @@ pub(crate) enum Marks {
     Rejected,
     /// A shared scope: retried once the deploy is fixed, never counted.
     Misconfigured,
+    /// Another delivery of the message is in flight: redelivered later,
+    /// never counted.
+    InProgress,
 }
 
 /// The `source()` of the inbox errors that must never be redelivered, so
@@ -858,6 +897,12 @@ pub(crate) static FINAL: Marker = Marker {
 pub(crate) static MISCONFIGURED: Marker = Marker {
     marks: Marks::Misconfigured,
     text: "the handler's scope is shared with another handler: redeliver once the deploy is fixed",
+};
+
+/// Marks a copy refused while another delivery of its message runs.
+pub(crate) static IN_PROGRESS: Marker = Marker {
+    marks: Marks::InProgress,
+    text: "another delivery of this message is in flight: redeliver it later",
 };
 
 /// Marks a business rejection.

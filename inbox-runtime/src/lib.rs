@@ -67,6 +67,10 @@
 //! - `max_attempts = 3` (or `max_attempts = unbounded`): how many failed
 //!   attempts a message gets before it is recorded as dead (see
 //!   [`MaxAttempts`]; default [`default_max_attempts`]).
+//! - `claim_wait = "2s"` (or `claim_wait = unbounded`): how long the claim
+//!   waits for another delivery of the same id still in flight before the
+//!   delivery fails with [`InboxError::InProgress`] (redeliver later; see
+//!   [`ClaimWait`]; default [`default_claim_wait`]).
 //! - `shared_scope`: this handler shares its scope with other handlers on
 //!   purpose (versions of one handler, one handler for two connection
 //!   types); without it, two handlers of one scope are refused at run time
@@ -239,12 +243,15 @@ pub use execution::CLAIM_ATTEMPTS;
 pub use fingerprint::{Fingerprint, Fingerprinted};
 pub use key::{ClaimKey, HandlerName, MAX_HANDLER_BYTES, MAX_MESSAGE_ID_BYTES};
 pub use message_id::MessageId;
+pub use options::{
+    ClaimWait, Options, default_claim_wait, default_max_attempts, set_default_claim_wait,
+    set_default_max_attempts,
+};
 #[cfg(feature = "async")]
 pub use options::{
     DEFAULT_ABANDONED_TRANSACTION_TIMEOUT, abandoned_transaction_timeout,
     set_abandoned_transaction_timeout,
 };
-pub use options::{Options, default_max_attempts, set_default_max_attempts};
 pub use outcome::{OnDuplicate, Outcome, StoredOutcome};
 pub use prune::{Prune, PruneError, PruneReport};
 pub use recovery::{is_lock_conflict, recovery};

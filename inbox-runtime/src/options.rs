@@ -3,16 +3,13 @@
 //! every `_with` entry point takes, and the process-wide defaults an option
 //! left unset falls back to, all in this one place.
 
-#[cfg(feature = "async")]
-use std::sync::atomic::AtomicU64;
-use std::sync::atomic::{AtomicU32, Ordering};
-#[cfg(feature = "async")]
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::attempts::MaxAttempts;
 
 /// The options of a delivery, single or batched, blocking or async: what
-/// `#[idempotent(max_attempts = …)]` sets, and what
+/// `#[idempotent(max_attempts = …, claim_wait = …)]` sets, and what
 /// [`run_idempotent_with`](crate::run_idempotent_with) and the other
 /// `_with` entry points take. An option left unset takes the process-wide
 /// default (see [`default_max_attempts`]). A payload's fingerprint travels
@@ -36,6 +33,7 @@ use crate::attempts::MaxAttempts;
 #[must_use]
 pub struct Options {
     max_attempts: Option<MaxAttempts>,
+    claim_wait: Option<ClaimWait>,
 }
 
 impl Options {
@@ -45,7 +43,10 @@ impl Options {
     /// assert_eq!(inbox_runtime::Options::new(), inbox_runtime::Options::default());
     /// ```
     pub const fn new() -> Options {
-        Options { max_attempts: None }
+        Options {
+            max_attempts: None,
+            claim_wait: None,
+        }
     }
 
     /// How many failed attempts a message gets before it is recorded as
@@ -59,7 +60,35 @@ impl Options {
     pub const fn max_attempts(self, limit: MaxAttempts) -> Options {
         Options {
             max_attempts: Some(limit),
+            ..self
         }
+    }
+
+    /// How long the claim waits for another delivery of the same id that
+    /// is still in flight (see [`ClaimWait`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use inbox_runtime::{ClaimWait, Options};
+    /// let options = Options::new().claim_wait(ClaimWait::Bounded(Duration::from_millis(500)));
+    /// assert_eq!(options.resolved_claim_wait(), ClaimWait::Bounded(Duration::from_millis(500)));
+    /// ```
+    pub const fn claim_wait(self, wait: ClaimWait) -> Options {
+        Options {
+            claim_wait: Some(wait),
+            ..self
+        }
+    }
+
+    /// The claim's bound these options give: their own, or the process
+    /// default ([`default_claim_wait`]) when unset.
+    ///
+    /// ```
+    /// use inbox_runtime::{default_claim_wait, Options};
+    /// assert_eq!(Options::new().resolved_claim_wait(), default_claim_wait());
+    /// ```
+    pub fn resolved_claim_wait(&self) -> ClaimWait {
+        self.claim_wait.unwrap_or_else(default_claim_wait)
     }
 
     /// The limit of failed attempts these options give: their own, or the
@@ -77,6 +106,119 @@ impl Options {
 impl From<MaxAttempts> for Options {
     fn from(limit: MaxAttempts) -> Options {
         Options::new().max_attempts(limit)
+    }
+}
+
+/// How long a delivery's claim waits for another delivery of the same id
+/// that is still in flight (claimed, not yet committed or rolled back: a
+/// broker redelivered a message whose first delivery is slow).
+///
+/// When the bound passes, the delivery fails with
+/// [`InboxError::InProgress`](crate::InboxError::InProgress): nothing ran,
+/// nothing is counted, and the broker should redeliver the copy *later*
+/// ([`Recovery::RetryLater`](crate::Recovery::RetryLater),
+/// [`AckDecision::RetryLater`](crate::AckDecision::RetryLater)); once the
+/// first delivery commits, a copy is a duplicate, and if it fails, a copy
+/// processes the message. Without a bound a copy holds its worker for the
+/// whole of the first delivery's body.
+///
+/// The bound applies to the claim only, and only in a transaction the
+/// handler opens itself (not to a handler nested in its caller's
+/// transaction, whose waits are the caller's): the body's own lock waits
+/// keep the application's settings. Per backend:
+///
+/// - PostgreSQL: `lock_timeout` for the claim statement alone, set and
+///   restored by the claim statement itself (no extra round trip); at
+///   least 1 ms.
+/// - MariaDB: `SET STATEMENT innodb_lock_wait_timeout = N FOR` the claim;
+///   InnoDB counts whole seconds, so a bound is rounded up to the next
+///   second (500 ms waits 1 s). MySQL has no `SET STATEMENT`: the first
+///   bounded claim it refuses makes the process send unbounded claims,
+///   which wait as the server's `innodb_lock_wait_timeout` says (50 s by
+///   default; not tested here, the suite runs MariaDB).
+/// - SQLite has one writer at a time: a second delivery waits for the
+///   database's write lock, whichever message holds it, as long as the
+///   connection's `busy_timeout` says; the bound is not applied. A claim
+///   refused as busy (`database is locked`) is `InProgress` all the same.
+///
+/// [`ClaimWait::DEFAULT`] (2 s) unless [`set_default_claim_wait`] or
+/// [`Options::claim_wait`] (`#[idempotent(claim_wait = "2s")]`) says
+/// otherwise: long enough for a copy that arrives while the first delivery
+/// commits to end as a duplicate, short enough that a redelivery storm of
+/// a slow message does not hold every worker.
+///
+/// ```
+/// use std::time::Duration;
+/// use inbox_runtime::ClaimWait;
+/// assert_eq!(ClaimWait::DEFAULT, ClaimWait::Bounded(Duration::from_secs(2)));
+/// assert_ne!(ClaimWait::Unbounded, ClaimWait::DEFAULT);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClaimWait {
+    /// The claim gives up after this long: `InProgress`.
+    Bounded(Duration),
+    /// The claim waits for the first delivery to end, however long it
+    /// takes (the server's own lock timeout still applies).
+    Unbounded,
+}
+
+impl ClaimWait {
+    /// Two seconds.
+    ///
+    /// ```
+    /// assert_eq!(inbox_runtime::ClaimWait::DEFAULT.bound().map(|b| b.as_secs()), Some(2));
+    /// ```
+    pub const DEFAULT: ClaimWait = ClaimWait::Bounded(Duration::from_secs(2));
+
+    /// The bound, `None` when unbounded.
+    ///
+    /// ```
+    /// assert_eq!(inbox_runtime::ClaimWait::Unbounded.bound(), None);
+    /// ```
+    pub const fn bound(self) -> Option<Duration> {
+        match self {
+            ClaimWait::Bounded(bound) => Some(bound),
+            ClaimWait::Unbounded => None,
+        }
+    }
+}
+
+/// The claim wait in milliseconds; `u64::MAX`: the default; `u64::MAX - 1`:
+/// unbounded.
+static DEFAULT_CLAIM_WAIT_MS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Sets the claim's bound of every delivery that does not name its own
+/// ([`Options::claim_wait`], `#[idempotent(claim_wait = …)]`), for the
+/// whole process. Set it at start-up, before the first delivery.
+///
+/// ```
+/// use inbox_runtime::{default_claim_wait, set_default_claim_wait, ClaimWait};
+///
+/// set_default_claim_wait(ClaimWait::Unbounded);
+/// assert_eq!(default_claim_wait(), ClaimWait::Unbounded);
+/// set_default_claim_wait(ClaimWait::DEFAULT);
+/// ```
+pub fn set_default_claim_wait(wait: ClaimWait) {
+    let millis = match wait {
+        ClaimWait::Bounded(bound) => u64::try_from(bound.as_millis())
+            .unwrap_or(u64::MAX - 2)
+            .min(u64::MAX - 2),
+        ClaimWait::Unbounded => u64::MAX - 1,
+    };
+    DEFAULT_CLAIM_WAIT_MS.store(millis, Ordering::Relaxed);
+}
+
+/// The claim's bound of deliveries that do not name their own (see
+/// [`set_default_claim_wait`]; [`ClaimWait::DEFAULT`] until set).
+///
+/// ```
+/// assert!(inbox_runtime::default_claim_wait().bound().is_some());
+/// ```
+pub fn default_claim_wait() -> ClaimWait {
+    match DEFAULT_CLAIM_WAIT_MS.load(Ordering::Relaxed) {
+        u64::MAX => ClaimWait::DEFAULT,
+        millis if millis == u64::MAX - 1 => ClaimWait::Unbounded,
+        millis => ClaimWait::Bounded(Duration::from_millis(millis)),
     }
 }
 

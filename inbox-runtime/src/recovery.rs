@@ -94,6 +94,15 @@ pub fn is_lock_conflict(error: &Error) -> bool {
     }
 }
 
+/// `true` when `error` says a statement gave up waiting for a lock another
+/// transaction holds: PostgreSQL's `lock_timeout` (55P03), InnoDB's
+/// `innodb_lock_wait_timeout` (1205), SQLite's busy database. On a bounded
+/// claim, a delivery of the same id still in flight
+/// ([`InboxError::InProgress`]).
+pub(crate) fn is_lock_wait_timeout(error: &Error) -> bool {
+    matches!(error, Error::DatabaseError(_, info) if matches_any(info.message(), LOCK_WAIT_TIMEOUT_MESSAGES))
+}
+
 /// `true` when `error` is an integrity constraint the message's own effect
 /// violates (a foreign key, a unique key, a check, a not-null or exclusion
 /// constraint, a restriction): the same writes fail the same way on every
@@ -185,6 +194,7 @@ fn matches_any(message: &str, table: Table) -> bool {
 }
 
 const LOCK_CONFLICT_MESSAGES: Table = |messages| messages.lock_conflict;
+const LOCK_WAIT_TIMEOUT_MESSAGES: Table = |messages| messages.lock_wait_timeout;
 const CONNECTION_LOST_MESSAGES: Table = |messages| messages.connection_lost;
 const REFUSED_TEXT_MESSAGES: Table = |messages| messages.refused_text;
 const TRANSACTION_ABORTED_MESSAGES: Table = |messages| messages.transaction_aborted;
@@ -219,6 +229,7 @@ impl InboxError {
             | InboxError::Migration(_)
             | InboxError::SharedScope { .. } => Recovery::Retry,
             InboxError::TransactionLost { .. } => Recovery::Reconnect,
+            InboxError::InProgress { .. } => Recovery::RetryLater,
             InboxError::BatchAborted { recovery, .. } => *recovery,
         }
     }

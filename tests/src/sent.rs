@@ -69,7 +69,7 @@ pub fn statement_shapes(statements: &[String]) -> Vec<&str> {
                 "ROLLBACK" => "ROLLBACK",
                 "COMMIT" | "SELECT 1; COMMIT" => "COMMIT",
                 sql if sql.starts_with("SET @inbox_saved_autocommit") => "BEGIN",
-                sql if sql.starts_with("INSERT") && sql.contains("inbox_messages") => "claim",
+                sql if is_claim(sql) => "claim",
                 sql if sql.starts_with("INSERT INTO inbox_failures") => "count attempt",
                 sql if sql.starts_with("UPDATE inbox_failures") => "mark dead",
                 sql if sql.starts_with("INSERT") && sql.contains("effects") => "effect",
@@ -78,6 +78,20 @@ pub fn statement_shapes(statements: &[String]) -> Vec<&str> {
         )
         .filter(|shape| !MYSQL_FRAMING.contains(shape))
         .collect()
+}
+
+/// Whether `sql` is a claim: the plain `INSERT`, or the one bounded by the
+/// delivery's claim wait (PostgreSQL's `WITH inbox_wait … INSERT`,
+/// MariaDB's `SET STATEMENT innodb_lock_wait_timeout = N FOR INSERT …`).
+fn is_claim(sql: &str) -> bool {
+    let sql = match sql.strip_prefix("SET STATEMENT innodb_lock_wait_timeout = ") {
+        Some(rest) => rest
+            .split_once(" FOR ")
+            .map_or(rest, |(_, statement)| statement),
+        None => sql,
+    };
+    (sql.starts_with("INSERT") || sql.starts_with("WITH inbox_wait"))
+        && sql.contains("inbox_messages")
 }
 
 /// What MySQL/MariaDB send around an outermost transaction besides what

@@ -217,7 +217,7 @@ fn reports_argument_mistakes_together() {
         found,
         [
             "duplicate argument `id`: each argument may be given only once",
-            "unknown argument `colour`; `#[idempotent]` takes `id`, `handler`, `conn`, `max_attempts`, `fingerprint`, `store_result`, `shared_scope`, `crate` and `outside_transaction`",
+            "unknown argument `colour`; `#[idempotent]` takes `id`, `handler`, `conn`, `max_attempts`, `claim_wait`, `fingerprint`, `store_result`, `shared_scope`, `crate` and `outside_transaction`",
             "`handler` takes a string literal, e.g. `handler = \"billing.apply_payment\"`",
             "`conn` takes the name of the connection parameter, e.g. `conn = db`",
             "`crate` takes the path of the `inbox_runtime` crate, e.g. `crate = \"::my_inbox\"`",
@@ -225,6 +225,18 @@ fn reports_argument_mistakes_together() {
              write `max_attempts = 1` to give up after the first failure",
         ]
     );
+}
+
+#[test]
+fn refuses_claim_waits_that_are_not_durations() {
+    const USAGE: &str = "`claim_wait` takes a duration such as `\"2s\"`, `\"500ms\"` or `\"1m\"`, `unbounded`, or an expression of type `ClaimWait`";
+    for wait in ["\"2 weeks\"", "\"2h\"", "\"s\"", "2", "true"] {
+        assert_one_error(
+            &format!("id = msg.id, claim_wait = {wait}"),
+            HANDLER,
+            &[USAGE],
+        );
+    }
 }
 
 #[test]

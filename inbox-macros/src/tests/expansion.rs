@@ -163,6 +163,51 @@ fn keeps_attributes_and_moves_inner_attributes_into_the_body() {
 }
 
 #[test]
+fn passes_claim_wait_to_the_runtime() {
+    let cases: [(&str, Expr); 5] = [
+        (
+            "id = msg.id, claim_wait = msg.claim_wait",
+            parse_quote!(::inbox_runtime::Options::new().claim_wait(msg.claim_wait)),
+        ),
+        (
+            "id = msg.id, claim_wait = \"2s\"",
+            parse_quote!(::inbox_runtime::Options::new().claim_wait(
+                ::inbox_runtime::ClaimWait::Bounded(::core::time::Duration::from_millis(2000u64))
+            )),
+        ),
+        (
+            "id = msg.id, claim_wait = \"500ms\"",
+            parse_quote!(::inbox_runtime::Options::new().claim_wait(
+                ::inbox_runtime::ClaimWait::Bounded(::core::time::Duration::from_millis(500u64))
+            )),
+        ),
+        (
+            "id = msg.id, claim_wait = unbounded, max_attempts = 3",
+            parse_quote!(
+                ::inbox_runtime::Options::new()
+                    .max_attempts(::inbox_runtime::MaxAttempts::limit(3u32))
+                    .claim_wait(::inbox_runtime::ClaimWait::Unbounded)
+            ),
+        ),
+        (
+            "id = msg.id, claim_wait = \"1m\"",
+            parse_quote!(::inbox_runtime::Options::new().claim_wait(
+                ::inbox_runtime::ClaimWait::Bounded(::core::time::Duration::from_millis(60000u64))
+            )),
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = expand(args, HANDLER);
+        assert_eq!(out.run_sync().call.args[2], expected, "{args}");
+        let out = expand(
+            args,
+            "async fn apply(conn: &mut AsyncPgConnection, msg: &Payment) -> Result<(), E> { Ok(()) }",
+        );
+        assert_eq!(out.run_async().begin.args[2], expected, "{args} (async)");
+    }
+}
+
+#[test]
 fn passes_max_attempts_to_the_runtime() {
     let cases: [(&str, Expr); 3] = [
         (

@@ -172,6 +172,33 @@ pub trait InboxBackend: Backend + sealed::Sealed {
         out: AstPass<'_, 'b, Self>,
     ) -> QueryResult<()>;
 
+    /// Whether the claim can be bounded ([`walk_bounded_claim`](Self::walk_bounded_claim)):
+    /// `false` for SQLite, whose single writer waits as the connection's
+    /// `busy_timeout` says, and for a MySQL server that refused the bound.
+    #[doc(hidden)]
+    fn bounds_claims() -> bool;
+
+    /// Writes the claim statement for `key` that waits at most `bound` for
+    /// a claim of the same key still in flight, and leaves the session's
+    /// lock wait as it found it for what follows (only when
+    /// [`bounds_claims`](Self::bounds_claims)).
+    #[doc(hidden)]
+    fn walk_bounded_claim<'b>(
+        key: &'b ClaimKey,
+        fingerprint: Option<&'b Fingerprint>,
+        bound: &'b ClaimBound,
+        out: AstPass<'_, 'b, Self>,
+    ) -> QueryResult<()>;
+
+    /// Whether `error` is the server refusing the bounded claim's syntax (a
+    /// MySQL server: no `SET STATEMENT`); recorded, so that the process
+    /// sends unbounded claims from then on.
+    #[doc(hidden)]
+    fn bounded_claim_refused(error: &diesel::result::Error) -> bool {
+        let _ = error;
+        false
+    }
+
     /// The most ids one batch claim statement takes: what keeps its bound
     /// parameters under the backend's limit (SQLite's is 999 on old builds).
     #[doc(hidden)]
@@ -182,7 +209,12 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// statement over ids in one order (the caller sorts them) takes its row
     /// locks in that order, so two batches never deadlock on their claims.
     #[doc(hidden)]
-    fn claim_batch<C>(conn: &mut C, handler: &str, ids: &[&str]) -> QueryResult<BatchClaimed>
+    fn claim_batch<C>(
+        conn: &mut C,
+        handler: &str,
+        ids: &[&str],
+        bound: Option<&ClaimBound>,
+    ) -> QueryResult<BatchClaimed>
     where
         C: diesel::connection::LoadConnection<Backend = Self>;
 
@@ -193,6 +225,7 @@ pub trait InboxBackend: Backend + sealed::Sealed {
         conn: &'c mut C,
         handler: &'c str,
         ids: &'c [&'c str],
+        bound: Option<&'c ClaimBound>,
     ) -> impl std::future::Future<Output = QueryResult<BatchClaimed>> + Send + 'c
     where
         C: diesel_async::AsyncConnection<Backend = Self>;
@@ -304,6 +337,30 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// SQL run first inside a pruning batch's transaction (`""`: none).
     #[doc(hidden)]
     const PRUNE_AFTER_BEGIN_SQL: &'static str;
+}
+
+/// A claim's bound on its wait for a claim of the same key in flight, as
+/// the backends write it: whole milliseconds (PostgreSQL's `lock_timeout`,
+/// at least 1: 0 would mean none) and whole seconds rounded up (InnoDB's
+/// `innodb_lock_wait_timeout`).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimBound {
+    /// Milliseconds, at least 1.
+    pub(crate) millis: i32,
+    /// Seconds, rounded up.
+    pub(crate) seconds: u64,
+}
+
+impl ClaimBound {
+    /// The bound of `wait`.
+    pub(crate) fn of(wait: std::time::Duration) -> ClaimBound {
+        let millis = wait.as_millis();
+        ClaimBound {
+            millis: i32::try_from(millis).unwrap_or(i32::MAX).max(1),
+            seconds: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+        }
+    }
 }
 
 /// One backend's statements over `inbox_failures`. Each takes its binds in
@@ -613,12 +670,13 @@ macro_rules! claim_batch_fns {
             conn: &mut C,
             handler: &str,
             ids: &[&str],
+            bound: Option<&crate::backend::ClaimBound>,
         ) -> QueryResult<crate::backend::BatchClaimed>
         where
             C: diesel::connection::LoadConnection<Backend = Self>,
         {
             use diesel::RunQueryDsl;
-            let query = claim_batch_query(handler, ids);
+            let query = claim_batch_query(handler, ids, bound);
             match CLAIM_BATCH_REPORTS {
                 crate::backend::BatchReports::Returning => {
                     let rows: Vec<crate::backend::InsertedId> = query.load(conn)?;
@@ -635,13 +693,14 @@ macro_rules! claim_batch_fns {
             conn: &'c mut C,
             handler: &'c str,
             ids: &'c [&'c str],
+            bound: Option<&'c crate::backend::ClaimBound>,
         ) -> impl std::future::Future<Output = QueryResult<crate::backend::BatchClaimed>> + Send + 'c
         where
             C: diesel_async::AsyncConnection<Backend = Self>,
         {
             use diesel_async::RunQueryDsl;
             async move {
-                let query = claim_batch_query(handler, ids);
+                let query = claim_batch_query(handler, ids, bound);
                 match CLAIM_BATCH_REPORTS {
                     crate::backend::BatchReports::Returning => {
                         let rows: Vec<crate::backend::InsertedId> = query.load(conn).await?;
@@ -668,6 +727,10 @@ pub(crate) struct ServerMessages {
     /// A lock conflict the database resolved by rolling back (deadlock,
     /// serialization failure, lock wait timeout), reported as `Unknown`.
     pub(crate) lock_conflict: &'static [(&'static str, &'static str)],
+    /// A statement that gave up waiting for a lock another transaction
+    /// holds (its lock wait timeout, the database busy): on a bounded
+    /// claim, a delivery of the same id in flight.
+    pub(crate) lock_wait_timeout: &'static [(&'static str, &'static str)],
     /// A connection that is gone or cannot write: reported as `Unknown`, or
     /// under a kind that would otherwise mean something else.
     pub(crate) connection_lost: &'static [(&'static str, &'static str)],
@@ -681,6 +744,7 @@ pub(crate) struct ServerMessages {
 /// Failures of the operating system's sockets, whatever the backend.
 const IO_MESSAGES: ServerMessages = ServerMessages {
     lock_conflict: &[],
+    lock_wait_timeout: &[],
     connection_lost: &[("io", "Broken pipe"), ("io", "Connection reset by peer")],
     refused_text: &[],
     transaction_aborted: &[],

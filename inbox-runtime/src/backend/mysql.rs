@@ -33,6 +33,7 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
         ("1205 ER_LOCK_WAIT_TIMEOUT", "Lock wait timeout exceeded"),
         ("1020 ER_CHECKREAD", "Record has changed since last read"),
     ],
+    lock_wait_timeout: &[("1205 ER_LOCK_WAIT_TIMEOUT", "Lock wait timeout exceeded")],
     connection_lost: &[
         ("2006 CR_SERVER_GONE_ERROR", "has gone away"),
         ("2013 CR_SERVER_LOST", "Lost connection to"),
@@ -204,18 +205,37 @@ mod imp {
     fn claim_batch_query<'a>(
         handler: &'a str,
         ids: &'a [&'a str],
+        bound: Option<&'a crate::backend::ClaimBound>,
     ) -> BoxedSqlQuery<'a, Mysql, SqlQuery> {
         use diesel::sql_types::Text;
-        let sql = values_sql(
-            "INSERT IGNORE INTO inbox_messages (handler, message_id) VALUES ",
-            ids.len(),
-            "",
-        );
+        let insert = "INSERT IGNORE INTO inbox_messages (handler, message_id) VALUES ";
+        let sql = match bound.filter(|_| bounds_claims()) {
+            None => values_sql(insert, ids.len(), ""),
+            Some(bound) => values_sql(&format!("{}{insert}", set_statement(bound)), ids.len(), ""),
+        };
         let mut query = diesel::sql_query(sql).into_boxed();
         for id in ids {
             query = query.bind::<Text, _>(handler).bind::<Text, _>(*id);
         }
         query
+    }
+
+    /// Set once a server refused a bounded claim (MySQL): the process sends
+    /// unbounded claims from then on.
+    static BOUNDED_CLAIMS_REFUSED: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    /// Whether claims are sent bounded (see [`BOUNDED_CLAIMS_REFUSED`]).
+    fn bounds_claims() -> bool {
+        !BOUNDED_CLAIMS_REFUSED.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The prefix that bounds one statement's lock wait, in whole seconds.
+    fn set_statement(bound: &crate::backend::ClaimBound) -> String {
+        format!(
+            "SET STATEMENT innodb_lock_wait_timeout = {} FOR ",
+            bound.seconds
+        )
     }
 
     /// The affected-row count.
@@ -263,6 +283,39 @@ mod imp {
         const PRUNE_BEFORE_BEGIN_SQL: &'static str =
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
         const PRUNE_AFTER_BEGIN_SQL: &'static str = "";
+
+        fn bounds_claims() -> bool {
+            bounds_claims()
+        }
+
+        /// `SET STATEMENT innodb_lock_wait_timeout = N FOR` the claim
+        /// (MariaDB): the session's own wait is untouched. InnoDB counts
+        /// whole seconds, so the bound is rounded up.
+        fn walk_bounded_claim<'b>(
+            key: &'b ClaimKey,
+            fingerprint: Option<&'b Fingerprint>,
+            bound: &'b crate::backend::ClaimBound,
+            mut out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            out.push_sql(&set_statement(bound));
+            out.push_sql("INSERT IGNORE INTO inbox_messages ");
+            push_claim_row(key, fingerprint, &mut out)
+        }
+
+        /// MySQL has no `SET STATEMENT` (MariaDB's): its parser refuses the
+        /// bounded claim, which ran nothing and left the transaction as it
+        /// was.
+        fn bounded_claim_refused(error: &diesel::result::Error) -> bool {
+            let refused = matches!(
+                error,
+                diesel::result::Error::DatabaseError(_, info)
+                    if info.message().contains("SQL syntax") && info.message().contains("STATEMENT")
+            );
+            if refused {
+                BOUNDED_CLAIMS_REFUSED.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            refused
+        }
 
         fn walk_claim<'b>(
             key: &'b ClaimKey,

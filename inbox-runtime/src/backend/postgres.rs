@@ -30,6 +30,10 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
             "canceling statement due to lock timeout",
         ),
     ],
+    lock_wait_timeout: &[(
+        "55P03 lock_not_available",
+        "canceling statement due to lock timeout",
+    )],
     connection_lost: &[
         // Every FATAL that ends a session says "terminating connection …":
         // 57P01 admin_shutdown ("due to administrator command", "due to
@@ -232,13 +236,38 @@ mod imp {
     fn claim_batch_query<'a>(
         handler: &'a str,
         ids: &'a [&'a str],
+        bound: Option<&'a crate::backend::ClaimBound>,
     ) -> BoxedSqlQuery<'a, Pg, SqlQuery> {
-        use diesel::sql_types::{Array, Text};
-        diesel::sql_query(CLAIM_BATCH_SQL)
-            .into_boxed()
-            .bind::<Text, _>(handler)
-            .bind::<Array<Text>, _>(ids)
+        use diesel::sql_types::{Array, Integer, Text};
+        match bound {
+            None => diesel::sql_query(CLAIM_BATCH_SQL)
+                .into_boxed()
+                .bind::<Text, _>(handler)
+                .bind::<Array<Text>, _>(ids),
+            Some(bound) => diesel::sql_query(BOUNDED_CLAIM_BATCH_SQL)
+                .into_boxed()
+                .bind::<Text, _>(handler)
+                .bind::<Array<Text>, _>(ids)
+                .bind::<Integer, _>(bound.millis),
+        }
     }
+
+    /// [`CLAIM_BATCH_SQL`] waiting at most `$3` milliseconds for a claim
+    /// in flight: `lock_timeout` set for the statement by the statement
+    /// itself (`inbox_wait`, read first), and restored once every row is
+    /// inserted (`restored` counts them all first: a `RETURNING` would
+    /// restore it after the first row, before the others wait). A batch
+    /// that inserted nothing runs no body and commits at once.
+    const BOUNDED_CLAIM_BATCH_SQL: &str = "WITH inbox_wait AS MATERIALIZED (\
+         SELECT current_setting('lock_timeout') AS previous, \
+         set_config('lock_timeout', $3::text, true) AS bound), \
+         inserted AS (INSERT INTO inbox_messages (handler, message_id) \
+         SELECT $1, batch.id FROM inbox_wait, unnest($2::text[]) WITH ORDINALITY AS batch(id, position) \
+         ORDER BY batch.position \
+         ON CONFLICT (handler, message_id) DO NOTHING RETURNING message_id), \
+         restored AS MATERIALIZED (SELECT set_config('lock_timeout', \
+         (SELECT previous FROM inbox_wait), true) AS setting FROM (SELECT count(*) FROM inserted) AS done) \
+         SELECT inserted.message_id, restored.setting FROM inserted, restored";
 
     /// `RETURNING message_id`.
     const CLAIM_BATCH_REPORTS: BatchReports = BatchReports::Returning;
@@ -283,6 +312,47 @@ mod imp {
             out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
             crate::backend::walk_insert_on_conflict_do_nothing(key, fingerprint, out)
+        }
+
+        fn bounds_claims() -> bool {
+            true
+        }
+
+        /// `lock_timeout` for this statement alone: set by a CTE the insert
+        /// reads first (`set_config(…, true)`, local to the transaction),
+        /// and restored to what it was by the `RETURNING` of a new claim,
+        /// so the body waits as the application says. A duplicate leaves it
+        /// set until its transaction commits right after; a claim that
+        /// timed out aborts the transaction, which rolls the setting back.
+        /// One statement, one round trip.
+        fn walk_bounded_claim<'b>(
+            key: &'b ClaimKey,
+            fingerprint: Option<&'b Fingerprint>,
+            bound: &'b crate::backend::ClaimBound,
+            mut out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            out.push_sql(
+                "WITH inbox_wait AS MATERIALIZED (SELECT current_setting('lock_timeout') AS previous, \
+                 set_config('lock_timeout', ",
+            );
+            out.push_bind_param::<diesel::sql_types::Integer, i32>(&bound.millis)?;
+            out.push_sql("::text, true) AS bound) INSERT INTO inbox_messages ");
+            match fingerprint {
+                None => out.push_sql("(handler, message_id) SELECT "),
+                Some(_) => out.push_sql("(handler, message_id, fingerprint) SELECT "),
+            }
+            out.push_bind_param::<diesel::sql_types::Text, str>(key.handler().as_str())?;
+            out.push_sql(", ");
+            out.push_bind_param::<diesel::sql_types::Text, str>(key.message_id())?;
+            if let Some(fingerprint) = fingerprint {
+                out.push_sql(", ");
+                out.push_bind_param::<diesel::sql_types::Binary, [u8]>(fingerprint.as_bytes())?;
+            }
+            out.push_sql(
+                " FROM inbox_wait ON CONFLICT (handler, message_id) DO NOTHING \
+                 RETURNING set_config('lock_timeout', (SELECT previous FROM inbox_wait), true)",
+            );
+            Ok(())
         }
 
         /// Picks and locks the oldest expired rows, skipping rows another

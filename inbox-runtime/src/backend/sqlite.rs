@@ -15,6 +15,7 @@ use super::ServerMessages;
 /// SQLite reports nothing by message that its error kinds do not tell.
 pub(crate) const MESSAGES: ServerMessages = ServerMessages {
     lock_conflict: &[],
+    lock_wait_timeout: &[("5 SQLITE_BUSY", "database is locked")],
     connection_lost: &[],
     refused_text: &[],
     // SQLite does not abort a transaction on a failed statement.
@@ -197,6 +198,7 @@ mod imp {
     fn claim_batch_query<'a>(
         handler: &'a str,
         ids: &'a [&'a str],
+        _bound: Option<&'a crate::backend::ClaimBound>,
     ) -> BoxedSqlQuery<'a, Sqlite, SqlQuery> {
         use diesel::sql_types::Text;
         let sql = values_sql(
@@ -248,6 +250,22 @@ mod imp {
         fn walk_claim<'b>(
             key: &'b ClaimKey,
             fingerprint: Option<&'b Fingerprint>,
+            out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            crate::backend::walk_insert_on_conflict_do_nothing(key, fingerprint, out)
+        }
+
+        /// One writer at a time: a claim waits for the database's write
+        /// lock (whichever message holds it) as the connection's
+        /// `busy_timeout` says, and is refused as busy after it.
+        fn bounds_claims() -> bool {
+            false
+        }
+
+        fn walk_bounded_claim<'b>(
+            key: &'b ClaimKey,
+            fingerprint: Option<&'b Fingerprint>,
+            _bound: &'b crate::backend::ClaimBound,
             out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
             crate::backend::walk_insert_on_conflict_do_nothing(key, fingerprint, out)

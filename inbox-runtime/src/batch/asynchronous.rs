@@ -98,7 +98,7 @@ where
     let mut batch = Batch {
         exec: Async::new(conn),
         bodies: Each(body),
-        max_attempts: options.into().resolved_max_attempts(),
+        options: options.into(),
     };
     Run::drive(&mut batch, handler, messages, id_of).await
 }
@@ -175,7 +175,7 @@ where
     let mut batch = Batch {
         exec: Async::new(conn),
         bodies: Bulk(body),
-        max_attempts: options.into().resolved_max_attempts(),
+        options: options.into(),
     };
     Run::drive(&mut batch, handler, messages, id_of).await
 }

@@ -3,6 +3,7 @@
 //! statements, or id by id), the bodies, the commit.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use super::bodies::Bodies;
 use super::{
@@ -10,8 +11,7 @@ use super::{
     attempt_after_claims_failed, attempt_after_commit, claims_of, lost_after_claims,
     next_claim_mode, one_by_one_failure, sorted_ids, sorted_positions,
 };
-use crate::attempts::MaxAttempts;
-use crate::backend::{BatchClaimed, InboxBackend};
+use crate::backend::{BatchClaimed, ClaimBound, InboxBackend};
 use crate::claim::Claim;
 use crate::delivery::executor::Executor;
 use crate::delivery::level::Level;
@@ -20,14 +20,16 @@ use crate::delivery::steps::claim_or_refuse;
 use crate::error::{HandlerError, InboxError};
 use crate::execution::{RetryPolicy, require_transaction};
 use crate::observe::Delivery;
+use crate::options::Options;
 use crate::outcome::Outcome;
+use crate::recovery::is_lock_wait_timeout;
 use crate::stored::Plain;
 
 /// A batch on one executor: how its transactions run, blocking or async.
 pub(crate) struct Batch<X, B> {
     pub(crate) exec: X,
     pub(crate) bodies: B,
-    pub(crate) max_attempts: MaxAttempts,
+    pub(crate) options: Options,
 }
 
 impl<X, B, M, T, E> Execute<M, T, E> for Batch<X, B>
@@ -43,7 +45,11 @@ where
             Ok(level) => level,
             Err(error) => return Attempt::Trouble(0, E::from(error), Vec::new()),
         };
-        let claims = match claim_all(exec, &level, batch).await {
+        let wait = match level.is_outermost() {
+            true => self.options.resolved_claim_wait().bound(),
+            false => None,
+        };
+        let claims = match claim_all(exec, &level, batch, wait).await {
             Ok(claims) => claims,
             Err(failure) => return attempt_after_claims_failed(failure),
         };
@@ -69,7 +75,7 @@ where
         deliver::<Plain, _, _, _, _>(
             &mut self.exec,
             pending.key.clone(),
-            self.max_attempts,
+            self.options,
             async |conn: &mut X::Conn| bodies.one(conn, pending).await.map(Outcome::Processed),
         )
         .await
@@ -77,20 +83,22 @@ where
 }
 
 /// Begins the batch's level and claims every id in it (see
-/// [`next_claim_mode`] for the tries). Returns the claims in batch order,
-/// with the level open.
+/// [`next_claim_mode`] for the tries), each claim waiting at most `wait` for
+/// a delivery of its id in flight. Returns the claims in batch order, with
+/// the level open.
 async fn claim_all<X: Executor, M>(
     exec: &mut X,
     level: &Level,
     batch: &[&Pending<'_, M>],
+    wait: Option<Duration>,
 ) -> Result<Vec<Claim>, ClaimFailure> {
     let mut tries = RetryPolicy::CLAIM.tries();
     let mut mode = ClaimMode::Statements;
     loop {
         level.begin(exec).await.map_err(ClaimFailure::Trouble)?;
         let claimed = match mode {
-            ClaimMode::Statements => claim_in_statements(exec, batch).await,
-            ClaimMode::OneByOne => claim_each(exec, batch).await.map(Some),
+            ClaimMode::Statements => claim_in_statements(exec, batch, wait).await,
+            ClaimMode::OneByOne => claim_each(exec, batch, wait).await.map(Some),
         };
         let failure = match claimed {
             Ok(Some(claims)) => return Ok(claims),
@@ -106,34 +114,44 @@ async fn claim_all<X: Executor, M>(
 
 /// The claims of `batch` in as few statements as the backend's parameter
 /// limit allows, over the ids in sorted order; `None` when a statement
-/// could not tell which ids it inserted.
+/// could not tell which ids it inserted, or gave up waiting (past `wait`)
+/// for an id whose delivery is in flight without saying which: the claims
+/// are then made id by id, each bounded, so that only that message is
+/// answered `InProgress`.
 async fn claim_in_statements<X: Executor, M>(
     exec: &mut X,
     batch: &[&Pending<'_, M>],
+    wait: Option<Duration>,
 ) -> Result<Option<Vec<Claim>>, ClaimFailure> {
     require_transaction(exec.status())
         .map_err(|error| ClaimFailure::Trouble(InboxError::Database(error)))?;
     let handler = batch[0].key.handler().as_str();
     let ids = sorted_ids(batch);
+    let bound = wait
+        .filter(|_| X::Backend::bounds_claims())
+        .map(ClaimBound::of);
     let mut inserted = HashSet::with_capacity(ids.len());
     for statement in ids.chunks(X::Backend::MAX_CLAIMS_PER_STATEMENT) {
-        match exec.claim_batch(handler, statement).await {
+        match exec.claim_batch(handler, statement, bound.as_ref()).await {
             Ok(BatchClaimed::Inserted(new)) => inserted.extend(new),
             Ok(BatchClaimed::Mixed) => return Ok(None),
+            Err(error) if wait.is_some() && is_lock_wait_timeout(&error) => return Ok(None),
             Err(error) => return Err(ClaimFailure::Trouble(InboxError::Database(error))),
         }
     }
     Ok(Some(claims_of(batch, &inserted)))
 }
 
-/// The claims of `batch`, one statement per id, in sorted order.
+/// The claims of `batch`, one statement per id, in sorted order, each
+/// waiting at most `wait` for a delivery of its id in flight.
 async fn claim_each<X: Executor, M>(
     exec: &mut X,
     batch: &[&Pending<'_, M>],
+    wait: Option<Duration>,
 ) -> Result<Vec<Claim>, ClaimFailure> {
     let mut claims = vec![Claim::Duplicate; batch.len()];
     for position in sorted_positions(batch) {
-        claims[position] = claim_or_refuse(exec, &batch[position].key)
+        claims[position] = claim_or_refuse(exec, &batch[position].key, wait)
             .await
             .map_err(|error| one_by_one_failure(position, error))?;
     }

@@ -158,7 +158,7 @@ where
     let mut batch = Batch {
         exec: Blocking::new(conn),
         bodies: Each(async |conn: &mut C, message: &M| body(conn, message)),
-        max_attempts: options.into().resolved_max_attempts(),
+        options: options.into(),
     };
     block_ready(Run::drive(&mut batch, handler, messages, id_of))
 }
@@ -260,7 +260,7 @@ where
     let mut batch = Batch {
         exec: Blocking::new(conn),
         bodies: Bulk(async |conn: &mut C, messages: &[&M]| body(conn, messages)),
-        max_attempts: options.into().resolved_max_attempts(),
+        options: options.into(),
     };
     block_ready(Run::drive(&mut batch, handler, messages, id_of))
 }

@@ -188,7 +188,8 @@ pub(crate) enum Attempt<E> {
     /// constraint), and was rolled back on a connection that is still
     /// sound: the batch is split in two.
     Halve,
-    /// The database refused the text of the id at this position: the
+    /// The database refused the text of the id at this position, or the
+    /// claim of its id gave up waiting for a delivery in flight: the
     /// transaction was rolled back, and this is the message's error.
     Refused(usize, InboxError),
     /// Database trouble, met with the message at this position; the
@@ -371,7 +372,11 @@ impl<T, E: HandlerError> Run<T, E> {
                 }
                 Attempt::Refused(position, error) => {
                     let refused = batch.remove(position);
-                    observe::invalid_key(&error);
+                    match &error {
+                        InboxError::InProgress { .. } => Delivery::start(&refused.key)
+                            .finish(&refused.key, observe::ending_of_inbox_error(&error)),
+                        _ => observe::invalid_key(&error),
+                    }
                     self.results[refused.index] = Some(Err(into_handler_error(error)));
                     segments.push(batch);
                 }
@@ -506,10 +511,11 @@ pub(crate) fn claims_of<M>(batch: &[&Pending<'_, M>], inserted: &HashSet<String>
         .collect()
 }
 
-/// The error of a refused id met in a one-by-one claim, as the failure to
-/// report.
+/// The error of a refused id (or of one whose delivery is in flight) met in
+/// a one-by-one claim, as the failure to report: that message's own answer,
+/// while the others go on.
 pub(crate) fn one_by_one_failure(position: usize, error: InboxError) -> ClaimFailure {
-    if error.is_invalid_message() {
+    if error.is_invalid_message() || matches!(error, InboxError::InProgress { .. }) {
         ClaimFailure::Refused(position, error)
     } else {
         ClaimFailure::Trouble(error)

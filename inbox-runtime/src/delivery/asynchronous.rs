@@ -14,8 +14,8 @@ use diesel_async::{AsyncConnection, TransactionManager};
 use super::executor::Executor;
 use super::single::{Begun, Claimed, begin, deliver};
 use super::steps::claim_checked;
-use crate::backend::{BatchClaimed, Bind, InboxBackend, StoredClaimRow};
-use crate::claim::{Claim, ClaimStatement, FingerprintedClaimStatement};
+use crate::backend::{BatchClaimed, Bind, ClaimBound, InboxBackend, StoredClaimRow};
+use crate::claim::{BoundedClaimStatement, Claim, ClaimStatement, FingerprintedClaimStatement};
 use crate::error::{HandlerError, InboxError};
 use crate::execution::OpenTransactionGuard;
 use crate::key::ClaimKey;
@@ -193,8 +193,7 @@ where
     E: HandlerError,
     F: AsyncFnOnce(&mut C) -> Result<R, E>,
 {
-    let max_attempts = options.resolved_max_attempts();
-    deliver::<P, R, E, _, _>(&mut Async::new(conn), key, max_attempts, body).await
+    deliver::<P, R, E, _, _>(&mut Async::new(conn), key, options, body).await
 }
 
 /// Begins a transaction on `conn` and claims `key` in it.
@@ -251,12 +250,10 @@ where
     C::Backend: InboxBackend,
 {
     let mut exec = Async::new(conn);
-    Ok(
-        match begin::<P, R, _>(&mut exec, key, options.resolved_max_attempts()).await? {
-            Begun::Claimed(claimed) => Begun::Claimed(ClaimedTransaction { exec, claimed }),
-            Begun::Answered(answer) => Begun::Answered(answer),
-        },
-    )
+    Ok(match begin::<P, R, _>(&mut exec, key, options).await? {
+        Begun::Claimed(claimed) => Begun::Claimed(ClaimedTransaction { exec, claimed }),
+        Begun::Answered(answer) => Begun::Answered(answer),
+    })
 }
 
 /// A transaction open on a connection, holding a fresh claim: the message is
@@ -395,13 +392,18 @@ where
         self.guard.conn().batch_execute(sql)
     }
 
-    fn claim(&mut self, key: &ClaimKey) -> impl Future<Output = QueryResult<usize>> + Send {
+    fn claim(
+        &mut self,
+        key: &ClaimKey,
+        bound: Option<ClaimBound>,
+    ) -> impl Future<Output = QueryResult<usize>> + Send {
         use diesel_async::RunQueryDsl;
         let conn = self.guard.conn();
         async move {
-            match key.fingerprint() {
-                None => ClaimStatement::new(key).execute(conn).await,
-                Some(fingerprint) => {
+            match (bound, key.fingerprint()) {
+                (Some(bound), _) => BoundedClaimStatement { key, bound }.execute(conn).await,
+                (None, None) => ClaimStatement::new(key).execute(conn).await,
+                (None, Some(fingerprint)) => {
                     FingerprintedClaimStatement { key, fingerprint }
                         .execute(conn)
                         .await
@@ -436,8 +438,9 @@ where
         &mut self,
         handler: &str,
         ids: &[&str],
+        bound: Option<&ClaimBound>,
     ) -> impl Future<Output = QueryResult<BatchClaimed>> + Send {
         let conn = self.guard.conn();
-        async move { C::Backend::claim_batch_async(conn, handler, ids).await }
+        async move { C::Backend::claim_batch_async(conn, handler, ids, bound).await }
     }
 }

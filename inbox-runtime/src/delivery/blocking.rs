@@ -11,8 +11,8 @@ use diesel::connection::{LoadConnection, TransactionManager, TransactionManagerS
 use super::executor::Executor;
 use super::single::deliver;
 use super::steps::claim_checked;
-use crate::backend::{BatchClaimed, Bind, InboxBackend, StoredClaimRow};
-use crate::claim::{Claim, ClaimStatement, FingerprintedClaimStatement};
+use crate::backend::{BatchClaimed, Bind, ClaimBound, InboxBackend, StoredClaimRow};
+use crate::claim::{BoundedClaimStatement, Claim, ClaimStatement, FingerprintedClaimStatement};
 use crate::error::HandlerError;
 use crate::execution::block_ready;
 use crate::key::ClaimKey;
@@ -218,7 +218,7 @@ where
     block_ready(deliver::<P, R, E, _, _>(
         &mut exec,
         key,
-        options.resolved_max_attempts(),
+        options,
         async |conn: &mut C| body(conn),
     ))
 }
@@ -313,11 +313,12 @@ where
         ready(scope.execute(self.conn, sql))
     }
 
-    fn claim(&mut self, key: &ClaimKey) -> Ready<QueryResult<usize>> {
+    fn claim(&mut self, key: &ClaimKey, bound: Option<ClaimBound>) -> Ready<QueryResult<usize>> {
         use diesel::RunQueryDsl;
-        ready(match key.fingerprint() {
-            None => ClaimStatement::new(key).execute(self.conn),
-            Some(fingerprint) => {
+        ready(match (bound, key.fingerprint()) {
+            (Some(bound), _) => BoundedClaimStatement { key, bound }.execute(self.conn),
+            (None, None) => ClaimStatement::new(key).execute(self.conn),
+            (None, Some(fingerprint)) => {
                 FingerprintedClaimStatement { key, fingerprint }.execute(self.conn)
             }
         })
@@ -343,7 +344,12 @@ where
         ready(C::Backend::load_flag(self.conn, sql))
     }
 
-    fn claim_batch(&mut self, handler: &str, ids: &[&str]) -> Ready<QueryResult<BatchClaimed>> {
-        ready(C::Backend::claim_batch(self.conn, handler, ids))
+    fn claim_batch(
+        &mut self,
+        handler: &str,
+        ids: &[&str],
+        bound: Option<&ClaimBound>,
+    ) -> Ready<QueryResult<BatchClaimed>> {
+        ready(C::Backend::claim_batch(self.conn, handler, ids, bound))
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use diesel::QueryResult;
 use diesel::connection::TransactionManagerStatus;
 
-use crate::backend::{BatchClaimed, Bind, InboxBackend, StoredClaimRow};
+use crate::backend::{BatchClaimed, Bind, ClaimBound, InboxBackend, StoredClaimRow};
 use crate::key::ClaimKey;
 use crate::scope::Scope;
 
@@ -51,8 +51,13 @@ pub(crate) trait Executor {
     ) -> impl Future<Output = QueryResult<()>> + Send;
 
     /// The claim statement for `key` (with its fingerprint, if it has
-    /// one): the rows it inserted.
-    fn claim(&mut self, key: &ClaimKey) -> impl Future<Output = QueryResult<usize>> + Send;
+    /// one), waiting at most `bound` for a claim of the same key in flight
+    /// (`None`: as long as the server lets it): the rows it inserted.
+    fn claim(
+        &mut self,
+        key: &ClaimKey,
+        bound: Option<ClaimBound>,
+    ) -> impl Future<Output = QueryResult<usize>> + Send;
 
     /// One of the backend's bound statements: the rows it affected.
     fn execute_bound(
@@ -78,5 +83,6 @@ pub(crate) trait Executor {
         &mut self,
         handler: &str,
         ids: &[&str],
+        bound: Option<&ClaimBound>,
     ) -> impl Future<Output = QueryResult<BatchClaimed>> + Send;
 }

@@ -5,6 +5,7 @@
 //! result, counting a failure, resuming a panic).
 
 use std::any::Any;
+use std::time::Duration;
 
 use super::executor::Executor;
 use super::level::Level;
@@ -16,6 +17,7 @@ use crate::execution::{RetryPolicy, caught};
 use crate::failure::{self, Failure, NotCommitted};
 use crate::key::ClaimKey;
 use crate::observe::{BodyScope, Delivery, Ending, ending_of_inbox_error};
+use crate::options::Options;
 use crate::scope::{either, report_after_failed_rollback};
 use crate::stored::{Encoded, Reply, encode_caught};
 
@@ -30,7 +32,7 @@ pub(crate) type Caught<R, E> = Result<Result<R, E>, Box<dyn Any + Send>>;
 pub(crate) async fn deliver<P, R, E, X, F>(
     exec: &mut X,
     key: ClaimKey,
-    max_attempts: MaxAttempts,
+    options: Options,
     body: F,
 ) -> Result<R, E>
 where
@@ -39,7 +41,7 @@ where
     X: Executor,
     F: AsyncFnOnce(&mut X::Conn) -> Result<R, E>,
 {
-    let claimed = match begin::<P, R, X>(exec, key, max_attempts).await {
+    let claimed = match begin::<P, R, X>(exec, key, options).await {
         Ok(Begun::Claimed(claimed)) => claimed,
         Ok(Begun::Answered(answer)) => return Ok(answer),
         Err(error) => return Err(into_handler_error(error)),
@@ -68,11 +70,15 @@ pub(crate) enum Begun<R, T = Claimed> {
 
 /// Begins a level on `exec` and claims `key` in it, retrying a claim that
 /// lost a lock conflict (outermost level only, [`RetryPolicy::CLAIM`]).
-/// Reports the delivery when it ends here (a duplicate, a failed claim).
+/// The claim of an outermost level waits at most the options'
+/// [`ClaimWait`](crate::ClaimWait) for a delivery of the same id in flight
+/// ([`InboxError::InProgress`], not retried); a nested level's waits are
+/// its caller's. Reports the delivery when it ends here (a duplicate, a
+/// failed claim).
 pub(crate) async fn begin<P, R, X>(
     exec: &mut X,
     key: ClaimKey,
-    max_attempts: MaxAttempts,
+    options: Options,
 ) -> Result<Begun<R>, InboxError>
 where
     P: Reply<R>,
@@ -91,7 +97,11 @@ where
     let taken = delivery
         .scope()
         .instrument(async {
-            let taken = claim_with_retries(exec, &level, &key, P::STORES, &delivery).await;
+            let wait = match level.is_outermost() {
+                true => options.resolved_claim_wait().bound(),
+                false => None,
+            };
+            let taken = claim_with_retries(exec, &level, &key, P::STORES, wait, &delivery).await;
             taken.map(|taken| match taken {
                 Taken::Claimed => None,
                 Taken::Duplicate(stored) => Some(P::duplicate(&key, stored.as_deref())),
@@ -104,7 +114,7 @@ where
             Ok(Begun::Claimed(Claimed {
                 level,
                 key,
-                max_attempts,
+                max_attempts: options.resolved_max_attempts(),
                 delivery: Some(delivery),
             }))
         }
@@ -135,12 +145,13 @@ async fn claim_with_retries<X: Executor>(
     level: &Level,
     key: &ClaimKey,
     read_result: bool,
+    wait: Option<Duration>,
     delivery: &Delivery,
 ) -> Result<Taken, InboxError> {
     let mut tries = RetryPolicy::CLAIM.tries();
     loop {
         level.begin(exec).await?;
-        match take(exec, level.is_outermost(), key, read_result).await {
+        match take(exec, level.is_outermost(), key, read_result, wait).await {
             Ok(Taken::Claimed) => return Ok(Taken::Claimed),
             Ok(Taken::Duplicate(stored)) => {
                 level.commit(exec).await?;

@@ -2,11 +2,13 @@
 //! claim and what a duplicate reads, the fingerprint and result stored with
 //! a claim, and a failed attempt's record.
 
+use std::time::{Duration, Instant};
+
 use super::current;
 use super::executor::Executor;
 use super::level::Level;
 use crate::attempts::MaxAttempts;
-use crate::backend::{InboxBackend, StoredClaimRow};
+use crate::backend::{ClaimBound, InboxBackend, StoredClaimRow};
 use crate::claim::{
     Claim, Taken, claim_from_affected_rows, column_binds, duplicate_of, key_binds,
     refused_or_database, stored_result_refused,
@@ -15,7 +17,8 @@ use crate::error::InboxError;
 use crate::execution::require_transaction;
 use crate::failure::{self, Failure, Recorded};
 use crate::fingerprint::Fingerprint;
-use crate::key::ClaimKey;
+use crate::key::{ClaimKey, preview};
+use crate::recovery::is_lock_wait_timeout;
 
 /// Runs the claim statement inside the transaction open on the executor's
 /// connection (refused outside one: a claim committed on its own, apart
@@ -23,20 +26,47 @@ use crate::key::ClaimKey;
 pub(crate) async fn claim_statement<X: Executor>(
     exec: &mut X,
     key: &ClaimKey,
+    wait: Option<Duration>,
 ) -> diesel::QueryResult<Claim> {
     require_transaction(exec.status())?;
-    exec.claim(key).await.map(claim_from_affected_rows)
+    let bound = wait
+        .filter(|_| X::Backend::bounds_claims())
+        .map(ClaimBound::of);
+    let affected = match exec.claim(key, bound).await {
+        // A server without the bound's syntax ran nothing: claimed again,
+        // unbounded (the backend remembers it for the process).
+        Err(error) if bound.is_some() && X::Backend::bounded_claim_refused(&error) => {
+            exec.claim(key, None).await
+        }
+        affected => affected,
+    };
+    affected.map(claim_from_affected_rows)
 }
 
-/// [`claim_statement`], its failure read as a refused key or a database
-/// failure.
+/// [`claim_statement`], its failure read as a refused key, a copy whose
+/// first delivery is still in flight past `wait`, or a database failure.
 pub(crate) async fn claim_or_refuse<X: Executor>(
     exec: &mut X,
     key: &ClaimKey,
+    wait: Option<Duration>,
 ) -> Result<Claim, InboxError> {
-    claim_statement(exec, key)
-        .await
-        .map_err(|error| refused_or_database(key, error))
+    let started = Instant::now();
+    claim_statement(exec, key, wait).await.map_err(|error| {
+        if wait.is_some() && is_lock_wait_timeout(&error) {
+            in_progress(key, started.elapsed())
+        } else {
+            refused_or_database(key, error)
+        }
+    })
+}
+
+/// The answer to a copy whose first delivery is still in flight.
+pub(crate) fn in_progress(key: &ClaimKey, waited: Duration) -> InboxError {
+    InboxError::InProgress {
+        handler: key.handler().as_str().to_owned(),
+        message_id: preview(key.message_id()),
+        waited,
+    }
 }
 
 /// The public `claim`: a duplicate of a fingerprinted key is compared with
@@ -45,7 +75,7 @@ pub(crate) async fn claim_checked<X: Executor>(
     exec: &mut X,
     key: &ClaimKey,
 ) -> diesel::QueryResult<Claim> {
-    let claim = claim_or_refuse(exec, key).await?;
+    let claim = claim_or_refuse(exec, key, None).await?;
     if claim == Claim::Duplicate && key.fingerprint().is_some() {
         duplicate_of(key, stored_claim(exec, key).await?)?;
     }
@@ -56,14 +86,16 @@ pub(crate) async fn claim_checked<X: Executor>(
 /// a new id, and for an id the running batch claimed for this very message
 /// (a nested handler, see [`current`]); otherwise the duplicate is checked
 /// against the fingerprint stored with its claim, and the stored result
-/// read when `read_result`.
+/// read when `read_result`. The claim waits at most `wait` for a delivery
+/// of the same id in flight.
 pub(crate) async fn take<X: Executor>(
     exec: &mut X,
     outermost: bool,
     key: &ClaimKey,
     read_result: bool,
+    wait: Option<Duration>,
 ) -> Result<Taken, InboxError> {
-    match claim_or_refuse(exec, key).await? {
+    match claim_or_refuse(exec, key, wait).await? {
         Claim::Claimed => Ok(Taken::Claimed),
         Claim::Duplicate if !outermost && current::is_running(key) => {
             if let Some(fingerprint) = key.fingerprint() {
@@ -194,7 +226,7 @@ async fn write_failure<X: Executor>(
         None => None,
     };
     let recorded = failure::recorded(failure, limit, rows);
-    if recorded.claims() && claim_or_refuse(exec, key).await? == Claim::Duplicate {
+    if recorded.claims() && claim_or_refuse(exec, key, None).await? == Claim::Duplicate {
         return Ok(Recorded::ProcessedMeanwhile);
     }
     Ok(recorded)

@@ -30,6 +30,7 @@
 //! | `conflict` | the id was already processed with a different payload ([`InboxError::Conflict`]): the body did not run |
 //! | `refused` | the payload could not be fingerprinted, or a duplicate's stored result could not be read back: the body did not run |
 //! | `shared_scope` | the handler's scope is declared by another handler too ([`InboxError::SharedScope`], see [`registry`](crate::registry)): nothing ran |
+//! | `in_progress` | another delivery of the id was still in flight when the claim's bound ([`ClaimWait`](crate::ClaimWait)) passed ([`InboxError::InProgress`]): nothing ran, redeliver later |
 //!
 //! A delivery whose future is dropped before it ends (a cancelled async
 //! handler) reports no outcome: its span closes without one, and no counter
@@ -76,6 +77,7 @@
 //! | `inbox.database_error` | `WARN` | a delivery ended in `database_error` | `inbox.handler`, `messaging.message.id`, `error` |
 //! | `inbox.refused` | `WARN` | a delivery ended in `conflict` or `refused` | `inbox.handler`, `messaging.message.id`, `inbox.outcome`, `error` |
 //! | `inbox.shared_scope` | `ERROR` | a delivery ended in `shared_scope` | `inbox.handler`, `messaging.message.id`, `error` |
+//! | `inbox.in_progress` | `INFO` | a delivery ended in `in_progress` | `inbox.handler`, `messaging.message.id`, `error` |
 //! | `inbox.shared_scopes` | `ERROR` | once per process, at the first delivery, when [`registry::check`](crate::registry::check) fails (no delivery span; also through `log` with feature `log`) | `inbox.scopes` (how many), `error` (the check's report) |
 //! | `inbox.unregistered_scopes` | `WARN` | once per pruning run that found ids of scopes no registered handler declares (no delivery span; also through `log`) | `inbox.scopes` (how many), `inbox.handlers` (the scopes, comma-separated) |
 //! | `inbox.pruned` | `DEBUG` | a pruning batch committed (no delivery span) | `inbox.table`, `inbox.handler` (when the batch pruned one handler), `inbox.rows` |
@@ -219,6 +221,9 @@ pub(crate) enum Ending<'a> {
     /// ([`InboxError::SharedScope`]): nothing ran, the message is to be
     /// redelivered once the deploy is fixed.
     SharedScope { error: &'a dyn fmt::Display },
+    /// Another delivery of the id was in flight past the claim's bound
+    /// ([`InboxError::InProgress`]): nothing ran, redeliver later.
+    InProgress { error: &'a dyn fmt::Display },
 }
 
 impl Ending<'_> {
@@ -236,6 +241,7 @@ impl Ending<'_> {
             Ending::Refused { .. } => "refused",
             Ending::DatabaseError { .. } => "database_error",
             Ending::SharedScope { .. } => "shared_scope",
+            Ending::InProgress { .. } => "in_progress",
         }
     }
 
@@ -430,6 +436,7 @@ pub(crate) fn ending_of_inbox_error(error: &InboxError) -> Ending<'_> {
             Ending::Refused { error }
         }
         error @ InboxError::SharedScope { .. } => Ending::SharedScope { error },
+        error @ InboxError::InProgress { .. } => Ending::InProgress { error },
         error => Ending::DatabaseError { error },
     }
 }

@@ -139,6 +139,18 @@ pub(super) fn finish(
             },
             "the handler's scope is declared by another handler too; nothing ran, redeliver once the deploy is fixed",
         ),
+        Ending::InProgress { error } => ::tracing::event!(
+            name: "inbox.in_progress",
+            target: TARGET,
+            parent: &span,
+            Level::INFO,
+            {
+                "inbox.handler" = handler,
+                "messaging.message.id" = message_id,
+                error = %error,
+            },
+            "another delivery of the message is still in flight; nothing ran, redeliver it later",
+        ),
         Ending::Processed | Ending::Duplicate | Ending::Failed { .. } | Ending::InvalidId => {}
     }
 }

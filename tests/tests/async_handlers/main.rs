@@ -14,6 +14,7 @@ mod deadlock;
 mod delivery;
 mod failure;
 mod handlers;
+mod in_flight;
 mod race;
 mod roundtrips;
 mod support;

@@ -78,7 +78,8 @@ fn sort<T: std::fmt::Debug>(
             }
             (false, false)
         }
-        AckDecision::Retry => {
+        // A copy in flight in an overlapping batch: redelivered too.
+        AckDecision::Retry | AckDecision::RetryLater => {
             seen.retried += 1;
             let error = result.as_ref().expect_err("an error");
             (true, error.recovery() == Recovery::Reconnect)

@@ -128,7 +128,7 @@ pub type Runs = BTreeMap<String, u32>;
 pub fn run_batch<C>(
     conn: &mut C,
     ids: &[String],
-    max_attempts: MaxAttempts,
+    options: impl Into<inbox_runtime::Options>,
     mut act: impl FnMut(&mut C, &str) -> Result<(), AppError>,
 ) -> (Report, Runs)
 where
@@ -140,7 +140,7 @@ where
         &handler(),
         ids,
         |id| id,
-        max_attempts,
+        options,
         |conn, id: &String| {
             *runs.entry(id.clone()).or_default() += 1;
             act(conn, id)?;

@@ -285,12 +285,13 @@ pub fn a_deadlock_between_bodies_aborts_one_batch<B: ServerBackend>() {
     assert_all_processed(&again, &batch);
 }
 
-/// Another delivery holds an uncommitted claim of one id and the batch's
-/// lock waits are short: the claim statement loses its lock conflict, is
-/// tried `CLAIM_ATTEMPTS` times (as `run_idempotent` tries its claim), then
-/// the batch is aborted: every message retried, no body run, nothing
-/// committed or counted. Once the other delivery rolls back, the batch is
-/// processed.
+/// Another delivery holds an uncommitted claim of one id, the batch's claim
+/// wait is unbounded (so the session's short lock waits decide): the claim
+/// statement loses its lock conflict, is tried `CLAIM_ATTEMPTS` times (as
+/// `run_idempotent` tries its claim), then the batch is aborted: every
+/// message retried, no body run, nothing committed or counted. Once the
+/// other delivery rolls back, the batch is processed. (With a bounded claim
+/// wait, the held id alone is `InProgress`: `e2e/in_flight.rs`.)
 pub fn a_claim_that_keeps_losing_a_lock_conflict_aborts_the_batch<B: ServerBackend>() {
     let Some((db, mut conn)) = fresh::<B>() else {
         return;
@@ -305,7 +306,11 @@ pub fn a_claim_that_keeps_losing_a_lock_conflict_aborts_the_batch<B: ServerBacke
         .expect("claim held-x, uncommitted");
     conn.batch_execute(short_lock_wait_sql::<B>()).unwrap();
     let batch: Vec<String> = ["held-a", "held-x", "held-b"].map(String::from).to_vec();
-    let ((report, runs), sent) = statements_of(&mut conn, |conn| apply_batch(conn, &batch));
+    let unbounded = inbox_runtime::Options::new()
+        .max_attempts(MaxAttempts::limit(3))
+        .claim_wait(inbox_runtime::ClaimWait::Unbounded);
+    let ((report, runs), sent) =
+        statements_of(&mut conn, |conn| run_batch(conn, &batch, unbounded, apply));
     assert!(runs.is_empty(), "no body ran: {runs:?}");
     let claims_sent = shape(&sent).iter().filter(|s| **s == "claim").count();
     assert_eq!(

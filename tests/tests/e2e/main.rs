@@ -26,6 +26,7 @@ mod failure;
 #[cfg(feature = "postgres")]
 mod fault;
 mod ids;
+mod in_flight;
 mod nesting;
 mod roundtrips;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -157,6 +157,7 @@ fn kind_of(ran: bool, error: &Error) -> &'static str {
         _ => match recovery(error) {
             Recovery::Reconnect => "reconnect",
             Recovery::Retry => "other retry",
+            Recovery::RetryLater => "in progress (retry later)",
             _ => "never",
         },
     }
@@ -363,7 +364,9 @@ impl Consumer<'_> {
                 *self.figures.seen.entry(kind).or_default() += 1;
                 *self.figures.messages.entry(error.to_string()).or_default() += 1;
                 match recovery(&error) {
-                    Recovery::Retry => false,
+                    // A copy whose first delivery (on a killed node, say) still
+                    // holds its claim: redelivered, as the broker would later.
+                    Recovery::Retry | Recovery::RetryLater => false,
                     Recovery::Reconnect => {
                         self.move_on();
                         false

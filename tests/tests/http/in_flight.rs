@@ -74,7 +74,7 @@ fn a_retry_still_waiting_after_the_claim_wait_is_409_and_then_replays() {
             assert_eq!(retry.status, 409, "{retry:?}");
             assert_eq!(retry.problem(), "/problems/request-in-progress");
             assert_eq!(retry.header("retry-after"), Some("1"));
-            // Five tries of a 200 ms lock_timeout, and the round trips.
+            // The claim's bound (`claim_wait`), and the round trips.
             assert!(
                 retry.elapsed >= Duration::from_millis(900)
                     && retry.elapsed < Duration::from_secs(4),

@@ -215,7 +215,9 @@ impl<'a> State<'a> {
                 self.failed(format!("{recovery:?}"), &error)?;
                 let delay = backoff(self.failures);
                 match recovery {
-                    Recovery::Retry => {
+                    // A copy of a delivery in flight (on the lost primary,
+                    // say) waits like a retry, later.
+                    Recovery::Retry | Recovery::RetryLater => {
                         self.report.retries += 1;
                         Ok(Step::Again(delay))
                     }
