@@ -7,7 +7,7 @@ use std::fmt::{self, Write as _};
 
 /// The most bytes of error text the inbox keeps: a rejection's reason, a
 /// failed attempt's error (in `inbox_failures.last_error` and
-/// [`InboxError::AttemptsExhausted`]). Longer text is cut at a character
+/// [`InboxError::AttemptsExhausted`](crate::InboxError::AttemptsExhausted)). Longer text is cut at a character
 /// boundary and ends with `…`.
 ///
 /// ```

@@ -98,7 +98,7 @@ where
 /// Until the connection is closed, the server keeps the abandoned transaction
 /// and the row lock on the claimed id, which makes a redelivery of the same id
 /// wait. So the handler's outermost transaction carries a server-side bound
-/// ([`set_abandoned_transaction_timeout`], one minute by default): once the
+/// ([`set_abandoned_transaction_timeout`](crate::set_abandoned_transaction_timeout), one minute by default): once the
 /// transaction has sat idle that long the server ends it and closes the
 /// connection, on PostgreSQL and MySQL/MariaDB. A redelivery waits at most
 /// about that long, even when a pool keeps the abandoned connection idle (a
@@ -295,7 +295,7 @@ where
     /// error. A commit or rollback that fails is reported instead (see
     /// [`InboxError`]: an ignored failed statement, a transaction the
     /// database had already rolled back), carried in a Diesel error that
-    /// [`InboxError::find_in`] recovers.
+    /// [`InboxError::find_in`](crate::InboxError::find_in) recovers.
     ///
     /// ```no_run
     /// # #[cfg(feature = "postgres")]

@@ -37,7 +37,7 @@ use crate::stored::{Plain, Reply, StoredResult, Storing};
 ///   it.
 /// - `body` returns `Ok` but PostgreSQL aborted the transaction (a statement
 ///   failed and the body ignored its error): nothing could commit, and the
-///   result is [`InboxError::IgnoredStatementFailure`] (retryable), never
+///   result is [`InboxError::IgnoredStatementFailure`](crate::InboxError::IgnoredStatementFailure) (retryable), never
 ///   `Ok`. The check travels with the `COMMIT`, in the same round trip.
 /// - `body` returns `Ok` but the `COMMIT` is refused by a constraint the
 ///   database checks at commit (a deferred foreign key or unique key, on
@@ -50,7 +50,7 @@ use crate::stored::{Plain, Reply, StoredResult, Storing};
 ///   outer transaction commits, and vanishes with it if it rolls back.
 /// - A rollback that fails (the connection died, or MySQL/MariaDB rolled
 ///   back the whole transaction on a deadlock, the caller's outer one
-///   included) is [`InboxError::TransactionLost`], and the connection's
+///   included) is [`InboxError::TransactionLost`](crate::InboxError::TransactionLost), and the connection's
 ///   transaction manager is marked broken: every later transaction on it
 ///   fails with `BrokenTransactionManager` instead of running outside any
 ///   transaction. Replace the connection (r2d2 discards a broken one).
@@ -65,12 +65,12 @@ use crate::stored::{Plain, Reply, StoredResult, Storing};
 ///   the outermost transaction: after the rollback, the failed attempt is
 ///   counted in a short transaction of its own, and at the default
 ///   [`MaxAttempts`](crate::MaxAttempts) the message is recorded as dead and
-///   the delivery fails with [`InboxError::AttemptsExhausted`]; a body that
-///   returns [`InboxError::rejected`] makes the message dead at once. See
+///   the delivery fails with [`InboxError::AttemptsExhausted`](crate::InboxError::AttemptsExhausted); a body that
+///   returns [`InboxError::rejected`](crate::InboxError::rejected) makes the message dead at once. See
 ///   [`run_idempotent_with`] for the limit, and
 ///   [`dead_letters`](crate::dead_letters) for what operators can do.
 /// - What to do with an error: [`ack_decision`](crate::ack_decision) turns
-///   the result into the broker's decision; [`InboxError::recovery`] and
+///   the result into the broker's decision; [`InboxError::recovery`](crate::InboxError::recovery) and
 ///   [`recovery`](crate::recovery) say retry, reconnect, or never.
 ///
 /// Only effects written through the connection handed to `body` are covered.
@@ -161,7 +161,7 @@ where
 /// `serde`; see [`StoredResult`]).
 ///
 /// A result that cannot be stored (too large, or not encodable) fails the
-/// delivery with [`InboxError::StoredResult`] and rolls its effects back:
+/// delivery with [`InboxError::StoredResult`](crate::InboxError::StoredResult) and rolls its effects back:
 /// a claim is never committed without the result its duplicates replay.
 ///
 /// ```
@@ -234,7 +234,7 @@ where
 /// A key carrying the payload's fingerprint
 /// ([`ClaimKey::with_fingerprint`]) stores it with a new claim; on a
 /// duplicate it is compared with the one stored, and another fingerprint is
-/// refused with [`InboxError::Conflict`] (as
+/// refused with [`InboxError::Conflict`](crate::InboxError::Conflict) (as
 /// `diesel::result::Error::QueryBuilderError`, which
 /// [`recovery`](crate::recovery) and [`ack_decision`](crate::ack_decision)
 /// read as the inbox error it carries: dead-letter).

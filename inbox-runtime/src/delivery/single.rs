@@ -72,7 +72,7 @@ pub(crate) enum Begun<R, T = Claimed> {
 /// lost a lock conflict (outermost level only, [`RetryPolicy::CLAIM`]).
 /// The claim of an outermost level waits at most the options'
 /// [`ClaimWait`](crate::ClaimWait) for a delivery of the same id in flight
-/// ([`InboxError::InProgress`], not retried); a nested level's waits are
+/// ([`InboxError::InProgress`](crate::InboxError::InProgress), not retried); a nested level's waits are
 /// its caller's. Reports the delivery when it ends here (a duplicate, a
 /// failed claim).
 pub(crate) async fn begin<P, R, X>(
@@ -286,7 +286,8 @@ impl Claimed {
 
     /// Ends the level by a result whose error type takes Diesel's errors
     /// only (`ClaimedTransaction::finish`): the inbox's own failures arrive
-    /// in a Diesel error that [`InboxError::find_in`] recovers.
+    /// in a Diesel error that [`InboxError::find_in`](crate::InboxError::find_in) recovers.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
     pub(crate) async fn finish<R, E, X>(
         mut self,
         exec: &mut X,
