@@ -5,7 +5,7 @@
 //! ```text
 //! {
 //!     #![inner attributes]
-//!     KRATE::__private::inventory::submit! { KRATE::__private::registered(HANDLER, module_path!(), NAME, file!(), line!(), column!(), MAX_ATTEMPTS, FLAGS) }
+//!     KRATE::__private::inventory::submit! { KRATE::__private::registered(HANDLER, module_path!(), NAME, file!(), line!(), column!(), MAX_ATTEMPTS, FLAGS, ERROR_TYPE_PROBE) }
 //!     let __inbox_key = KRATE::__private::claim_key(HANDLER, &ID);   // at the id's span
 //!     // HANDLER: the literal, or `__INBOX_HANDLER`, defined first as
 //!     // const __INBOX_HANDLER: &str = KRATE::__private::checked_handler(concat!(module_path!(), "::", NAME));
@@ -99,6 +99,7 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
             shared_scope,
             flavor == Flavor::Async,
         ],
+        error_type_probe(&krate, &sig, &output),
     );
     let claim = claim_key(&krate, &key, &name, &id, fingerprint.as_ref());
     let lent = lend(&connection);
@@ -234,6 +235,7 @@ fn registration(
     fn_name: &Ident,
     max_attempts: Option<MaxAttempts>,
     [fingerprint, store_result, shared_scope, is_async]: [bool; 4],
+    error_type: TokenStream,
 ) -> TokenStream {
     let fn_name = LitStr::new(&fn_name.unraw().to_string(), fn_name.span());
     let max_attempts = max_attempts_expr(krate, max_attempts);
@@ -248,9 +250,53 @@ fn registration(
                 ::core::column!(),
                 #max_attempts,
                 (#fingerprint, #store_result, #shared_scope, #is_async),
+                #error_type,
             )
         }
     }
+}
+
+/// The registration's probe of the handler's error type
+/// (`registry::RegisteredHandler::error_type`): a closure that names the
+/// return type, `ErrorTypeProbe::new(|| (&ErrorTypeOf::<RET>::new()).probe_error_type())`,
+/// whose method resolves to the probe for a `Result` with a handler error
+/// type and to a fallback for anything else (a wrong return type is
+/// reported by the delivery, once). The registration is an item of its
+/// own, so it cannot name the function's generic parameters, `Self` or its
+/// lifetimes, nor those of an impl block around a method: for such a
+/// return type, and for a method that takes `self`, `ErrorTypeProbe::NONE`.
+fn error_type_probe(krate: &Path, sig: &syn::Signature, output: &Type) -> TokenStream {
+    let generics: Vec<&Ident> = sig
+        .generics
+        .type_params()
+        .map(|param| &param.ident)
+        .chain(sig.generics.const_params().map(|param| &param.ident))
+        .collect();
+    let nameable =
+        sig.receiver().is_none() && !names_outer_items(output.to_token_stream(), &generics);
+    if nameable {
+        quote! {
+            #krate::__private::ErrorTypeProbe::new(|| {
+                use #krate::__private::{ProbeHandlerError as _, ProbeNothing as _};
+                (&#krate::__private::ErrorTypeOf::<#output>::new()).probe_error_type()
+            })
+        }
+    } else {
+        quote!(#krate::__private::ErrorTypeProbe::NONE)
+    }
+}
+
+/// Whether `tokens` name something an item nested in the function cannot:
+/// one of `generics`, `Self`, a lifetime, or an `impl Trait`.
+fn names_outer_items(tokens: TokenStream, generics: &[&Ident]) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Ident(ident) => {
+            ident == "Self" || ident == "impl" || generics.iter().any(|g| ident == **g)
+        }
+        TokenTree::Punct(punct) => punct.as_char() == '\'',
+        TokenTree::Group(group) => names_outer_items(group.stream(), generics),
+        TokenTree::Literal(_) => false,
+    })
 }
 
 /// `let __inbox_key = claim_key(..);` (`fingerprinted_key(..)` with a

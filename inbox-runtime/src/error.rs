@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::digest::Fingerprint;
 use crate::duration::format_duration;
 
-/// What is wrong with a rejected message id or handler name.
+/// What is wrong with a refused message id or handler name.
 ///
 /// ```
 /// use inbox_runtime::KeyProblem;
@@ -238,7 +238,7 @@ impl fmt::Display for PayloadConflict {
 /// assert!(!err.is_retryable());
 /// assert_eq!(
 ///     err.to_string(),
-///     "handler `billing` rejected message id \"\": it is empty; the message is malformed and redelivering it will not help"
+///     "invalid message id \"\" for handler `billing`: it is empty; the message is malformed and redelivering it will not help"
 /// );
 /// # Ok::<(), InboxError>(())
 /// ```
@@ -521,7 +521,7 @@ impl fmt::Display for InboxError {
                 ..
             } => write!(
                 f,
-                "handler `{handler}` rejected the message: {problem}, so it cannot be \
+                "invalid message id for handler `{handler}`: {problem}, so it cannot be \
                  deduplicated; redelivering it will not help"
             ),
             InboxError::InvalidMessageId {
@@ -530,7 +530,7 @@ impl fmt::Display for InboxError {
                 ..
             } => write!(
                 f,
-                "handler `{handler}` rejected the message id: {problem}; the message is \
+                "invalid message id for handler `{handler}`: {problem}; the message is \
                  malformed and redelivering it will not help"
             ),
             InboxError::InvalidMessageId {
@@ -539,7 +539,7 @@ impl fmt::Display for InboxError {
                 problem,
             } => write!(
                 f,
-                "handler `{handler}` rejected message id \"{message_id}\": {problem}; \
+                "invalid message id \"{message_id}\" for handler `{handler}`: {problem}; \
                  the message is malformed and redelivering it will not help"
             ),
             InboxError::InvalidHandlerName { handler, problem } => {
@@ -701,7 +701,10 @@ impl From<InboxError> for diesel::result::Error {
 /// own, add a variant with `#[from] inbox_runtime::InboxError` (plain or
 /// `#[error(transparent)]`, both are found) or implement
 /// `From<inbox_runtime::InboxError>` by hand and return the inbox error from
-/// `source()`.
+/// `source()`. A type written by hand that forgets `source()` compiles, and
+/// then every answer reads as the handler's own failure:
+/// [`registry::check`](crate::registry::check) reports such a type at
+/// start-up, and the [testing](crate::testing) helpers fail on it.
 ///
 /// [`ack_decision`]: crate::ack_decision
 ///
@@ -732,7 +735,8 @@ impl From<InboxError> for diesel::result::Error {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be the error type of an idempotent handler",
     label = "this error type must implement `std::error::Error`, `From<diesel::result::Error>` and `From<inbox_runtime::InboxError>`",
-    note = "derive `thiserror::Error` with a `#[from] inbox_runtime::InboxError` variant (and one for `diesel::result::Error`), or return `Result<_, diesel::result::Error>`"
+    note = "derive `thiserror::Error` with a `#[from] inbox_runtime::InboxError` variant (and one for `diesel::result::Error`), or return `Result<_, diesel::result::Error>`",
+    note = "written by hand, the type must also return the converted error from `source()`: `ack_decision` reads the inbox's answers (dead-letter, retry later) through it, and `registry::check()` reports a type that hides them"
 )]
 pub trait HandlerError:
     From<diesel::result::Error> + From<InboxError> + StdError + 'static

@@ -346,7 +346,7 @@ mod tests {
         assert!(!err.is_retryable());
         assert_eq!(
             err.to_string(),
-            "handler `h` rejected the message: the message carries no id, so it cannot be \
+            "invalid message id for handler `h`: the message carries no id, so it cannot be \
              deduplicated; redelivering it will not help"
         );
     }
@@ -372,7 +372,7 @@ mod tests {
         let err = ClaimKey::new(handler(), b"\xff".as_slice()).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "handler `h` rejected the message id: it is not UTF-8 text (the byte at offset 0 \
+            "invalid message id for handler `h`: it is not UTF-8 text (the byte at offset 0 \
              is invalid), and the inbox stores ids as text without a lossy conversion; the \
              message is malformed and redelivering it will not help"
         );

@@ -55,6 +55,7 @@ pub const fn registered(
     column: u32,
     max_attempts: Option<MaxAttempts>,
     flags: (bool, bool, bool, bool),
+    error_type: crate::registry::ErrorTypeProbe,
 ) -> crate::registry::RegisteredHandler {
     crate::registry::RegisteredHandler::__new(
         scope,
@@ -65,8 +66,14 @@ pub const fn registered(
         column,
         max_attempts,
         flags,
+        error_type,
     )
 }
+
+/// The registration's probe of the handler's error type (see
+/// [`crate::registry::RegisteredHandler::error_type`]): the attribute emits
+/// `ErrorTypeProbe::new(|| { use ..; (&ErrorTypeOf::<RET>::new()).probe_error_type() })`.
+pub use crate::registry::{ErrorTypeOf, ErrorTypeProbe, ProbeHandlerError, ProbeNothing};
 
 /// [`claim_key`] with the fingerprint of `payload`
 /// (`#[idempotent(fingerprint = …)]`): the payload's type is checked here,

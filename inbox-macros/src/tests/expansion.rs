@@ -131,6 +131,11 @@ fn expands_the_sync_shape() {
             ::core::column!(),
             ::core::option::Option::None,
             (false, false, false, false),
+            ::inbox_runtime::__private::ErrorTypeProbe::new(|| {
+                use ::inbox_runtime::__private::{ProbeHandlerError as _, ProbeNothing as _};
+                (&::inbox_runtime::__private::ErrorTypeOf::<Result<(), AppError> >::new())
+                    .probe_error_type()
+            }),
         )
     });
     assert_eq!(text(registration), text(&expected));
@@ -459,4 +464,33 @@ fn variant_arm(arm: &syn::Arm) -> (String, syn::Ident, Expr) {
         bound.clone(),
         (*arm.body).clone(),
     )
+}
+
+#[test]
+fn probes_the_error_type_only_where_the_registration_can_name_it() {
+    let probed = |handler: &str| {
+        let out = expand("id = msg.id, handler = \"h\"", handler);
+        let items = out.items();
+        let [registration] = items else {
+            panic!("the registration: {items:?}");
+        };
+        let registration = text(registration);
+        assert!(registration.contains("ErrorTypeProbe"), "{registration}");
+        !registration.contains("ErrorTypeProbe :: NONE")
+    };
+    assert!(probed(
+        "fn f<C: Conn>(conn: &mut C, msg: &M) -> Result<(), AppError> { Ok(()) }"
+    ));
+    assert!(probed(
+        "async fn f(conn: &mut AsyncPgConnection, msg: &M) -> QueryResult<u8> { Ok(1) }"
+    ));
+    for unnameable in [
+        "fn f<E>(conn: &mut PgConnection, msg: &M) -> Result<(), E> { Ok(()) }",
+        "fn f<const N: usize>(conn: &mut PgConnection, msg: &M) -> Result<[u8; N], E> { todo!() }",
+        "fn f(conn: &mut PgConnection, msg: &M) -> Result<(), Self::Error> { Ok(()) }",
+        "fn f(conn: &mut PgConnection, msg: &M) -> Result<Cow<'static, str>, E> { todo!() }",
+        "fn f(&self, conn: &mut PgConnection, msg: &M) -> Result<(), AppError> { Ok(()) }",
+    ] {
+        assert!(!probed(unnameable), "{unnameable}");
+    }
 }

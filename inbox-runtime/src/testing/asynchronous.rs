@@ -108,6 +108,7 @@ impl Idempotence {
         F: AsyncFnMut(&mut C) -> Result<R, E>,
         E: fmt::Display,
     {
+        super::no_hidden_errors()?;
         no_transaction_open(conn)?;
 
         // 1. The probe: a delivery inside a transaction that rolls back.

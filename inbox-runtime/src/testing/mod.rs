@@ -313,6 +313,7 @@ impl Idempotence {
         F: FnMut(&mut C) -> Result<R, E>,
         E: fmt::Display,
     {
+        no_hidden_errors()?;
         no_transaction_open(conn)?;
 
         // 1. The probe: a delivery inside a transaction that rolls back.
@@ -414,6 +415,17 @@ impl Idempotence {
         }
         Ok(digest)
     }
+}
+
+/// Refuses a program whose handlers' error types hide the inbox's errors.
+pub(crate) fn no_hidden_errors() -> Result<(), IdempotenceViolation> {
+    let hidden = crate::registry::hidden_errors();
+    if hidden.is_empty() {
+        return Ok(());
+    }
+    Err(IdempotenceViolation::HiddenErrors {
+        handlers: hidden.iter().map(ToString::to_string).collect(),
+    })
 }
 
 /// Refuses a connection inside a transaction: the probe must be able to
@@ -672,6 +684,16 @@ pub enum IdempotenceViolation {
         /// The open transaction's depth (1: a transaction, more: savepoints).
         depth: u32,
     },
+    /// A handler of the program has an error type that hides the inbox's
+    /// errors from [`ack_decision`](crate::ack_decision) (see
+    /// [`registry::hidden_errors`](crate::registry::hidden_errors)): its
+    /// deliveries' answers would read as its own failures, a message
+    /// without an id retried forever. Checked before any delivery, over
+    /// every handler linked into the test.
+    HiddenErrors {
+        /// Each handler and what its error type hides.
+        handlers: Vec<String>,
+    },
     /// Reading the tables or the inbox failed.
     Database {
         /// What the check was doing.
@@ -747,6 +769,16 @@ impl fmt::Display for IdempotenceViolation {
                  real deliveries and rolls back a transaction of its own, so run it on a \
                  connection with no transaction open (not inside begin_test_transaction), \
                  on a test database"
+            ),
+            IdempotenceViolation::HiddenErrors { handlers } => write!(
+                f,
+                "{} of the program would misread the inbox's answers: {}",
+                if handlers.len() == 1 {
+                    "a handler"
+                } else {
+                    "handlers"
+                },
+                handlers.join("; ")
             ),
             IdempotenceViolation::Database { during, error } => {
                 write!(f, "the check failed {during}: {error}")

@@ -258,8 +258,8 @@ pub fn a_missing_id_is_refused_before_anything_runs<B: E2e>() {
     assert_eq!(ack_decision(&result), AckDecision::DeadLetter);
     assert_eq!(
         err.to_string(),
-        "handler `e2e.optional` rejected the message: the message carries no id, so it \
-         cannot be deduplicated; redelivering it will not help"
+        "invalid message id for handler `e2e.optional`: the message carries no id, so \
+         it cannot be deduplicated; redelivering it will not help"
     );
     assert_eq!(msg.runs.get(), 0, "the body did not run");
     assert_eq!(conn.inbox_rows(), NO_ROWS, "nothing recorded");

@@ -21,8 +21,9 @@ fn check_reports_the_undeclared_shared_scope_with_its_locations() {
         [("registry.shared", false), ("registry.versions", true)]
     );
     let error = registry::check().expect_err("registry.shared is declared twice");
-    assert_eq!(error.0.len(), 1);
-    assert_eq!(error.0[0].scope, "registry.shared");
+    assert_eq!(error.shared_scopes.len(), 1);
+    assert_eq!(error.shared_scopes[0].scope, "registry.shared");
+    assert!(error.hidden_errors.is_empty(), "{error}");
     let text = error.to_string();
     assert!(
         text.contains("registry::handlers::shared_first (tests/tests/registry/handlers.rs:"),

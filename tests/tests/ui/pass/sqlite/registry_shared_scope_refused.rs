@@ -20,8 +20,9 @@ fn apply_refund(conn: &mut SqliteConnection, id: &str) -> QueryResult<()> {
 fn main() {
     let mut conn = SqliteConnection::establish(":memory:").unwrap();
     inbox_runtime::setup(&mut conn).unwrap();
-    let shared = registry::check().unwrap_err();
-    assert_eq!(shared.0[0].scope, "billing.apply_payment");
+    let problems = registry::check().unwrap_err();
+    assert_eq!(problems.shared_scopes[0].scope, "billing.apply_payment");
+    assert!(problems.hidden_errors.is_empty());
     for result in [apply_payment(&mut conn, "m-1"), apply_refund(&mut conn, "m-1")] {
         assert_eq!(ack_decision(&result), AckDecision::Retry);
         let error = result.unwrap_err();

@@ -101,6 +101,12 @@ use crate::error::InboxError;
 use crate::key::HandlerName;
 use crate::retention::RetentionPolicy;
 
+mod error_types;
+
+pub use error_types::ErrorType;
+#[doc(hidden)]
+pub use error_types::{ErrorTypeOf, ErrorTypeProbe, ProbeHandlerError, ProbeNothing};
+
 /// How a registered handler runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -149,6 +155,7 @@ pub struct RegisteredHandler {
     max_attempts: Option<MaxAttempts>,
     flags: u8,
     flavor: Flavor,
+    error_type: ErrorTypeProbe,
 }
 
 const FINGERPRINT: u8 = 1;
@@ -169,6 +176,7 @@ impl RegisteredHandler {
         column: u32,
         max_attempts: Option<MaxAttempts>,
         (fingerprint, store_result, shared_scope, is_async): (bool, bool, bool, bool),
+        error_type: ErrorTypeProbe,
     ) -> Self {
         let mut flags = 0;
         if fingerprint {
@@ -194,6 +202,7 @@ impl RegisteredHandler {
             } else {
                 Flavor::Sync
             },
+            error_type,
         }
     }
 
@@ -260,6 +269,27 @@ impl RegisteredHandler {
     /// Sync or async.
     pub fn flavor(&self) -> Flavor {
         self.flavor
+    }
+
+    /// What the handler's error type carries to
+    /// [`ack_decision`](crate::ack_decision), found by converting an
+    /// [`InboxError`] and a database error into it ([`check`] reports a
+    /// type that hides them). `None` when the attribute could not name the
+    /// return type outside the function: a return type that names a
+    /// generic parameter, `Self` or a lifetime, or a method that takes
+    /// `self` (whose impl block the attribute does not see). Nothing checks
+    /// such a handler's error type: see [`HandlerError`](crate::HandlerError)
+    /// for what it must do.
+    ///
+    /// ```
+    /// for handler in inbox_runtime::registry::handlers() {
+    ///     if let Some(error_type) = handler.error_type() {
+    ///         println!("{}: {error_type}", handler.function());
+    ///     }
+    /// }
+    /// ```
+    pub fn error_type(&self) -> Option<ErrorType> {
+        self.error_type.run()
     }
 
     /// `file:line:column`.
@@ -377,8 +407,9 @@ pub fn shared_scopes() -> Vec<SharedScope> {
     shared
 }
 
-/// What [`check`] found: the scopes declared by two or more handlers that do
-/// not all say `shared_scope`.
+/// The scopes declared by two or more handlers that do not all say
+/// `shared_scope`, as one report ([`Problems::shared_scopes`]; the
+/// `inbox.shared_scopes` event's text).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedScopes(pub Vec<SharedScope>);
 
@@ -402,27 +433,127 @@ impl fmt::Display for SharedScopes {
 
 impl std::error::Error for SharedScopes {}
 
-/// Checks that no scope is declared by two handlers, except by handlers
-/// that all say `#[idempotent(shared_scope)]`. Call it at start-up, before
-/// consuming: deliveries to the handlers it reports fail with
-/// [`InboxError::SharedScope`].
+/// A handler whose error type hides the inbox's errors (see
+/// [`RegisteredHandler::error_type`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HiddenErrors {
+    /// The handler.
+    pub handler: &'static RegisteredHandler,
+    /// Its error type, and what it hides.
+    pub error_type: ErrorType,
+}
+
+impl fmt::Display for HiddenErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "handler {} ({}): {}",
+            self.handler.function(),
+            self.handler.location(),
+            self.error_type
+        )
+    }
+}
+
+/// Every handler whose error type hides the inbox's errors or database
+/// errors from [`ack_decision`](crate::ack_decision), sorted by scope.
 ///
 /// ```
-/// if let Err(shared) = inbox_runtime::registry::check() {
-///     eprintln!("{shared}");
+/// assert!(inbox_runtime::registry::hidden_errors().is_empty());
+/// ```
+pub fn hidden_errors() -> Vec<HiddenErrors> {
+    handlers()
+        .into_iter()
+        .filter_map(|handler| {
+            let error_type = handler.error_type()?;
+            (!error_type.is_transparent()).then_some(HiddenErrors {
+                handler,
+                error_type,
+            })
+        })
+        .collect()
+}
+
+/// What [`check`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Problems {
+    /// The scopes declared by two or more handlers that do not all say
+    /// `shared_scope`: each of their handlers skips the messages the others
+    /// processed, and their deliveries fail with
+    /// [`InboxError::SharedScope`].
+    pub shared_scopes: Vec<SharedScope>,
+    /// The handlers whose error type hides the inbox's errors: their
+    /// deliveries' answers ([`ack_decision`](crate::ack_decision)) read as
+    /// the handler's own failures (a message without an id retried
+    /// forever, a copy in flight redelivered at once).
+    pub hidden_errors: Vec<HiddenErrors>,
+}
+
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        if !self.shared_scopes.is_empty() {
+            SharedScopes(self.shared_scopes.clone()).fmt(f)?;
+            first = false;
+        }
+        if !self.hidden_errors.is_empty() {
+            if !first {
+                f.write_str("\n")?;
+            }
+            write!(
+                f,
+                "{} handler{} an error type that hides the inbox's errors, so \
+                 `ack_decision` reads every answer as the handler's own failure",
+                self.hidden_errors.len(),
+                if self.hidden_errors.len() == 1 {
+                    " has"
+                } else {
+                    "s have"
+                }
+            )?;
+            for hidden in &self.hidden_errors {
+                write!(f, "\n  {hidden}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Problems {}
+
+/// Checks the program's handlers: that no scope is declared by two
+/// handlers, except by handlers that all say `#[idempotent(shared_scope)]`
+/// (deliveries to the ones it reports fail with
+/// [`InboxError::SharedScope`]), and that each handler's error type carries
+/// the inbox's errors to [`ack_decision`](crate::ack_decision)
+/// ([`hidden_errors`]). Call it at start-up, before consuming.
+///
+/// ```
+/// if let Err(problems) = inbox_runtime::registry::check() {
+///     eprintln!("{problems}");
 ///     std::process::exit(1);
 /// }
 /// ```
-pub fn check() -> Result<(), SharedScopes> {
-    let undeclared: Vec<SharedScope> = shared_scopes()
-        .into_iter()
-        .filter(|shared| !shared.is_declared())
-        .collect();
-    if undeclared.is_empty() {
+pub fn check() -> Result<(), Problems> {
+    let problems = Problems {
+        shared_scopes: undeclared_shared_scopes(),
+        hidden_errors: hidden_errors(),
+    };
+    if problems.shared_scopes.is_empty() && problems.hidden_errors.is_empty() {
         Ok(())
     } else {
-        Err(SharedScopes(undeclared))
+        Err(problems)
     }
+}
+
+/// The shared scopes [`check`] reports.
+fn undeclared_shared_scopes() -> Vec<SharedScope> {
+    shared_scopes()
+        .into_iter()
+        .filter(|shared| !shared.is_declared())
+        .collect()
 }
 
 /// The scopes whose deliveries are refused, sorted, computed (and reported)
@@ -430,12 +561,12 @@ pub fn check() -> Result<(), SharedScopes> {
 static REFUSED: OnceLock<Box<[&'static str]>> = OnceLock::new();
 
 fn refused_scopes() -> &'static [&'static str] {
-    REFUSED.get_or_init(|| match check() {
-        Ok(()) => Box::new([]),
-        Err(shared) => {
+    REFUSED.get_or_init(|| {
+        let shared = SharedScopes(undeclared_shared_scopes());
+        if !shared.0.is_empty() {
             crate::observe::shared_scopes(shared.0.len(), &shared);
-            shared.0.iter().map(|scope| scope.scope).collect()
         }
+        shared.0.iter().map(|scope| scope.scope).collect()
     })
 }
 
