@@ -90,8 +90,9 @@ CREATE TABLE IF NOT EXISTS ledger_entries (
 ///
 /// ```
 /// use inbox_examples::brokers::ledger::PaymentBody;
-/// let body = PaymentBody { account: 3, amount_cents: 250, currency: "EUR".into() };
+/// let body = PaymentBody { account: 3, amount_cents: 250, currency: "EUR".into(), hold_ms: 0 };
 /// assert_eq!(PaymentBody::decode(&body.encode()).unwrap(), body);
+/// assert_eq!(body.encode(), br#"{"account":3,"amount_cents":250,"currency":"EUR"}"#);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PaymentBody {
@@ -101,6 +102,16 @@ pub struct PaymentBody {
     pub amount_cents: i64,
     /// The payment's currency (ISO 4217).
     pub currency: String,
+    /// How long the handler holds its transaction open after crediting the
+    /// account, in milliseconds: a slow body (a payment provider that takes
+    /// its time), so that copies of the payment arrive while it runs. Left
+    /// out of the payload when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hold_ms: u64,
+}
+
+fn is_zero(ms: &u64) -> bool {
+    *ms == 0
 }
 
 impl PaymentBody {
@@ -150,7 +161,7 @@ pub enum LedgerError {
 ///
 /// ```
 /// use inbox_examples::brokers::ledger::{ledger_cents, PaymentBody};
-/// let eur = PaymentBody { account: 1, amount_cents: 99, currency: "EUR".into() };
+/// let eur = PaymentBody { account: 1, amount_cents: 99, currency: "EUR".into(), hold_ms: 0 };
 /// assert_eq!(ledger_cents(&eur).unwrap(), 99);
 /// let xts = PaymentBody { currency: "XTS".into(), ..eur };
 /// assert!(ledger_cents(&xts).is_err());
@@ -176,7 +187,11 @@ pub fn ledger_cents(body: &PaymentBody) -> Result<i64, LedgerError> {
 ///   ([`LedgerError::NoRate`]): redelivered, and dead after three failed
 ///   attempts ([`InboxError::AttemptsExhausted`]);
 /// - a database failure rolls everything back, claim included, and is not
-///   counted as an attempt: the redelivery is processed.
+///   counted as an attempt: the redelivery is processed;
+/// - a slow payment ([`PaymentBody::hold_ms`]) keeps its claim uncommitted
+///   while it runs: a copy delivered meanwhile waits for it up to the
+///   claim wait (the process default, 2 s) and is then answered
+///   [`InboxError::InProgress`], redelivered later.
 ///
 /// `probe` is called inside the transaction, between the balance update
 /// and the ledger entry: a no-op in the examples, a place to stop in the
@@ -200,6 +215,9 @@ pub async fn apply_payment<P: Probe>(
         .into());
     }
     probe.in_transaction(&payment.id).await;
+    if payment.body.hold_ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(payment.body.hold_ms)).await;
+    }
     diesel::insert_into(ledger_entries::table)
         .values((
             ledger_entries::message_id.eq(&payment.id),

@@ -74,6 +74,10 @@ pub struct BrokerConfig {
     /// JetStream: how long the stream drops a re-publish with the same
     /// `Nats-Msg-Id` by itself.
     pub duplicate_window: Duration,
+    /// How long a copy answered "in progress" (another delivery of the
+    /// message is still running) waits before the broker delivers it again:
+    /// [`delivery::IN_PROGRESS_DELAY`] by default.
+    pub in_progress_delay: Duration,
 }
 
 impl BrokerConfig {
@@ -89,6 +93,7 @@ impl BrokerConfig {
             ack_wait: Duration::from_secs(5),
             max_deliver: 20,
             duplicate_window: Duration::from_secs(2),
+            in_progress_delay: delivery::IN_PROGRESS_DELAY,
         }
     }
 }

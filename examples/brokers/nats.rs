@@ -20,7 +20,7 @@
 //! - `Retry`: `-NAK` with a delay from [`RETRY_BACKOFF`] and the delivery
 //!   count: JetStream delivers it again after the delay;
 //! - `RetryLater` (another delivery of the message is in flight): `-NAK`
-//!   with [`IN_PROGRESS_DELAY`], so the copy comes back after the first
+//!   with [`BrokerConfig::in_progress_delay`](super::BrokerConfig::in_progress_delay), so the copy comes back after the first
 //!   delivery has ended;
 //! - `DeadLetter`: publishes the message to the dead-letter stream (with a
 //!   `Nats-Msg-Id` of its own stream sequence, so that a second dead-letter
@@ -48,7 +48,7 @@ use async_nats::HeaderMap;
 use futures_util::StreamExt;
 use inbox_runtime::AckDecision;
 
-use super::delivery::{handle, Probe, Received, Verdict, IN_PROGRESS_DELAY, RETRY_BACKOFF};
+use super::delivery::{handle, Probe, Received, Verdict, RETRY_BACKOFF};
 use super::ledger::Pool;
 use super::{Backlog, BoxError, Broker, BrokerConfig, DeadCopy, DeadLetterQueue, Outgoing};
 
@@ -153,7 +153,7 @@ impl Nats {
             }
             AckDecision::RetryLater => {
                 message
-                    .ack_with(AckKind::Nak(Some(IN_PROGRESS_DELAY)))
+                    .ack_with(AckKind::Nak(Some(self.config.in_progress_delay)))
                     .await
             }
             AckDecision::DeadLetter => {

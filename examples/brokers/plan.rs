@@ -9,7 +9,10 @@
 //! Among the payments: poison ones, to an account that does not exist
 //! (rejected: dead at once) or in a currency with no rate (dead after
 //! [`MAX_ATTEMPTS`](super::ledger::MAX_ATTEMPTS) failed attempts), and
-//! now and then a message without an id.
+//! now and then a message without an id. A wave may also carry slow
+//! payments (their handler holds its transaction open for a while),
+//! published as a storm of copies at once, as a producer that retries on a
+//! short timeout does: the copies arrive while the first delivery runs.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -90,11 +93,17 @@ pub struct Mix {
     pub exhausted_percent: u64,
     /// Messages without an id, per wave.
     pub missing_ids_per_wave: usize,
+    /// Slow good payments per wave, beside the new payments.
+    pub slow_per_wave: usize,
+    /// How long a slow payment's handler holds its transaction, in ms.
+    pub slow_hold_ms: u64,
+    /// Copies of each slow payment published at once (at least 1).
+    pub storm_copies: u32,
 }
 
 impl Default for Mix {
     /// 10 accounts; 15 % late and 5 % early retries; 3 % rejected, 3 %
-    /// exhausted; one message without an id per wave.
+    /// exhausted; one message without an id per wave; no slow payments.
     fn default() -> Self {
         Mix {
             accounts: 10,
@@ -103,6 +112,9 @@ impl Default for Mix {
             rejected_percent: 3,
             exhausted_percent: 3,
             missing_ids_per_wave: 1,
+            slow_per_wave: 0,
+            slow_hold_ms: 0,
+            storm_copies: 1,
         }
     }
 }
@@ -164,7 +176,8 @@ impl Plan {
     }
 
     /// The next wave: `new_payments` new payments, the previous wave's late
-    /// retries, this wave's early retries and its messages without an id,
+    /// retries, this wave's early retries, its slow payments (each
+    /// [`Mix::storm_copies`] times) and its messages without an id,
     /// shuffled. Publish it, then [`record`](Self::record) what the broker
     /// stored.
     pub fn wave(&mut self, new_payments: usize) -> Vec<Outgoing> {
@@ -178,6 +191,12 @@ impl Plan {
                 self.late.push(message.clone());
             }
             wave.push(message);
+        }
+        for _ in 0..self.mix.slow_per_wave {
+            let message = self.slow_payment();
+            for _ in 0..self.mix.storm_copies.max(1) {
+                wave.push(message.clone());
+            }
         }
         for _ in 0..self.mix.missing_ids_per_wave {
             let body = self.body(Kind::Good);
@@ -282,8 +301,6 @@ impl Plan {
     }
 
     fn new_payment(&mut self) -> Outgoing {
-        self.next += 1;
-        let id = format!("pay-{}-{:06}", self.run, self.next);
         let roll = self.rng.below(100);
         let kind = if roll < self.mix.rejected_percent {
             Kind::Rejected
@@ -293,6 +310,20 @@ impl Plan {
             Kind::Good
         };
         let body = self.body(kind);
+        self.plan_payment(kind, body)
+    }
+
+    fn slow_payment(&mut self) -> Outgoing {
+        let body = PaymentBody {
+            hold_ms: self.mix.slow_hold_ms,
+            ..self.body(Kind::Good)
+        };
+        self.plan_payment(Kind::Good, body)
+    }
+
+    fn plan_payment(&mut self, kind: Kind, body: PaymentBody) -> Outgoing {
+        self.next += 1;
+        let id = format!("pay-{}-{:06}", self.run, self.next);
         let message = Outgoing {
             id: Some(id.clone()),
             body: body.encode(),
@@ -322,6 +353,7 @@ impl Plan {
             account,
             amount_cents: 1 + self.rng.below(100_000) as i64,
             currency: currency.to_owned(),
+            hold_ms: 0,
         }
     }
 

@@ -22,7 +22,7 @@
 //!   in a row on this consumer): the message is delivered again, with
 //!   `redelivered` set;
 //! - `RetryLater` (another delivery of the message is in flight):
-//!   `basic.nack` with `requeue` after [`IN_PROGRESS_DELAY`]: RabbitMQ has
+//!   `basic.nack` with `requeue` after [`BrokerConfig::in_progress_delay`](super::BrokerConfig::in_progress_delay): RabbitMQ has
 //!   no delay of its own, and holding the copy (one prefetch slot, for a
 //!   bounded time) needs no delay queue in the topology;
 //! - `DeadLetter`: `basic.reject` without `requeue`: the broker moves the
@@ -35,6 +35,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use inbox_runtime::AckDecision;
@@ -48,7 +49,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 
-use super::delivery::{handle, Probe, Received, Verdict, IN_PROGRESS_DELAY, RETRY_BACKOFF};
+use super::delivery::{handle, Probe, Received, Verdict, RETRY_BACKOFF};
 use super::ledger::Pool;
 use super::{Backlog, BoxError, Broker, BrokerConfig, DeadCopy, DeadLetterQueue, Outgoing};
 
@@ -90,6 +91,7 @@ pub struct RabbitMq {
     channel: Channel,
     names: Names,
     prefetch: u16,
+    in_progress_delay: Duration,
 }
 
 /// The producer-assigned id of a delivery: its AMQP `message_id` property.
@@ -165,6 +167,7 @@ impl Broker for RabbitMq {
             channel,
             names: Names::of(&config.run),
             prefetch: config.prefetch,
+            in_progress_delay: config.in_progress_delay,
         })
     }
 
@@ -233,7 +236,13 @@ impl Broker for RabbitMq {
         let failed: Mutex<Option<lapin::Error>> = Mutex::new(None);
         let work = deliveries.for_each_concurrent(usize::from(self.prefetch), |delivery| async {
             match delivery {
-                Ok(delivery) => settle(delivery, pool, probe, &failures_in_a_row).await,
+                Ok(delivery) => {
+                    let pace = Pace {
+                        failures_in_a_row: &failures_in_a_row,
+                        in_progress_delay: self.in_progress_delay,
+                    };
+                    settle(delivery, pool, probe, pace).await
+                }
                 Err(error) => {
                     failed.lock().expect("not poisoned").get_or_insert(error);
                 }
@@ -324,12 +333,20 @@ impl Broker for RabbitMq {
 
 /// One delivery: the handler, then the broker decision, then the ack,
 /// nack or reject.
-async fn settle<P: Probe>(
-    delivery: Delivery,
-    pool: &Pool,
-    probe: &P,
-    failures_in_a_row: &AtomicU32,
-) {
+/// How long a consumer waits before it requeues a delivery.
+#[derive(Clone, Copy)]
+struct Pace<'a> {
+    /// Retries in a row, for [`RETRY_BACKOFF`].
+    failures_in_a_row: &'a AtomicU32,
+    /// Before a copy answered "in progress" is requeued.
+    in_progress_delay: Duration,
+}
+
+async fn settle<P: Probe>(delivery: Delivery, pool: &Pool, probe: &P, pace: Pace<'_>) {
+    let Pace {
+        failures_in_a_row,
+        in_progress_delay,
+    } = pace;
     let id = message_id(&delivery.properties);
     probe.delivered(&Received {
         message_id: id.as_deref(),
@@ -355,7 +372,7 @@ async fn settle<P: Probe>(
             // RabbitMQ requeues at once: the consumer holds the copy for the
             // delay first (one prefetch slot, for a bounded time), which
             // needs no delay queue in the topology.
-            tokio::time::sleep(IN_PROGRESS_DELAY).await;
+            tokio::time::sleep(in_progress_delay).await;
             let requeue = BasicNackOptions {
                 requeue: true,
                 multiple: false,

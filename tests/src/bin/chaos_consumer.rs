@@ -53,6 +53,10 @@ use inbox_examples::brokers::rabbitmq::RabbitMq;
 use inbox_examples::brokers::{BoxError, Broker, BrokerConfig};
 use tokio::sync::{Notify, oneshot};
 
+/// The claim wait of the consumer's handler and the delay before a copy
+/// answered "in progress" is delivered again.
+const IN_PROGRESS_PACE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Where a consumer can be told to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pause {
@@ -148,8 +152,13 @@ fn main() -> ExitCode {
         eprintln!("chaos-consumer: prefetch {prefetch:?} is not a number");
         return ExitCode::from(2);
     };
+    // A copy of a slow payment waits for its first delivery this long,
+    // then comes back after as long again: short, so the chaos run's storms
+    // settle within its limit.
+    inbox_runtime::set_default_claim_wait(inbox_runtime::ClaimWait::Bounded(IN_PROGRESS_PACE));
     let config = BrokerConfig {
         prefetch,
+        in_progress_delay: IN_PROGRESS_PACE,
         ..BrokerConfig::new(url.as_str(), run.as_str())
     };
     let db = LedgerDb::new(database_url.as_str());
