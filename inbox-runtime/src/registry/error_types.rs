@@ -32,7 +32,7 @@ use crate::error::{HandlerError, InboxError, KeyProblem, Recovery, into_handler_
 ///
 /// let ship = registry::find("docs.error_type.ship").next().expect("registered");
 /// let error_type = ship.error_type().expect("a free function's return type is probed");
-/// assert_eq!(error_type.name(), "diesel::result::error::Error");
+/// assert!(error_type.name().starts_with("diesel::result::"), "{}", error_type.name());
 /// assert!(error_type.carries_inbox_errors() && error_type.carries_database_errors());
 /// # }
 /// ```
