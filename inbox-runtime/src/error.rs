@@ -130,6 +130,77 @@ pub enum RetentionProblem {
     },
 }
 
+/// Why an outgoing message was refused before anything was written (see
+/// [`InboxError::InvalidOutgoingMessage`]).
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use inbox_runtime::outbox::{self, OutgoingMessage};
+/// use inbox_runtime::{InboxError, OutgoingProblem};
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// inbox_runtime::setup(&mut conn)?;
+/// let error = conn
+///     .transaction(|conn| outbox::send(conn, &OutgoingMessage::new("", "x")))
+///     .unwrap_err();
+/// assert!(matches!(
+///     error,
+///     InboxError::InvalidOutgoingMessage { problem: OutgoingProblem::Empty { field: "destination" } }
+/// ));
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OutgoingProblem {
+    /// The destination, ordering key or a header name is empty.
+    Empty {
+        /// Which: `destination`, `ordering key` or `header name`.
+        field: &'static str,
+    },
+    /// A text is longer than the outbox stores.
+    TooLong {
+        /// Which text.
+        field: &'static str,
+        /// Its length in bytes.
+        bytes: usize,
+        /// The longest accepted, in bytes.
+        max: usize,
+    },
+    /// A text holds a character no broker or backend takes there (NUL
+    /// anywhere; a line break or, in a header name, a colon, which would
+    /// split a NATS header).
+    Forbidden {
+        /// Which text.
+        field: &'static str,
+        /// The refused character.
+        character: char,
+    },
+    /// The payload could not be encoded (`OutgoingMessage::json`).
+    Unencodable {
+        /// What the encoder said.
+        reason: String,
+    },
+}
+
+impl fmt::Display for OutgoingProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OutgoingProblem::Empty { field } => write!(f, "the {field} is empty"),
+            OutgoingProblem::TooLong { field, bytes, max } => {
+                write!(f, "the {field} is {bytes} bytes long, more than {max}")
+            }
+            OutgoingProblem::Forbidden { field, character } => {
+                write!(f, "the {field} contains {character:?}")
+            }
+            OutgoingProblem::Unencodable { reason } => {
+                write!(f, "the payload could not be encoded: {reason}")
+            }
+        }
+    }
+}
+
 impl fmt::Display for RetentionProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -398,6 +469,28 @@ pub enum InboxError {
         /// How long the claim waited.
         waited: Duration,
     },
+    /// An operation that must run inside the caller's transaction (such as
+    /// recording an outgoing message, which commits or rolls back with the
+    /// writes it announces) was called on a connection with none open.
+    /// Nothing was written. A bug in the calling code: retrying will not help.
+    OutsideTransaction {
+        /// What was refused.
+        operation: &'static str,
+    },
+    /// An operation that commits work of its own (such as an outbox relay's
+    /// lease) was called inside a transaction, where its commit would be the
+    /// caller's. Nothing was done. A bug in the calling code: retrying will
+    /// not help.
+    InsideTransaction {
+        /// What was refused.
+        operation: &'static str,
+    },
+    /// An outgoing message was refused before anything was written (see
+    /// [`OutgoingProblem`]). Retrying the same message will not help.
+    InvalidOutgoingMessage {
+        /// What is wrong with it.
+        problem: OutgoingProblem,
+    },
     /// A pruning batch size of zero, or larger than
     /// [`MAX_BATCH_SIZE`](crate::prune::MAX_BATCH_SIZE). Fix the
     /// configuration; retrying will not help.
@@ -615,6 +708,21 @@ impl fmt::Display for InboxError {
                  flight: the claim waited {} for it; redeliver the message later",
                 format_duration(*waited)
             ),
+            InboxError::OutsideTransaction { operation } => write!(
+                f,
+                "{operation} must run inside a transaction, and the connection has none open: \
+                 nothing was written"
+            ),
+            InboxError::InsideTransaction { operation } => write!(
+                f,
+                "{operation} commits on its own and cannot run inside a transaction: nothing was done"
+            ),
+            InboxError::InvalidOutgoingMessage { problem } => {
+                write!(
+                    f,
+                    "invalid outgoing message: {problem}; nothing was written"
+                )
+            }
             InboxError::InvalidBatchSize { requested, max } => write!(
                 f,
                 "invalid pruning batch size: {requested} is not between 1 and {max}"

@@ -174,6 +174,7 @@ mod layering;
 mod message_id;
 pub mod observe;
 mod options;
+pub mod outbox;
 mod outcome;
 pub mod prune;
 mod recovery;
@@ -236,8 +237,8 @@ pub use delivery::asynchronous::{
 };
 pub use delivery::blocking::{claim, run_idempotent, run_idempotent_storing, run_idempotent_with};
 pub use error::{
-    HandlerError, InboxError, KeyProblem, PayloadConflict, Recovery, RetentionProblem,
-    StoredResultProblem,
+    HandlerError, InboxError, KeyProblem, OutgoingProblem, PayloadConflict, Recovery,
+    RetentionProblem, StoredResultProblem,
 };
 pub use execution::CLAIM_ATTEMPTS;
 pub use fingerprint::{Fingerprint, Fingerprinted};

@@ -219,6 +219,9 @@ impl InboxError {
             | InboxError::InvalidHandlerName { .. }
             | InboxError::InvalidRetention { .. }
             | InboxError::InvalidBatchSize { .. }
+            | InboxError::OutsideTransaction { .. }
+            | InboxError::InsideTransaction { .. }
+            | InboxError::InvalidOutgoingMessage { .. }
             | InboxError::Rejected { .. }
             | InboxError::AttemptsExhausted { .. }
             | InboxError::Conflict(_)

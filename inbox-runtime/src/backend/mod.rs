@@ -29,6 +29,7 @@ use crate::key::ClaimKey;
 mod batch_claim;
 mod failure_rows;
 pub(crate) mod mysql;
+mod outbox_sql;
 pub(crate) mod postgres;
 pub(crate) mod prune_batch;
 pub(crate) mod sqlite;
@@ -40,6 +41,9 @@ pub(crate) use batch_claim::values_sql;
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub(crate) use batch_claim::{BatchReports, InsertedId};
 pub use failure_rows::{DeadLetterRow, Present, SummaryRow};
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) use outbox_sql::outbox_leasable;
+pub use outbox_sql::{BacklogRow, DeadOutboxRow, KeyedInsert, Lease, OutboxRow, OutboxSql};
 pub(crate) use prune_batch::NextHandler;
 pub use prune_batch::{PruneBatchStatement, PruneScope, PrunedTable};
 pub use stored_claim::{StoredClaimRow, StoredClaimSql};
@@ -87,6 +91,10 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// surface (see [`FailureSql`]).
     #[doc(hidden)]
     const FAILURE_SQL: FailureSql;
+
+    /// The outbox's statements (see [`OutboxSql`]).
+    #[doc(hidden)]
+    const OUTBOX_SQL: OutboxSql;
 
     /// Brings an inbox that [`CREATE_SCHEMA_SQL`](Self::CREATE_SCHEMA_SQL)
     /// found in place up to date, where SQL that is safe to run again cannot
@@ -301,6 +309,60 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     ) -> impl std::future::Future<Output = QueryResult<usize>> + Send + 'c
     where
         C: diesel_async::AsyncConnection<Backend = Self>;
+
+    /// Runs `sql` (one of [`OUTBOX_SQL`](Self::OUTBOX_SQL)'s statements,
+    /// perhaps with positions appended) with `binds` bound in order: the
+    /// affected rows.
+    #[doc(hidden)]
+    fn execute_text<C>(conn: &mut C, sql: &str, binds: &[Bind<'_>]) -> QueryResult<usize>
+    where
+        C: diesel::Connection<Backend = Self>;
+
+    /// [`execute_text`](Self::execute_text) on a diesel-async connection.
+    #[cfg(feature = "async")]
+    #[doc(hidden)]
+    fn execute_text_async<'c, C>(
+        conn: &'c mut C,
+        sql: &'c str,
+        binds: &'c [Bind<'c>],
+    ) -> impl std::future::Future<Output = QueryResult<usize>> + Send + 'c
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>;
+
+    /// The outbox rows `sql` (one of [`OUTBOX_SQL`](Self::OUTBOX_SQL)'s
+    /// leases) returns with `binds` bound in order.
+    #[doc(hidden)]
+    fn load_outbox_rows<C>(
+        conn: &mut C,
+        sql: &str,
+        binds: &[Bind<'_>],
+    ) -> QueryResult<Vec<OutboxRow>>
+    where
+        C: diesel::connection::LoadConnection<Backend = Self>;
+
+    /// [`load_outbox_rows`](Self::load_outbox_rows) on a diesel-async
+    /// connection.
+    #[cfg(feature = "async")]
+    #[doc(hidden)]
+    fn load_outbox_rows_async<'c, C>(
+        conn: &'c mut C,
+        sql: &'c str,
+        binds: &'c [Bind<'c>],
+    ) -> impl std::future::Future<Output = QueryResult<Vec<OutboxRow>>> + Send + 'c
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>;
+
+    /// One page of dead outgoing messages ([`OutboxSql::list_dead`]).
+    #[doc(hidden)]
+    fn load_dead_outbox<C>(conn: &mut C, binds: &[Bind<'_>]) -> QueryResult<Vec<DeadOutboxRow>>
+    where
+        C: diesel::connection::LoadConnection<Backend = Self>;
+
+    /// The outbox's backlog ([`OutboxSql::backlog`]).
+    #[doc(hidden)]
+    fn load_outbox_backlog<C>(conn: &mut C) -> QueryResult<Vec<BacklogRow>>
+    where
+        C: diesel::connection::LoadConnection<Backend = Self>;
 
     /// One page of dead messages ([`FailureSql::list_dead`]).
     #[doc(hidden)]
@@ -578,6 +640,80 @@ macro_rules! bound_statement_fn {
             use diesel_async::RunQueryDsl;
             crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds)
                 .execute(conn)
+        }
+
+        fn execute_text<C>(
+            conn: &mut C,
+            sql: &str,
+            binds: &[crate::backend::Bind<'_>],
+        ) -> QueryResult<usize>
+        where
+            C: diesel::Connection<Backend = Self>,
+        {
+            use diesel::RunQueryDsl;
+            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds)
+                .execute(conn)
+        }
+
+        #[cfg(feature = "async")]
+        fn execute_text_async<'c, C>(
+            conn: &'c mut C,
+            sql: &'c str,
+            binds: &'c [crate::backend::Bind<'c>],
+        ) -> impl std::future::Future<Output = QueryResult<usize>> + Send + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            use diesel_async::RunQueryDsl;
+            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds)
+                .execute(conn)
+        }
+
+        fn load_outbox_rows<C>(
+            conn: &mut C,
+            sql: &str,
+            binds: &[crate::backend::Bind<'_>],
+        ) -> QueryResult<Vec<crate::backend::OutboxRow>>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            use diesel::RunQueryDsl;
+            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds).load(conn)
+        }
+
+        #[cfg(feature = "async")]
+        fn load_outbox_rows_async<'c, C>(
+            conn: &'c mut C,
+            sql: &'c str,
+            binds: &'c [crate::backend::Bind<'c>],
+        ) -> impl std::future::Future<Output = QueryResult<Vec<crate::backend::OutboxRow>>>
+        + Send
+        + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            use diesel_async::RunQueryDsl;
+            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds).load(conn)
+        }
+
+        fn load_dead_outbox<C>(
+            conn: &mut C,
+            binds: &[crate::backend::Bind<'_>],
+        ) -> QueryResult<Vec<crate::backend::DeadOutboxRow>>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            use diesel::RunQueryDsl;
+            let sql = <Self as crate::backend::InboxBackend>::OUTBOX_SQL.list_dead;
+            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds).load(conn)
+        }
+
+        fn load_outbox_backlog<C>(conn: &mut C) -> QueryResult<Vec<crate::backend::BacklogRow>>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            use diesel::RunQueryDsl;
+            diesel::sql_query(<Self as crate::backend::InboxBackend>::OUTBOX_SQL.backlog).load(conn)
         }
 
         fn load_dead_letters<C>(

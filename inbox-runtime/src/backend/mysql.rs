@@ -102,8 +102,9 @@ mod imp {
 
     use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{
-        BatchReports, FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, StoredClaimSql,
-        migration_sql, push_claim_row, sealed, values_sql,
+        BatchReports, FailureSql, InboxBackend, KeyedInsert, Lease, OutboxSql, PruneBatchStatement,
+        PrunedTable, StoredClaimSql, migration_sql, outbox_leasable, push_claim_row, sealed,
+        values_sql,
     };
     use crate::fingerprint::Fingerprint;
     use crate::key::ClaimKey;
@@ -122,6 +123,8 @@ mod imp {
             "2026-12-06-000000_fingerprints_and_results",
             "up.sql"
         ),
+        "\n",
+        migration_sql!("mysql", "2026-12-07-000000_outbox", "up.sql"),
     );
 
     /// Fingerprints and stored results. The select is a locking read: in a
@@ -192,6 +195,65 @@ mod imp {
     pub(crate) const MIGRATIONS: diesel_migrations::EmbeddedMigrations =
         diesel_migrations::embed_migrations!("migrations/mysql");
 
+    /// The outbox's statements (see [`OutboxSql`]). MySQL cannot update a
+    /// table it reads in a subquery of the same statement (MariaDB can),
+    /// so a lease locks its rows with `SELECT … FOR UPDATE SKIP LOCKED`
+    /// and leases them by position, in one transaction; and a keyed
+    /// message is two statements: the key's counter upserted (its row lock
+    /// makes writers of one key take turns until they commit), then the
+    /// message inserted with the counter's value.
+    const OUTBOX: OutboxSql = OutboxSql {
+        insert: "INSERT INTO inbox_outbox (id, destination, headers, payload) VALUES (?, ?, ?, ?)",
+        insert_keyed: KeyedInsert::AdvanceThenInsert {
+            advance: "INSERT INTO inbox_outbox_keys (ordering_key, last_seq) VALUES (?, 1) \
+                 ON DUPLICATE KEY UPDATE last_seq = last_seq + 1",
+            insert: "INSERT INTO inbox_outbox (id, destination, ordering_key, key_seq, headers, payload) \
+                 SELECT ?, ?, ordering_key, last_seq, ?, ? FROM inbox_outbox_keys WHERE ordering_key = ?",
+        },
+        lease: Lease::LockThenLease {
+            select: concat!(
+                "SELECT o.position, o.id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts, ",
+                micros!("o.created_at"),
+                " AS created_micros FROM inbox_outbox o WHERE ",
+                outbox_leasable!("UTC_TIMESTAMP(6)"),
+                " ORDER BY o.position LIMIT ? FOR UPDATE SKIP LOCKED"
+            ),
+            lease: "UPDATE inbox_outbox SET lease_owner = ?, \
+                 leased_until = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? * 1000 MICROSECOND) \
+                 WHERE position IN (",
+        },
+        mark_sent: "UPDATE inbox_outbox SET sent_at = UTC_TIMESTAMP(6), lease_owner = NULL, \
+             leased_until = NULL WHERE sent_at IS NULL AND position IN (",
+        release: "UPDATE inbox_outbox SET lease_owner = NULL, leased_until = NULL \
+             WHERE lease_owner = ? AND sent_at IS NULL AND position IN (",
+        // MySQL assigns left to right, each assignment seeing the ones
+        // before it: dead_at reads attempts before it is counted up.
+        record_refusal: "UPDATE inbox_outbox SET \
+             dead_at = CASE WHEN attempts + 1 >= ? THEN UTC_TIMESTAMP(6) END, \
+             retry_at = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? * 1000 MICROSECOND), \
+             attempts = attempts + 1, last_error = ?, lease_owner = NULL, leased_until = NULL \
+             WHERE position = ? AND lease_owner = ? AND sent_at IS NULL",
+        list_dead: concat!(
+            "SELECT position, id, destination, ordering_key, attempts, last_error, ",
+            micros!("created_at"),
+            " AS created_micros, ",
+            micros!("dead_at"),
+            " AS dead_micros FROM inbox_outbox WHERE dead_at IS NOT NULL AND sent_at IS NULL \
+             AND position > ? ORDER BY position LIMIT ?"
+        ),
+        revive: "UPDATE inbox_outbox SET dead_at = NULL, attempts = 0, retry_at = NULL, \
+             last_error = NULL WHERE dead_at IS NOT NULL AND sent_at IS NULL \
+             AND (? IS NULL OR id = ?)",
+        discard: "DELETE FROM inbox_outbox WHERE dead_at IS NOT NULL AND sent_at IS NULL \
+             AND (? IS NULL OR id = ?)",
+        backlog: concat!(
+            "SELECT COUNT(CASE WHEN dead_at IS NULL THEN 1 END) AS pending, ",
+            "COUNT(dead_at) AS dead, MIN(CASE WHEN dead_at IS NULL THEN ",
+            micros!("created_at"),
+            " END) AS oldest_micros FROM inbox_outbox WHERE sent_at IS NULL"
+        ),
+    };
+
     impl sealed::Sealed for Mysql {}
 
     /// The batch claim, bound: a multi-row `INSERT IGNORE`, which reports
@@ -249,8 +311,10 @@ mod imp {
 
         const CREATE_SCHEMA_SQL: &'static str = SCHEMA_SQL;
         const FAILURE_SQL: FailureSql = FAILURES;
+        const OUTBOX_SQL: OutboxSql = OUTBOX;
         const STORED_CLAIM_SQL: StoredClaimSql = STORED_CLAIMS;
         const DROP_SCHEMA_SQL: &'static str = concat!(
+            migration_sql!("mysql", "2026-12-07-000000_outbox", "down.sql"),
             migration_sql!("mysql", "2026-12-05-000000_failures", "down.sql"),
             migration_sql!(
                 "mysql",

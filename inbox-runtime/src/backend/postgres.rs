@@ -118,8 +118,8 @@ mod imp {
 
     use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{
-        BatchReports, FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, StoredClaimSql,
-        migration_sql, sealed,
+        BatchReports, FailureSql, InboxBackend, KeyedInsert, Lease, OutboxSql, PruneBatchStatement,
+        PrunedTable, StoredClaimSql, migration_sql, outbox_leasable, sealed,
     };
     use crate::fingerprint::Fingerprint;
     use crate::key::ClaimKey;
@@ -147,6 +147,8 @@ mod imp {
             "2026-12-06-000000_fingerprints_and_results",
             "up.sql"
         ),
+        "\n",
+        migration_sql!("postgres", "2026-12-07-000000_outbox", "up.sql"),
     );
 
     /// Whether the generation layout's archive exists (see
@@ -223,6 +225,60 @@ mod imp {
     pub(crate) const MIGRATIONS: diesel_migrations::EmbeddedMigrations =
         diesel_migrations::embed_migrations!("migrations/postgres");
 
+    /// The outbox's statements (see [`OutboxSql`]): one statement leases
+    /// the next messages (`UPDATE … WHERE position IN (SELECT … FOR UPDATE
+    /// SKIP LOCKED) RETURNING …`), and one records a keyed message (a CTE
+    /// upserts the key's counter, whose row lock makes writers of one key
+    /// take turns until they commit).
+    const OUTBOX: OutboxSql = OutboxSql {
+        insert: "INSERT INTO inbox_outbox (id, destination, headers, payload) VALUES ($1, $2, $3, $4)",
+        insert_keyed: KeyedInsert::OneStatement(
+            "WITH seq AS (INSERT INTO inbox_outbox_keys (ordering_key, last_seq) VALUES ($5, 1) \
+             ON CONFLICT (ordering_key) DO UPDATE SET last_seq = inbox_outbox_keys.last_seq + 1 \
+             RETURNING ordering_key, last_seq) \
+             INSERT INTO inbox_outbox (id, destination, ordering_key, key_seq, headers, payload) \
+             SELECT $1, $2, seq.ordering_key, seq.last_seq, $3, $4 FROM seq",
+        ),
+        lease: Lease::Returning(concat!(
+            "UPDATE inbox_outbox SET lease_owner = $1, ",
+            "leased_until = statement_timestamp() + $2 * INTERVAL '1 millisecond' ",
+            "WHERE position IN (SELECT o.position FROM inbox_outbox o WHERE ",
+            outbox_leasable!("statement_timestamp()"),
+            " ORDER BY o.position LIMIT $3 FOR UPDATE SKIP LOCKED) ",
+            "RETURNING position, id, destination, ordering_key, headers, payload, attempts, ",
+            micros!("created_at"),
+            " AS created_micros"
+        )),
+        mark_sent: "UPDATE inbox_outbox SET sent_at = statement_timestamp(), lease_owner = NULL, \
+             leased_until = NULL WHERE sent_at IS NULL AND position IN (",
+        release: "UPDATE inbox_outbox SET lease_owner = NULL, leased_until = NULL \
+             WHERE lease_owner = $1 AND sent_at IS NULL AND position IN (",
+        record_refusal: "UPDATE inbox_outbox SET \
+             dead_at = CASE WHEN attempts + 1 >= $1 THEN statement_timestamp() END, \
+             retry_at = statement_timestamp() + $2 * INTERVAL '1 millisecond', \
+             attempts = attempts + 1, last_error = $3, lease_owner = NULL, leased_until = NULL \
+             WHERE position = $4 AND lease_owner = $5 AND sent_at IS NULL",
+        list_dead: concat!(
+            "SELECT position, id, destination, ordering_key, attempts, last_error, ",
+            micros!("created_at"),
+            " AS created_micros, ",
+            micros!("dead_at"),
+            " AS dead_micros FROM inbox_outbox WHERE dead_at IS NOT NULL AND sent_at IS NULL \
+             AND position > $1 ORDER BY position LIMIT $2"
+        ),
+        revive: "UPDATE inbox_outbox SET dead_at = NULL, attempts = 0, retry_at = NULL, \
+             last_error = NULL WHERE dead_at IS NOT NULL AND sent_at IS NULL \
+             AND ($1::text IS NULL OR id = $2)",
+        discard: "DELETE FROM inbox_outbox WHERE dead_at IS NOT NULL AND sent_at IS NULL \
+             AND ($1::text IS NULL OR id = $2)",
+        backlog: concat!(
+            "SELECT COUNT(CASE WHEN dead_at IS NULL THEN 1 END) AS pending, ",
+            "COUNT(dead_at) AS dead, MIN(CASE WHEN dead_at IS NULL THEN ",
+            micros!("created_at"),
+            " END) AS oldest_micros FROM inbox_outbox WHERE sent_at IS NULL"
+        ),
+    };
+
     impl sealed::Sealed for Pg {}
 
     /// The batch claim: the ids travel as one array parameter, whatever
@@ -279,6 +335,7 @@ mod imp {
 
         const CREATE_SCHEMA_SQL: &'static str = SCHEMA_SQL;
         const DROP_SCHEMA_SQL: &'static str = concat!(
+            migration_sql!("postgres", "2026-12-07-000000_outbox", "down.sql"),
             migration_sql!("postgres", "2026-12-05-000000_failures", "down.sql"),
             migration_sql!(
                 "postgres",
@@ -287,6 +344,7 @@ mod imp {
             ),
         );
         const FAILURE_SQL: FailureSql = FAILURES;
+        const OUTBOX_SQL: OutboxSql = OUTBOX;
         const STORED_CLAIM_SQL: StoredClaimSql = STORED_CLAIMS;
         const OUTERMOST_BEGIN_SQL: &'static str = "BEGIN";
         const OUTERMOST_ROLLBACK_SQL: &'static str = "ROLLBACK";

@@ -51,8 +51,8 @@ mod imp {
 
     use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{
-        BatchReports, FailureSql, InboxBackend, PruneBatchStatement, PrunedTable, StoredClaimSql,
-        migration_sql, sealed, values_sql,
+        BatchReports, FailureSql, InboxBackend, KeyedInsert, Lease, OutboxSql, PruneBatchStatement,
+        PrunedTable, StoredClaimSql, migration_sql, outbox_leasable, sealed, values_sql,
     };
     use crate::fingerprint::Fingerprint;
     use crate::key::ClaimKey;
@@ -63,6 +63,8 @@ mod imp {
         include_str!("sqlite/schema.sql"),
         "\n",
         migration_sql!("sqlite", "2026-12-05-000000_failures", "up.sql"),
+        "\n",
+        migration_sql!("sqlite", "2026-12-07-000000_outbox", "up.sql"),
     );
 
     /// Fingerprints and stored results.
@@ -190,6 +192,58 @@ mod imp {
         })
     }
 
+    /// The outbox's statements (see [`OutboxSql`]). SQLite has one writer
+    /// at a time: a lease is one `UPDATE … RETURNING` (no row locks to
+    /// skip), and a keyed message two statements, the key's counter
+    /// upserted and the message inserted with its value.
+    const OUTBOX: OutboxSql = OutboxSql {
+        insert: "INSERT INTO inbox_outbox (id, destination, headers, payload) VALUES (?, ?, ?, ?)",
+        insert_keyed: KeyedInsert::AdvanceThenInsert {
+            advance: "INSERT INTO inbox_outbox_keys (ordering_key, last_seq) VALUES (?, 1) \
+                 ON CONFLICT (ordering_key) DO UPDATE SET last_seq = last_seq + 1",
+            insert: "INSERT INTO inbox_outbox (id, destination, ordering_key, key_seq, headers, payload) \
+                 SELECT ?, ?, ordering_key, last_seq, ?, ? FROM inbox_outbox_keys WHERE ordering_key = ?",
+        },
+        lease: Lease::Returning(concat!(
+            "UPDATE inbox_outbox SET lease_owner = ?, ",
+            "leased_until = strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.3f seconds', ? / 1000.0)) ",
+            "WHERE position IN (SELECT o.position FROM inbox_outbox o WHERE ",
+            outbox_leasable!("strftime('%Y-%m-%d %H:%M:%f', 'now')"),
+            " ORDER BY o.position LIMIT ?) ",
+            "RETURNING position, id, destination, ordering_key, headers, payload, attempts, ",
+            micros!("created_at"),
+            " AS created_micros"
+        )),
+        mark_sent: "UPDATE inbox_outbox SET sent_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), \
+             lease_owner = NULL, leased_until = NULL WHERE sent_at IS NULL AND position IN (",
+        release: "UPDATE inbox_outbox SET lease_owner = NULL, leased_until = NULL \
+             WHERE lease_owner = ? AND sent_at IS NULL AND position IN (",
+        record_refusal: "UPDATE inbox_outbox SET \
+             dead_at = CASE WHEN attempts + 1 >= ? THEN strftime('%Y-%m-%d %H:%M:%f', 'now') END, \
+             retry_at = strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.3f seconds', ? / 1000.0)), \
+             attempts = attempts + 1, last_error = ?, lease_owner = NULL, leased_until = NULL \
+             WHERE position = ? AND lease_owner = ? AND sent_at IS NULL",
+        list_dead: concat!(
+            "SELECT position, id, destination, ordering_key, attempts, last_error, ",
+            micros!("created_at"),
+            " AS created_micros, ",
+            micros!("dead_at"),
+            " AS dead_micros FROM inbox_outbox WHERE dead_at IS NOT NULL AND sent_at IS NULL \
+             AND position > ? ORDER BY position LIMIT ?"
+        ),
+        revive: "UPDATE inbox_outbox SET dead_at = NULL, attempts = 0, retry_at = NULL, \
+             last_error = NULL WHERE dead_at IS NOT NULL AND sent_at IS NULL \
+             AND (? IS NULL OR id = ?)",
+        discard: "DELETE FROM inbox_outbox WHERE dead_at IS NOT NULL AND sent_at IS NULL \
+             AND (? IS NULL OR id = ?)",
+        backlog: concat!(
+            "SELECT COUNT(CASE WHEN dead_at IS NULL THEN 1 END) AS pending, ",
+            "COUNT(dead_at) AS dead, MIN(CASE WHEN dead_at IS NULL THEN ",
+            micros!("created_at"),
+            " END) AS oldest_micros FROM inbox_outbox WHERE sent_at IS NULL"
+        ),
+    };
+
     impl sealed::Sealed for Sqlite {}
 
     /// The batch claim, bound: a multi-row `INSERT … ON CONFLICT DO
@@ -225,6 +279,7 @@ mod imp {
 
         const CREATE_SCHEMA_SQL: &'static str = SCHEMA_SQL;
         const DROP_SCHEMA_SQL: &'static str = concat!(
+            migration_sql!("sqlite", "2026-12-07-000000_outbox", "down.sql"),
             migration_sql!("sqlite", "2026-12-05-000000_failures", "down.sql"),
             migration_sql!(
                 "sqlite",
@@ -233,6 +288,7 @@ mod imp {
             ),
         );
         const FAILURE_SQL: FailureSql = FAILURES;
+        const OUTBOX_SQL: OutboxSql = OUTBOX;
         const STORED_CLAIM_SQL: StoredClaimSql = STORED_CLAIMS;
         const OUTERMOST_BEGIN_SQL: &'static str = "BEGIN";
         const OUTERMOST_ROLLBACK_SQL: &'static str = "ROLLBACK";

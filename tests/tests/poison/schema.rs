@@ -115,11 +115,15 @@ where
     assert_old_inbox_works::<B>(&mut conn, &mut observer);
     let ran = inbox_runtime::migrations::run_pending(&mut conn).expect("the new migrations");
     assert_eq!(
-        ran, 2,
-        "the failures migration and the fingerprints one after it"
+        ran, 3,
+        "the failures migration, and the fingerprints and outbox ones after it"
     );
     assert_upgraded::<B>(&mut conn, &mut observer);
 
+    let outbox = conn
+        .revert_last_migration(InboxMigrations)
+        .expect("revert the outbox migration");
+    assert_eq!(outbox.to_string(), "20261207000000");
     let later = conn
         .revert_last_migration(InboxMigrations)
         .expect("revert the fingerprints migration");

@@ -1,0 +1,159 @@
+//! The outbox's statements as each backend writes them ([`OutboxSql`]), and
+//! the rows they read.
+//!
+//! Times come from the database clock. Statements that take a list of
+//! positions end with an open `IN (`: the caller appends the positions
+//! (integers the relay read from the table) and the closing parenthesis,
+//! after every bound value.
+
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Binary, Integer, Nullable, Text};
+
+/// One backend's statements over `inbox_outbox` and `inbox_outbox_keys`.
+/// Each takes its binds in the order given.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct OutboxSql {
+    /// Records a message without an ordering key: `(id, destination,
+    /// headers, payload)`.
+    pub(crate) insert: &'static str,
+    /// Records a message with an ordering key, numbered after the key's
+    /// last one.
+    pub(crate) insert_keyed: KeyedInsert,
+    /// Leases the next messages a relay may publish.
+    pub(crate) lease: Lease,
+    /// Marks messages sent (no binds; positions appended).
+    pub(crate) mark_sent: &'static str,
+    /// Gives leased messages back unpublished: `(owner)`, positions
+    /// appended.
+    pub(crate) release: &'static str,
+    /// Counts a refused publish and sets the next try, or marks the message
+    /// dead at the limit: `(limit, backoff_millis, last_error, position,
+    /// owner)`.
+    pub(crate) record_refusal: &'static str,
+    /// One page of dead messages, oldest position first: `(after_position,
+    /// limit)`.
+    pub(crate) list_dead: &'static str,
+    /// Makes dead messages pending again, attempts reset: `(id or NULL, id
+    /// or NULL)`.
+    pub(crate) revive: &'static str,
+    /// Deletes dead messages: `(id or NULL, id or NULL)`.
+    pub(crate) discard: &'static str,
+    /// The backlog: `pending` (unsent, not dead), `dead`, and
+    /// `oldest_micros` (the oldest pending message's `created_at`, or NULL).
+    pub(crate) backlog: &'static str,
+}
+
+/// How a backend records a message with an ordering key. Both take the
+/// binds `(id, destination, headers, payload, ordering_key)`.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum KeyedInsert {
+    /// One statement advances the key's counter and inserts the message.
+    OneStatement(&'static str),
+    /// `advance` (binds `(ordering_key)`) locks and advances the key's
+    /// counter, then `insert` numbers the message after it.
+    AdvanceThenInsert {
+        /// Upserts the key's counter: `(ordering_key)`.
+        advance: &'static str,
+        /// Inserts the message with the counter's value.
+        insert: &'static str,
+    },
+}
+
+/// How a backend leases the next messages to publish: the oldest pending
+/// messages (by position) that no other relay holds, that are not waiting
+/// for a retry, and that are the first unsent message of their ordering key.
+/// Both return [`OutboxRow`]s.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum Lease {
+    /// One statement picks, leases and returns them: `(owner,
+    /// lease_millis, limit)`.
+    Returning(&'static str),
+    /// In one transaction: `select` picks and locks them, skipping rows
+    /// another relay has locked (`(limit)`), then `lease` (`(owner,
+    /// lease_millis)`, positions appended) leases them.
+    LockThenLease {
+        /// The locking select.
+        select: &'static str,
+        /// The lease update.
+        lease: &'static str,
+    },
+}
+
+/// The condition a message meets to be leased (the table is `o`), with the
+/// backend's current time: pending, no lease held, no retry waited for, and
+/// no earlier unsent message of its ordering key (a dead one included, so a
+/// dead message holds back the rest of its key until it is revived or
+/// discarded).
+macro_rules! outbox_leasable {
+    ($now:literal) => {
+        concat!(
+            "o.sent_at IS NULL AND o.dead_at IS NULL AND (o.retry_at IS NULL OR o.retry_at <= ",
+            $now,
+            ") AND (o.leased_until IS NULL OR o.leased_until <= ",
+            $now,
+            ") AND (o.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM inbox_outbox p \
+             WHERE p.ordering_key = o.ordering_key AND p.sent_at IS NULL AND p.key_seq < o.key_seq))"
+        )
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) use outbox_leasable;
+
+/// One leased message.
+#[doc(hidden)]
+#[derive(Debug, QueryableByName)]
+pub struct OutboxRow {
+    #[diesel(sql_type = BigInt)]
+    pub(crate) position: i64,
+    #[diesel(sql_type = Text)]
+    pub(crate) id: String,
+    #[diesel(sql_type = Text)]
+    pub(crate) destination: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub(crate) ordering_key: Option<String>,
+    #[diesel(sql_type = Binary)]
+    pub(crate) headers: Vec<u8>,
+    #[diesel(sql_type = Binary)]
+    pub(crate) payload: Vec<u8>,
+    #[diesel(sql_type = Integer)]
+    pub(crate) attempts: i32,
+    #[diesel(sql_type = BigInt)]
+    pub(crate) created_micros: i64,
+}
+
+/// One dead message, as [`OutboxSql::list_dead`] reads it.
+#[doc(hidden)]
+#[derive(Debug, QueryableByName)]
+pub struct DeadOutboxRow {
+    #[diesel(sql_type = BigInt)]
+    pub(crate) position: i64,
+    #[diesel(sql_type = Text)]
+    pub(crate) id: String,
+    #[diesel(sql_type = Text)]
+    pub(crate) destination: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub(crate) ordering_key: Option<String>,
+    #[diesel(sql_type = Integer)]
+    pub(crate) attempts: i32,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub(crate) last_error: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    pub(crate) created_micros: i64,
+    #[diesel(sql_type = BigInt)]
+    pub(crate) dead_micros: i64,
+}
+
+/// The outbox's backlog, as [`OutboxSql::backlog`] reads it.
+#[doc(hidden)]
+#[derive(Debug, QueryableByName)]
+pub struct BacklogRow {
+    #[diesel(sql_type = BigInt)]
+    pub(crate) pending: i64,
+    #[diesel(sql_type = BigInt)]
+    pub(crate) dead: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub(crate) oldest_micros: Option<i64>,
+}

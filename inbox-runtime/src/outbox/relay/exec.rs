@@ -1,0 +1,152 @@
+//! How a relay's statements reach the database: the one seam between the
+//! relay's round (written once, as an `async fn`) and a connection,
+//! blocking or diesel-async.
+
+use std::future::{Future, Ready, ready};
+
+use diesel::QueryResult;
+use diesel::connection::{LoadConnection, TransactionManager, TransactionManagerStatus};
+
+use crate::backend::{Bind, InboxBackend, OutboxRow};
+
+/// A relay's statements, on one connection.
+pub(crate) trait RelayExec {
+    /// The backend the outbox's statements are written for.
+    type Backend: InboxBackend;
+
+    /// Diesel's transaction manager status of the connection.
+    fn status(&mut self) -> &mut TransactionManagerStatus;
+
+    /// Begins, commits or rolls back a transaction through Diesel's
+    /// transaction manager.
+    fn transaction(
+        &mut self,
+        step: TransactionStep,
+    ) -> impl Future<Output = QueryResult<()>> + Send;
+
+    /// The outbox rows `sql` returns with `binds`.
+    fn load(
+        &mut self,
+        sql: &str,
+        binds: &[Bind<'_>],
+    ) -> impl Future<Output = QueryResult<Vec<OutboxRow>>> + Send;
+
+    /// Runs `sql` with `binds`: the rows it affected.
+    fn execute(
+        &mut self,
+        sql: &str,
+        binds: &[Bind<'_>],
+    ) -> impl Future<Output = QueryResult<usize>> + Send;
+}
+
+/// A step of a relay's own short transaction.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TransactionStep {
+    Begin,
+    Commit,
+    Rollback,
+}
+
+/// A blocking connection: each step runs when called.
+pub(crate) struct Blocking<'c, C> {
+    conn: &'c mut C,
+}
+
+impl<'c, C> Blocking<'c, C> {
+    pub(crate) fn new(conn: &'c mut C) -> Self {
+        Blocking { conn }
+    }
+}
+
+// Each step returns `Ready`: a blocking round completes in one poll.
+#[allow(refining_impl_trait)]
+impl<C> RelayExec for Blocking<'_, C>
+where
+    C: LoadConnection,
+    C::Backend: InboxBackend,
+{
+    type Backend = C::Backend;
+
+    fn status(&mut self) -> &mut TransactionManagerStatus {
+        C::TransactionManager::transaction_manager_status_mut(self.conn)
+    }
+
+    fn transaction(&mut self, step: TransactionStep) -> Ready<QueryResult<()>> {
+        ready(match step {
+            TransactionStep::Begin => C::TransactionManager::begin_transaction(self.conn),
+            TransactionStep::Commit => C::TransactionManager::commit_transaction(self.conn),
+            TransactionStep::Rollback => C::TransactionManager::rollback_transaction(self.conn),
+        })
+    }
+
+    fn load(&mut self, sql: &str, binds: &[Bind<'_>]) -> Ready<QueryResult<Vec<OutboxRow>>> {
+        ready(C::Backend::load_outbox_rows(self.conn, sql, binds))
+    }
+
+    fn execute(&mut self, sql: &str, binds: &[Bind<'_>]) -> Ready<QueryResult<usize>> {
+        ready(C::Backend::execute_text(self.conn, sql, binds))
+    }
+}
+
+/// A diesel-async connection.
+#[cfg(feature = "async")]
+pub(crate) struct Async<'c, C> {
+    conn: &'c mut C,
+}
+
+#[cfg(feature = "async")]
+impl<'c, C> Async<'c, C> {
+    pub(crate) fn new(conn: &'c mut C) -> Self {
+        Async { conn }
+    }
+}
+
+#[cfg(feature = "async")]
+impl<C> RelayExec for Async<'_, C>
+where
+    C: diesel_async::AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    type Backend = C::Backend;
+
+    fn status(&mut self) -> &mut TransactionManagerStatus {
+        use diesel_async::TransactionManager;
+        C::TransactionManager::transaction_manager_status_mut(self.conn)
+    }
+
+    fn transaction(
+        &mut self,
+        step: TransactionStep,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        use diesel_async::TransactionManager;
+        async move {
+            match step {
+                TransactionStep::Begin => C::TransactionManager::begin_transaction(self.conn).await,
+                TransactionStep::Commit => {
+                    C::TransactionManager::commit_transaction(self.conn).await
+                }
+                TransactionStep::Rollback => {
+                    C::TransactionManager::rollback_transaction(self.conn).await
+                }
+            }
+        }
+    }
+
+    fn load(
+        &mut self,
+        sql: &str,
+        binds: &[Bind<'_>],
+    ) -> impl Future<Output = QueryResult<Vec<OutboxRow>>> + Send {
+        let conn = &mut *self.conn;
+        async move { C::Backend::load_outbox_rows_async(conn, sql, binds).await }
+    }
+
+    fn execute(
+        &mut self,
+        sql: &str,
+        binds: &[Bind<'_>],
+    ) -> impl Future<Output = QueryResult<usize>> + Send {
+        let conn = &mut *self.conn;
+        async move { C::Backend::execute_text_async(conn, sql, binds).await }
+    }
+}

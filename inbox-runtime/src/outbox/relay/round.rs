@@ -1,0 +1,244 @@
+//! One round of a relay, written once for blocking and async connections:
+//! lease the next messages, publish them, mark what the broker confirmed.
+
+use std::future::{Future, Ready, ready};
+
+use super::exec::{RelayExec, TransactionStep};
+use super::{Relay, RelayReport};
+use crate::backend::{Bind, InboxBackend, Lease, OutboxRow};
+use crate::error::InboxError;
+use crate::outbox::headers;
+use crate::outbox::id::OutboxId;
+use crate::outbox::publisher::{BlockingPublisher, OutboxMessage, PublishError, Publisher};
+use crate::text::bounded;
+
+/// How a round publishes: a [`Publisher`]'s future, or a
+/// [`BlockingPublisher`]'s answer, ready when called.
+pub(crate) trait Publish {
+    fn publish(
+        &mut self,
+        messages: &[OutboxMessage],
+    ) -> impl Future<Output = Vec<Result<(), PublishError>>> + Send;
+}
+
+/// A [`BlockingPublisher`] as a round's [`Publish`].
+pub(crate) struct BlockingPublish<'p, P>(pub(crate) &'p mut P);
+
+#[allow(refining_impl_trait)]
+impl<P: BlockingPublisher> Publish for BlockingPublish<'_, P> {
+    fn publish(&mut self, messages: &[OutboxMessage]) -> Ready<Vec<Result<(), PublishError>>> {
+        ready(self.0.publish(messages))
+    }
+}
+
+/// A [`Publisher`] as a round's [`Publish`].
+pub(crate) struct AsyncPublish<'p, P>(pub(crate) &'p mut P);
+
+impl<P: Publisher> Publish for AsyncPublish<'_, P> {
+    fn publish(
+        &mut self,
+        messages: &[OutboxMessage],
+    ) -> impl Future<Output = Vec<Result<(), PublishError>>> + Send {
+        self.0.publish(messages)
+    }
+}
+
+/// What [`InboxError::InsideTransaction`] names.
+const ROUND: &str = "an outbox relay round";
+
+/// One round: see [`Relay::run_once`].
+pub(crate) async fn round<X, P>(
+    relay: &Relay,
+    exec: &mut X,
+    publisher: &mut P,
+) -> Result<RelayReport, InboxError>
+where
+    X: RelayExec,
+    P: Publish,
+{
+    if exec.status().transaction_depth()?.is_some() {
+        return Err(InboxError::InsideTransaction { operation: ROUND });
+    }
+    let owner = OutboxId::generate();
+    let mut rows = lease(relay, exec, owner.as_str()).await?;
+    rows.sort_by_key(|row| row.position);
+    let mut report = RelayReport {
+        leased: rows.len(),
+        ..RelayReport::default()
+    };
+    if rows.is_empty() {
+        return Ok(report);
+    }
+
+    let mut positions = Vec::with_capacity(rows.len());
+    let mut messages = Vec::with_capacity(rows.len());
+    let mut refusals = Vec::new();
+    for row in rows {
+        match headers::decode(&row.headers) {
+            Ok(decoded) => {
+                positions.push((row.position, row.attempts));
+                messages.push(message(row, decoded));
+            }
+            // Stored by this crate and damaged since: no publish can fix
+            // it, so it is dead at once.
+            Err(reason) => refusals.push((row.position, row.attempts, reason, true)),
+        }
+    }
+    let mut answers = if messages.is_empty() {
+        Vec::new()
+    } else {
+        publisher.publish(&messages).await
+    };
+    answers.resize_with(messages.len(), || {
+        Err(PublishError::unavailable(
+            "the publisher gave no answer for this message",
+        ))
+    });
+
+    let mut sent = Vec::new();
+    let mut unavailable = Vec::new();
+    for ((position, attempts), answer) in positions.into_iter().zip(answers) {
+        match answer {
+            Ok(()) => sent.push(position),
+            Err(error) if error.is_refused() => {
+                refusals.push((position, attempts, error.reason().to_owned(), false));
+            }
+            Err(error) => {
+                report.last_unavailable = Some(error.reason().to_owned());
+                unavailable.push(position);
+            }
+        }
+    }
+
+    let sql = &<X::Backend as InboxBackend>::OUTBOX_SQL;
+    if !sent.is_empty() {
+        exec.execute(&with_positions(sql.mark_sent, &sent), &[])
+            .await?;
+        report.published = sent.len();
+    }
+    for (position, attempts, reason, damaged) in refusals {
+        let attempts = u32::try_from(attempts).unwrap_or(0).saturating_add(1);
+        let limit = if damaged {
+            attempts
+        } else {
+            relay.max_attempts
+        };
+        let retry_in = relay.backoff.after(attempts);
+        let reason = bounded(reason);
+        let counted = exec
+            .execute(
+                sql.record_refusal,
+                &[
+                    Bind::Integer(i32::try_from(limit).unwrap_or(i32::MAX)),
+                    Bind::BigInt(i64::try_from(retry_in.as_millis()).unwrap_or(i64::MAX)),
+                    Bind::Text(&reason),
+                    Bind::BigInt(position),
+                    Bind::Text(owner.as_str()),
+                ],
+            )
+            .await?;
+        report.refused += counted;
+        if counted > 0 && attempts >= limit {
+            report.dead += 1;
+        }
+    }
+    if !unavailable.is_empty() {
+        exec.execute(
+            &with_positions(sql.release, &unavailable),
+            &[Bind::Text(owner.as_str())],
+        )
+        .await?;
+        report.unavailable = unavailable.len();
+    }
+    Ok(report)
+}
+
+/// Leases the next messages for `owner` (see [`Lease`]).
+async fn lease<X: RelayExec>(
+    relay: &Relay,
+    exec: &mut X,
+    owner: &str,
+) -> Result<Vec<OutboxRow>, InboxError> {
+    let lease_millis = i64::try_from(relay.lease.as_millis()).unwrap_or(i64::MAX);
+    let limit = i64::from(relay.batch_size);
+    match <X::Backend as InboxBackend>::OUTBOX_SQL.lease {
+        Lease::Returning(sql) => Ok(exec
+            .load(
+                sql,
+                &[
+                    Bind::Text(owner),
+                    Bind::BigInt(lease_millis),
+                    Bind::BigInt(limit),
+                ],
+            )
+            .await?),
+        Lease::LockThenLease { select, lease } => {
+            exec.transaction(TransactionStep::Begin).await?;
+            let leased = async {
+                let rows = exec.load(select, &[Bind::BigInt(limit)]).await?;
+                if !rows.is_empty() {
+                    let positions: Vec<i64> = rows.iter().map(|row| row.position).collect();
+                    exec.execute(
+                        &with_positions(lease, &positions),
+                        &[Bind::Text(owner), Bind::BigInt(lease_millis)],
+                    )
+                    .await?;
+                }
+                Ok::<_, diesel::result::Error>(rows)
+            }
+            .await;
+            match leased {
+                Ok(rows) => {
+                    exec.transaction(TransactionStep::Commit).await?;
+                    Ok(rows)
+                }
+                Err(error) => {
+                    // The lease's error is the one to report; a failed
+                    // rollback leaves the connection's manager broken,
+                    // which its next use reports.
+                    let _ = exec.transaction(TransactionStep::Rollback).await;
+                    Err(error.into())
+                }
+            }
+        }
+    }
+}
+
+/// `sql` (ending with an open `IN (`) with `positions` and the closing
+/// parenthesis appended.
+fn with_positions(sql: &str, positions: &[i64]) -> String {
+    use std::fmt::Write;
+    let mut text = String::with_capacity(sql.len() + positions.len() * 8 + 1);
+    text.push_str(sql);
+    for (index, position) in positions.iter().enumerate() {
+        if index > 0 {
+            text.push_str(", ");
+        }
+        let _ = write!(text, "{position}");
+    }
+    text.push(')');
+    text
+}
+
+fn message(row: OutboxRow, headers: Vec<(String, String)>) -> OutboxMessage {
+    OutboxMessage {
+        id: OutboxId::from_stored(row.id),
+        destination: row.destination,
+        ordering_key: row.ordering_key,
+        headers,
+        payload: row.payload,
+        attempts: u32::try_from(row.attempts).unwrap_or(0),
+        created_micros: row.created_micros,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_positions;
+
+    #[test]
+    fn positions_close_the_list() {
+        assert_eq!(with_positions("x IN (", &[3, 1, 2]), "x IN (3, 1, 2)");
+        assert_eq!(with_positions("x IN (", &[7]), "x IN (7)");
+    }
+}

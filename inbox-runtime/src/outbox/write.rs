@@ -1,0 +1,142 @@
+//! Recording an outgoing message in the caller's transaction, written once
+//! over the delivery core's [`Executor`] for blocking and async
+//! connections.
+
+use diesel::connection::LoadConnection;
+
+use super::OutgoingMessage;
+use super::headers;
+use super::id::OutboxId;
+use crate::backend::{Bind, InboxBackend, KeyedInsert};
+use crate::delivery::blocking::Blocking;
+use crate::delivery::executor::Executor;
+use crate::error::InboxError;
+use crate::execution::block_ready;
+
+/// What [`InboxError::OutsideTransaction`] names.
+const RECORDING: &str = "recording an outgoing message";
+
+/// Records `message` on `exec`'s connection, inside the transaction open
+/// there: its id.
+pub(crate) async fn record<X: Executor>(
+    exec: &mut X,
+    message: &OutgoingMessage,
+) -> Result<OutboxId, InboxError> {
+    message.check()?;
+    if exec.status().transaction_depth()?.is_none() {
+        return Err(InboxError::OutsideTransaction {
+            operation: RECORDING,
+        });
+    }
+    let id = OutboxId::generate();
+    let headers = headers::encode(message.headers());
+    let mut binds = vec![
+        Bind::Text(id.as_str()),
+        Bind::Text(message.destination()),
+        Bind::Bytes(&headers),
+        Bind::Bytes(message.payload()),
+    ];
+    let sql = &<X::Backend as InboxBackend>::OUTBOX_SQL;
+    match message.key() {
+        None => {
+            exec.execute_bound(sql.insert, &binds).await?;
+        }
+        Some(key) => {
+            binds.push(Bind::Text(key));
+            match sql.insert_keyed {
+                KeyedInsert::OneStatement(insert) => {
+                    exec.execute_bound(insert, &binds).await?;
+                }
+                KeyedInsert::AdvanceThenInsert { advance, insert } => {
+                    exec.execute_bound(advance, &[Bind::Text(key)]).await?;
+                    exec.execute_bound(insert, &binds).await?;
+                }
+            }
+        }
+    }
+    Ok(id)
+}
+
+/// Records `message` in the transaction open on `conn`, to be published by
+/// a [`Relay`](super::Relay) once that transaction commits: its id, which
+/// the relay sends as the broker's message id. If the transaction rolls
+/// back, the message is gone with it, never published.
+///
+/// Inside an `#[idempotent]` handler, pass the handler's connection: the
+/// message commits with the claim and the body's writes, so a redelivery
+/// (a duplicate) records nothing and a failed attempt leaves nothing. It
+/// works the same in any Diesel transaction without the inbox (an HTTP
+/// handler writing an order and its event).
+///
+/// Errors: [`InboxError::OutsideTransaction`] when `conn` has no
+/// transaction open (nothing is written: a message recorded in autocommit
+/// would announce writes that may never commit);
+/// [`InboxError::InvalidOutgoingMessage`] for a message the outbox cannot
+/// store or a broker cannot carry; [`InboxError::Database`] if the insert
+/// fails (the transaction should then roll back).
+///
+/// Messages with the same [ordering key](OutgoingMessage::ordering_key)
+/// are numbered in commit order: the key's counter row stays locked until
+/// the transaction ends, so two transactions writing the same key take
+/// turns, and a key written by many concurrent transactions serializes
+/// them (keep keys fine-grained: an account, an order).
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use inbox_runtime::outbox::{self, OutgoingMessage};
+/// use inbox_runtime::InboxError;
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// inbox_runtime::setup(&mut conn)?;
+///
+/// let id = conn.transaction(|conn| {
+///     // … the handler's own writes …
+///     outbox::send(conn, &OutgoingMessage::new("receipts", "payment p-1 applied"))
+/// })?;
+/// assert_eq!(outbox::backlog(&mut conn)?.pending, 1);
+///
+/// // Outside a transaction: refused, nothing written.
+/// let refused = outbox::send(&mut conn, &OutgoingMessage::new("receipts", "x"));
+/// assert!(matches!(refused, Err(InboxError::OutsideTransaction { .. })));
+/// assert_eq!(outbox::backlog(&mut conn)?.pending, 1);
+/// # let _ = id;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn send<C>(conn: &mut C, message: &OutgoingMessage) -> Result<OutboxId, InboxError>
+where
+    C: LoadConnection,
+    C::Backend: InboxBackend,
+{
+    block_ready(record(&mut Blocking::new(conn), message))
+}
+
+/// [`send`] on a diesel-async connection (feature `async`), inside the
+/// transaction open on it (an async `#[idempotent]` handler's).
+///
+/// ```no_run
+/// # #[cfg(feature = "async-postgres")]
+/// # async fn example(conn: &mut diesel_async::AsyncPgConnection) -> Result<(), inbox_runtime::InboxError> {
+/// use diesel_async::AsyncConnection;
+/// use inbox_runtime::outbox::{self, OutgoingMessage};
+///
+/// conn.transaction(async |conn| {
+///     outbox::send_async(conn, &OutgoingMessage::new("receipts", "p-1")).await?;
+///     Ok::<_, inbox_runtime::InboxError>(())
+/// })
+/// .await
+/// # }
+/// ```
+#[cfg(feature = "async")]
+pub async fn send_async<C>(conn: &mut C, message: &OutgoingMessage) -> Result<OutboxId, InboxError>
+where
+    C: diesel_async::AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    record(
+        &mut crate::delivery::asynchronous::Async::new(conn),
+        message,
+    )
+    .await
+}

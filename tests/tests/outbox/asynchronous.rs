@@ -1,0 +1,88 @@
+//! The outbox on diesel-async connections: recorded in an async
+//! transaction (an async handler's), relayed by `run_once_async`.
+
+use diesel_async::AsyncConnection;
+use inbox_runtime::outbox::{self, OutgoingMessage, Relay};
+use inbox_runtime::{InboxError, idempotent};
+use inbox_tests::{AppError, AsyncSqlRows, TestBackend};
+
+use crate::support::*;
+
+inbox_tests::backend_tests!(
+    async recorded_in_an_async_handler_once_and_relayed_in_key_order,
+    refused_outside_an_async_transaction,
+);
+
+#[idempotent(id = id, handler = "outbox.announce_async")]
+async fn announce<C>(conn: &mut C, id: &str, fail: bool) -> Result<(), AppError>
+where
+    C: AsyncConnection,
+    C::Backend: inbox_runtime::InboxBackend,
+{
+    let message = OutgoingMessage::new("receipts", id.to_owned()).ordering_key("account");
+    outbox::send_async(conn, &message).await?;
+    if fail {
+        return Err(AppError::Failed("after recording its message"));
+    }
+    Ok(())
+}
+
+pub async fn recorded_in_an_async_handler_once_and_relayed_in_key_order<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect_async().await;
+    announce(&mut conn, "m-1", false).await.unwrap();
+    announce(&mut conn, "m-1", false).await.unwrap();
+    assert!(announce(&mut conn, "m-2", true).await.is_err());
+    announce(&mut conn, "m-2", false).await.unwrap();
+    announce(&mut conn, "m-3", false).await.unwrap();
+    assert_eq!(
+        conn.bigint("SELECT COUNT(*) AS value FROM inbox_outbox")
+            .await,
+        3
+    );
+    let relay = Relay::new();
+    let mut broker = Broker::default();
+    let mut rounds = 0;
+    while !relay
+        .run_once_async(&mut conn, &mut broker)
+        .await
+        .unwrap()
+        .is_idle()
+    {
+        rounds += 1;
+    }
+    assert_eq!(rounds, 3, "one message of the key per round");
+    assert_eq!(broker.payloads(), ["m-1", "m-2", "m-3"]);
+    assert_eq!(
+        conn.bigint("SELECT COUNT(*) AS value FROM inbox_outbox WHERE sent_at IS NOT NULL")
+            .await,
+        3
+    );
+}
+
+pub async fn refused_outside_an_async_transaction<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect_async().await;
+    let error = outbox::send_async(&mut conn, &OutgoingMessage::new("q", "x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, InboxError::OutsideTransaction { .. }),
+        "{error:?}"
+    );
+    let inside: Result<(), InboxError> = conn
+        .transaction(async |conn| {
+            outbox::send_async(conn, &OutgoingMessage::new("q", "y")).await?;
+            let mut broker = Broker::default();
+            let refused = Relay::new().run_once_async(conn, &mut broker).await;
+            assert!(matches!(refused, Err(InboxError::InsideTransaction { .. })));
+            Ok(())
+        })
+        .await;
+    inside.unwrap();
+    assert_eq!(
+        conn.bigint("SELECT COUNT(*) AS value FROM inbox_outbox")
+            .await,
+        1
+    );
+}

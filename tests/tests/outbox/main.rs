@@ -1,0 +1,28 @@
+//! The transactional outbox (`inbox_runtime::outbox`) against real
+//! databases: PostgreSQL, MariaDB/MySQL and SQLite.
+//!
+//! - `write`: a message is recorded in the caller's transaction and gone
+//!   with its rollback; refused outside a transaction and when malformed,
+//!   with nothing written; an `#[idempotent]` handler's duplicate and failed
+//!   attempt record nothing; an ordering key numbers its messages densely
+//!   in commit order, its writers taking turns;
+//! - `relay`: a relay publishes committed messages once and marks them
+//!   sent; one message per key per round, in key order; a refused message
+//!   is retried, then dead, holding back its own key only, and revived or
+//!   discarded; an unavailable broker gets the messages back uncounted; a
+//!   relay killed mid-round leaves them leased until the lease runs out,
+//!   then another relay publishes them under the same ids; three relays at
+//!   once publish every message exactly once, each key in order;
+//! - `asynchronous`: the same writing and relaying on diesel-async
+//!   connections.
+//!
+//! Run: `INBOX_REQUIRE_DATABASES=1 cargo test -p inbox-tests --all-features --test outbox`
+
+#![allow(missing_docs)]
+
+mod support;
+
+#[cfg(feature = "async")]
+mod asynchronous;
+mod relay;
+mod write;

@@ -1,0 +1,356 @@
+//! Relaying committed messages: once, in key order, with failures counted
+//! where they should be and nothing lost.
+
+use std::collections::{BTreeMap, HashSet};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use diesel::Connection;
+use inbox_runtime::outbox::{
+    self, BlockingPublisher, OutboxMessage, OutgoingMessage, PublishError, Relay,
+};
+use inbox_runtime::{Backoff, InboxError};
+use inbox_tests::{SqlRows, TestBackend};
+
+use crate::support::*;
+
+inbox_tests::backend_tests!(
+    publishes_committed_messages_once_and_marks_them_sent,
+    one_message_per_key_and_round_in_key_order,
+    a_refused_message_is_retried_then_dead_holding_back_its_key_only,
+    an_unavailable_broker_gets_the_messages_back_uncounted,
+    a_relay_killed_mid_round_leaves_its_lease_then_another_publishes_the_same_ids,
+    three_relays_publish_every_message_once_each_key_in_order,
+    a_relay_refuses_to_run_inside_a_transaction,
+);
+
+/// No wait before a refused message's retry.
+const AT_ONCE: Backoff = Backoff {
+    first: Duration::ZERO,
+    max: Duration::ZERO,
+};
+
+/// Runs rounds until one finds nothing.
+fn drain<C: diesel::connection::LoadConnection>(relay: &Relay, conn: &mut C, broker: &mut Broker)
+where
+    C::Backend: inbox_runtime::InboxBackend,
+{
+    for _ in 0..1000 {
+        if relay.run_once(conn, broker).unwrap().is_idle() {
+            return;
+        }
+    }
+    panic!("the relay never ran dry");
+}
+
+pub fn publishes_committed_messages_once_and_marks_them_sent<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    let messages: Vec<OutgoingMessage> = (0..5)
+        .map(|n| {
+            OutgoingMessage::new("receipts", format!("r-{n}"))
+                .header("traceparent", format!("00-{n}"))
+                .header("kind", "receipt")
+        })
+        .collect();
+    let ids = send_all(&mut conn, &messages);
+    let mut broker = Broker::default();
+    let report = Relay::new().run_once(&mut conn, &mut broker).unwrap();
+    assert_eq!((report.leased, report.published), (5, 5), "{report:?}");
+    assert!(
+        Relay::new()
+            .run_once(&mut conn, &mut broker)
+            .unwrap()
+            .is_idle()
+    );
+    let confirmed = broker.confirmed.lock().unwrap().clone();
+    assert_eq!(
+        confirmed.iter().map(|m| m.id.clone()).collect::<Vec<_>>(),
+        ids
+    );
+    assert_eq!(confirmed[3].payload, b"r-3");
+    assert_eq!(
+        confirmed[3].headers,
+        [
+            ("traceparent".to_owned(), "00-3".to_owned()),
+            ("kind".to_owned(), "receipt".to_owned())
+        ]
+    );
+    assert_eq!(confirmed[3].destination, "receipts");
+    assert_eq!(confirmed[3].attempts, 0);
+    assert_eq!(sent(&mut conn), 5);
+    assert_eq!(outbox::backlog(&mut conn).unwrap().pending, 0);
+    assert_eq!(
+        conn.bigint("SELECT COUNT(*) AS value FROM inbox_outbox WHERE lease_owner IS NOT NULL"),
+        0
+    );
+}
+
+pub fn one_message_per_key_and_round_in_key_order<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    send_all(
+        &mut conn,
+        &[keyed("a", "a1"), keyed("b", "b1"), keyed("a", "a2")],
+    );
+    send_all(
+        &mut conn,
+        &[
+            OutgoingMessage::new("receipts", "u1"),
+            keyed("a", "a3"),
+            keyed("b", "b2"),
+            OutgoingMessage::new("receipts", "u2"),
+        ],
+    );
+    let relay = Relay::new();
+    let mut broker = Broker::default();
+    let mut rounds = Vec::new();
+    loop {
+        let before = broker.payloads().len();
+        if relay.run_once(&mut conn, &mut broker).unwrap().is_idle() {
+            break;
+        }
+        rounds.push(broker.payloads()[before..].to_vec());
+    }
+    assert_eq!(
+        rounds,
+        [vec!["a1", "b1", "u1", "u2"], vec!["a2", "b2"], vec!["a3"]]
+    );
+}
+
+pub fn a_refused_message_is_retried_then_dead_holding_back_its_key_only<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    send_all(
+        &mut conn,
+        &[
+            OutgoingMessage::new("nowhere", "k1").ordering_key("k"),
+            keyed("k", "k2"),
+            keyed("other", "o1"),
+        ],
+    );
+    let relay = Relay::new().max_attempts(2).backoff(AT_ONCE);
+    let mut broker = Broker {
+        refuse_destination: Some("nowhere"),
+        ..Broker::default()
+    };
+    let first = relay.run_once(&mut conn, &mut broker).unwrap();
+    assert_eq!(
+        (first.published, first.refused, first.dead),
+        (1, 1, 0),
+        "{first:?}"
+    );
+    let second = relay.run_once(&mut conn, &mut broker).unwrap();
+    assert_eq!(
+        (second.published, second.refused, second.dead),
+        (0, 1, 1),
+        "{second:?}"
+    );
+    assert!(relay.run_once(&mut conn, &mut broker).unwrap().is_idle());
+    assert_eq!(broker.payloads(), ["o1"], "k2 waits behind the dead k1");
+
+    let backlog = outbox::backlog(&mut conn).unwrap();
+    assert_eq!((backlog.pending, backlog.dead), (1, 1));
+    let dead = outbox::dead(&mut conn, 0, 10).unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].destination, "nowhere");
+    assert_eq!(dead[0].ordering_key.as_deref(), Some("k"));
+    assert_eq!(dead[0].attempts, 2);
+    assert_eq!(dead[0].last_error, "NO_ROUTE nowhere");
+    assert!(dead[0].dead_micros >= dead[0].created_micros);
+    assert!(
+        outbox::dead(&mut conn, dead[0].position, 10)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        outbox::dead(&mut conn, 0, 0),
+        Err(InboxError::InvalidBatchSize { .. })
+    ));
+
+    // The broker is fixed: revived, k1 then k2 go out in order.
+    broker.refuse_destination = None;
+    assert_eq!(outbox::revive(&mut conn, Some(&dead[0].id)).unwrap(), 1);
+    let revived = relay.run_once(&mut conn, &mut broker).unwrap();
+    assert_eq!(revived.published, 1);
+    assert_eq!(
+        broker.confirmed.lock().unwrap()[1].attempts,
+        0,
+        "attempts reset"
+    );
+    drain(&relay, &mut conn, &mut broker);
+    assert_eq!(broker.payloads(), ["o1", "k1", "k2"]);
+
+    // Discarded instead: the key's next message goes out.
+    send_all(
+        &mut conn,
+        &[
+            OutgoingMessage::new("nowhere", "k3").ordering_key("k"),
+            keyed("k", "k4"),
+        ],
+    );
+    broker.refuse_destination = Some("nowhere");
+    let relay = Relay::new().max_attempts(1).backoff(AT_ONCE);
+    assert_eq!(relay.run_once(&mut conn, &mut broker).unwrap().dead, 1);
+    assert_eq!(outbox::discard(&mut conn, None).unwrap(), 1);
+    drain(&relay, &mut conn, &mut broker);
+    assert_eq!(broker.payloads(), ["o1", "k1", "k2", "k4"]);
+    assert_eq!(outbox::backlog(&mut conn).unwrap().dead, 0);
+}
+
+pub fn an_unavailable_broker_gets_the_messages_back_uncounted<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    send_all(
+        &mut conn,
+        &[
+            keyed("k", "k1"),
+            keyed("k", "k2"),
+            OutgoingMessage::new("q", "u"),
+        ],
+    );
+    let relay = Relay::new().max_attempts(1);
+    let mut broker = Broker {
+        unavailable: true,
+        ..Broker::default()
+    };
+    for _ in 0..3 {
+        let report = relay.run_once(&mut conn, &mut broker).unwrap();
+        assert_eq!(
+            (report.leased, report.unavailable, report.refused),
+            (2, 2, 0)
+        );
+        assert_eq!(
+            report.last_unavailable.as_deref(),
+            Some("connection refused")
+        );
+    }
+    assert_eq!(
+        conn.bigint("SELECT COALESCE(SUM(attempts), 0) AS value FROM inbox_outbox"),
+        0,
+        "nothing counted"
+    );
+    assert_eq!(outbox::backlog(&mut conn).unwrap().pending, 3);
+    broker.unavailable = false;
+    drain(&relay, &mut conn, &mut broker);
+    assert_eq!(broker.payloads(), ["k1", "u", "k2"]);
+}
+
+/// Publishes, then dies before the relay can mark anything (a killed
+/// process, as far as the database can tell: the lease committed, no mark
+/// follows).
+struct DiesAfterPublishing(Broker);
+
+impl BlockingPublisher for DiesAfterPublishing {
+    fn publish(&mut self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        self.0.answer(messages);
+        panic!("deliberate: the relay is killed after publishing")
+    }
+}
+
+pub fn a_relay_killed_mid_round_leaves_its_lease_then_another_publishes_the_same_ids<
+    B: TestBackend,
+>() {
+    let Some(db) = B::open() else { return };
+    inbox_tests::quiet_deliberate_panics();
+    let mut conn = db.connect();
+    let ids = send_all(&mut conn, &[keyed("k", "k1"), keyed("k", "k2")]);
+    let relay = Relay::new().lease(Duration::from_secs(1));
+    let mut dying = DiesAfterPublishing(Broker::default());
+    let mut killed = db.connect();
+    assert!(catch_unwind(AssertUnwindSafe(|| relay.run_once(&mut killed, &mut dying))).is_err());
+    drop(killed);
+    assert_eq!(dying.0.payloads(), ["k1"]);
+
+    let mut broker = Broker::default();
+    assert!(
+        relay.run_once(&mut conn, &mut broker).unwrap().is_idle(),
+        "k1 is leased, and k2 waits behind it"
+    );
+    thread::sleep(Duration::from_millis(1500));
+    drain(&relay, &mut conn, &mut broker);
+    assert_eq!(broker.payloads(), ["k1", "k2"], "k1 again, same order");
+    let confirmed = broker.confirmed.lock().unwrap();
+    assert_eq!(
+        confirmed[0].id, ids[0],
+        "the same id, for the consumer to absorb"
+    );
+    assert_eq!(confirmed[0].id, dying.0.confirmed.lock().unwrap()[0].id);
+}
+
+pub fn three_relays_publish_every_message_once_each_key_in_order<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    const KEYS: usize = 8;
+    const PER_KEY: usize = 25;
+    for wave in 0..PER_KEY {
+        let mut messages: Vec<OutgoingMessage> = (0..KEYS)
+            .map(|key| keyed(&format!("key-{key}"), &format!("key-{key}:{wave}")))
+            .collect();
+        messages.push(OutgoingMessage::new("receipts", format!("free:{wave}")));
+        send_all(&mut conn, &messages);
+    }
+    let broker = Broker::default();
+    let start = Arc::new(Barrier::new(3));
+    let relays: Vec<_> = (0..3)
+        .map(|_| {
+            let mut conn = db.connect();
+            let mut broker = broker.clone();
+            let start = Arc::clone(&start);
+            thread::spawn(move || {
+                let relay = Relay::new().batch_size(5);
+                start.wait();
+                let mut idle = 0;
+                while idle < 3 {
+                    let report = relay.run_once(&mut conn, &mut broker).unwrap();
+                    idle = if report.is_idle() { idle + 1 } else { 0 };
+                    if report.is_idle() {
+                        thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            })
+        })
+        .collect();
+    for relay in relays {
+        relay.join().unwrap();
+    }
+    let payloads = broker.payloads();
+    assert_eq!(payloads.len(), KEYS * PER_KEY + PER_KEY);
+    let distinct: HashSet<&String> = payloads.iter().collect();
+    assert_eq!(distinct.len(), payloads.len(), "no message published twice");
+    let mut per_key: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for payload in &payloads {
+        let (key, wave) = payload.split_once(':').unwrap();
+        if key != "free" {
+            per_key.entry(key).or_default().push(wave.parse().unwrap());
+        }
+    }
+    for (key, waves) in per_key {
+        assert_eq!(
+            waves,
+            (0..PER_KEY).collect::<Vec<_>>(),
+            "{key} in commit order"
+        );
+    }
+    assert_eq!(outbox::backlog(&mut conn).unwrap().pending, 0);
+}
+
+pub fn a_relay_refuses_to_run_inside_a_transaction<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    send_all(&mut conn, &[OutgoingMessage::new("q", "x")]);
+    let mut broker = Broker::default();
+    let result: Result<(), InboxError> = conn.transaction(|conn| {
+        let error = Relay::new().run_once(conn, &mut broker).unwrap_err();
+        assert!(
+            matches!(error, InboxError::InsideTransaction { .. }),
+            "{error:?}"
+        );
+        Ok(())
+    });
+    result.unwrap();
+    assert!(broker.payloads().is_empty());
+    assert_eq!(outbox::backlog(&mut conn).unwrap().pending, 1);
+}
