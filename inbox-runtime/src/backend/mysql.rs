@@ -414,6 +414,21 @@ mod imp {
             out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
             const CUTOFF: (&str, &str) = ("UTC_TIMESTAMP(6) - INTERVAL ", " MICROSECOND");
+            if batch.table() == PrunedTable::Outbox {
+                const PICK: Pick = Pick {
+                    select: "SELECT position FROM inbox_outbox FORCE INDEX (inbox_outbox_sent_at_idx)",
+                    key: "sent_at",
+                    cutoff: CUTOFF,
+                };
+                return Delete {
+                    head: "DELETE inbox_outbox FROM (",
+                    one_handler: PICK,
+                    all: PICK,
+                    lock: " FOR UPDATE SKIP LOCKED",
+                    tail: ") AS expired STRAIGHT_JOIN inbox_outbox ON inbox_outbox.position = expired.position",
+                }
+                .walk(batch, out);
+            }
             if batch.table() == PrunedTable::Failures {
                 return Delete {
                     head: "DELETE inbox_failures FROM (",

@@ -429,6 +429,21 @@ mod imp {
             batch: &'b PruneBatchStatement<'_>,
             out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
+            if batch.table() == PrunedTable::Outbox {
+                const PICK: Pick = Pick {
+                    select: "SELECT ctid FROM inbox_outbox",
+                    key: "sent_at",
+                    cutoff: ("now() - ", " * INTERVAL '1 microsecond'"),
+                };
+                return Delete {
+                    head: "DELETE FROM inbox_outbox WHERE ctid = ANY(ARRAY(",
+                    one_handler: PICK,
+                    all: PICK,
+                    lock: " FOR UPDATE SKIP LOCKED",
+                    tail: "))",
+                }
+                .walk(batch, out);
+            }
             if batch.table() == PrunedTable::Failures {
                 const PICK: Pick = Pick {
                     select: "SELECT ctid FROM inbox_failures",

@@ -64,6 +64,7 @@ impl fmt::Display for PruneScope<'_> {
 /// use inbox_runtime::prune::PrunedTable;
 /// assert_eq!(PrunedTable::Claims.to_string(), "inbox_messages");
 /// assert_eq!(PrunedTable::Failures.to_string(), "inbox_failures");
+/// assert_eq!(PrunedTable::Outbox.to_string(), "inbox_outbox");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PrunedTable {
@@ -73,6 +74,9 @@ pub enum PrunedTable {
     /// `last_failed_at` (a dead message's claim and its failure record
     /// expire together: both are written when it dies).
     Failures,
+    /// `inbox_outbox`: outgoing messages the broker confirmed, by
+    /// `sent_at` (pending and dead ones are never pruned).
+    Outbox,
 }
 
 impl PrunedTable {
@@ -85,6 +89,7 @@ impl PrunedTable {
         match self {
             PrunedTable::Claims => "inbox_messages",
             PrunedTable::Failures => "inbox_failures",
+            PrunedTable::Outbox => "inbox_outbox",
         }
     }
 }

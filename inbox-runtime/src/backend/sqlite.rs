@@ -340,6 +340,21 @@ mod imp {
                 "strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.6f seconds', ",
                 " / 1000000.0))",
             );
+            if batch.table() == PrunedTable::Outbox {
+                const PICK: Pick = Pick {
+                    select: "SELECT position FROM inbox_outbox INDEXED BY inbox_outbox_sent_at_idx",
+                    key: "sent_at",
+                    cutoff: CUTOFF,
+                };
+                return Delete {
+                    head: "DELETE FROM inbox_outbox WHERE position IN (",
+                    one_handler: PICK,
+                    all: PICK,
+                    lock: "",
+                    tail: ")",
+                }
+                .walk(batch, out);
+            }
             if batch.table() == PrunedTable::Failures {
                 return Delete {
                     head: "DELETE FROM inbox_failures WHERE (handler, message_id) IN (",

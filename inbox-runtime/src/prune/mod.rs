@@ -175,8 +175,12 @@ pub struct Prune {
     warn_unregistered: bool,
 }
 
-/// Both tables: the claims first.
-const ALL_TABLES: &[PrunedTable] = &[PrunedTable::Claims, PrunedTable::Failures];
+/// Every table: the claims first, the outbox's sent messages last.
+const ALL_TABLES: &[PrunedTable] = &[
+    PrunedTable::Claims,
+    PrunedTable::Failures,
+    PrunedTable::Outbox,
+];
 
 impl Prune {
     /// Pruning by `policy`, [`DEFAULT_BATCH_SIZE`] rows at a time, no pause,
@@ -231,11 +235,11 @@ impl Prune {
         self
     }
 
-    /// Prunes `inbox_failures` only (the generation layout drops claims by
-    /// partition and prunes failure records with batches).
+    /// Prunes `inbox_failures` and the outbox only (the generation layout
+    /// drops claims by partition and prunes the other tables with batches).
     #[cfg(feature = "partitioned")]
     pub(crate) fn failures_only(mut self) -> Self {
-        self.tables = &[PrunedTable::Failures];
+        self.tables = &[PrunedTable::Failures, PrunedTable::Outbox];
         self
     }
 
@@ -343,10 +347,12 @@ impl Prune {
     /// let statements = prune.statements();
     /// assert_eq!(statements[0].scope(), PruneScope::Handler(&audit));
     /// assert_eq!(statements[1].scope(), PruneScope::AllExcept(&[audit.clone()]));
-    /// assert_eq!(statements.len(), 4, "the same passes over inbox_failures");
+    /// assert_eq!(statements.len(), 5, "the same passes over inbox_failures, one over the outbox");
+    /// assert_eq!(statements[4].table(), inbox_runtime::prune::PrunedTable::Outbox);
+    /// assert_eq!(statements[4].scope(), PruneScope::All);
     ///
     /// let only = Prune::new(prune.policy().clone().only(audit.clone()));
-    /// assert_eq!(only.statements().len(), 2);
+    /// assert_eq!(only.statements().len(), 2, "one handler's: no outbox pass");
     /// assert_eq!(only.statements()[0].keep().as_secs(), 30 * 86_400);
     /// # Ok::<(), inbox_runtime::InboxError>(())
     /// ```
@@ -369,9 +375,17 @@ impl Prune {
             };
             passes.push((scope, self.policy.keep()));
         }
+        // The outbox has no handlers: one pass over its sent messages, by
+        // the default window, unless the run is one handler's.
+        let outbox =
+            (self.policy.only_handler().is_none()).then(|| (PruneScope::All, self.policy.keep()));
         self.tables
             .iter()
             .flat_map(|&table| {
+                let passes = match table {
+                    PrunedTable::Outbox => outbox.as_slice(),
+                    PrunedTable::Claims | PrunedTable::Failures => passes.as_slice(),
+                };
                 passes.iter().map(move |(scope, keep)| {
                     PruneBatchStatement::new(table, *scope, *keep, self.batch_size)
                 })
@@ -396,8 +410,9 @@ impl Prune {
     /// let mut conn = SqliteConnection::establish(":memory:")?;
     /// inbox_runtime::setup(&mut conn)?;
     /// let report = Prune::new(RetentionPolicy::parse("1d", "1d")?).run(&mut conn)?;
-    /// // One batch over the claims, one over the failure records.
-    /// assert_eq!((report.rows_deleted, report.batches), (0, 2));
+    /// // One batch over the claims, one over the failure records, one over
+    /// // the outbox's sent messages.
+    /// assert_eq!((report.rows_deleted, report.batches), (0, 3));
     /// # }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

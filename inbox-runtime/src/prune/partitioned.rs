@@ -643,6 +643,7 @@ fn prune_failure_records(
         .map_err(|error| tally.fail(error.into_error()))?;
     tally.report.batches += report.batches;
     tally.report.failure_rows_deleted += report.failure_rows_deleted;
+    tally.report.outbox_rows_deleted += report.outbox_rows_deleted;
     tally.report.caught_up &= report.caught_up;
     tally.report.unregistered_scopes = report.unregistered_scopes;
     Ok(())

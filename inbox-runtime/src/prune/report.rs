@@ -68,6 +68,9 @@ pub struct PruneReport {
     /// Failure records (rows of `inbox_failures`: failed attempts and dead
     /// messages) deleted.
     pub failure_rows_deleted: u64,
+    /// Sent outgoing messages (rows of `inbox_outbox` the broker confirmed)
+    /// deleted.
+    pub outbox_rows_deleted: u64,
     /// Batches committed.
     pub batches: u64,
     /// Wall-clock time of the run.
@@ -122,6 +125,18 @@ impl fmt::Display for PruneReport {
                 " and {} failure record{}",
                 self.failure_rows_deleted,
                 if self.failure_rows_deleted == 1 {
+                    ""
+                } else {
+                    "s"
+                }
+            )?;
+        }
+        if self.outbox_rows_deleted > 0 {
+            write!(
+                f,
+                " and {} sent outgoing message{}",
+                self.outbox_rows_deleted,
+                if self.outbox_rows_deleted == 1 {
                     ""
                 } else {
                     "s"

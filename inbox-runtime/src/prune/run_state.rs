@@ -130,6 +130,7 @@ impl<'p> RunState<'p> {
         match statement.table() {
             PrunedTable::Claims => report.rows_deleted += rows,
             PrunedTable::Failures => report.failure_rows_deleted += rows,
+            PrunedTable::Outbox => report.outbox_rows_deleted += rows,
         }
         let flow = progress(&BatchProgress {
             table: statement.table(),
@@ -137,7 +138,9 @@ impl<'p> RunState<'p> {
             keep: statement.keep(),
             batch: report.batches,
             rows,
-            total_rows: report.rows_deleted + report.failure_rows_deleted,
+            total_rows: report.rows_deleted
+                + report.failure_rows_deleted
+                + report.outbox_rows_deleted,
             batch_elapsed: batch_started.elapsed(),
             elapsed: self.tally.started.elapsed(),
         });

@@ -13,6 +13,8 @@
 //!   relay killed mid-round leaves them leased until the lease runs out,
 //!   then another relay publishes them under the same ids; three relays at
 //!   once publish every message exactly once, each key in order;
+//! - `pruning`: sent messages are pruned by the retention policy's window
+//!   with the inbox's rows; pending and dead ones never are;
 //! - `asynchronous`: the same writing and relaying on diesel-async
 //!   connections.
 //!
@@ -24,5 +26,6 @@ mod support;
 
 #[cfg(feature = "async")]
 mod asynchronous;
+mod pruning;
 mod relay;
 mod write;

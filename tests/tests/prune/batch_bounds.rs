@@ -222,7 +222,7 @@ pub fn override_backlog_is_neither_read_nor_locked<B: BatchProbe>() {
         InstrumentationEvent::StartQuery { query, .. } => {
             let sql = query.to_string();
             // The claims' batches (the failure records' come after them).
-            if sql.starts_with("DELETE") && !sql.contains("inbox_failures") {
+            if sql.starts_with("DELETE") && is_claims_batch(&sql) {
                 let (index, problems) = B::examine(&mut watcher.explain, &B::inline(&sql));
                 watcher.seen.lock().unwrap().push(Seen {
                     sql,
@@ -234,9 +234,7 @@ pub fn override_backlog_is_neither_read_nor_locked<B: BatchProbe>() {
         }
         InstrumentationEvent::FinishQuery {
             query, error: None, ..
-        } if query.to_string().starts_with("DELETE")
-            && !query.to_string().contains("inbox_failures") =>
-        {
+        } if query.to_string().starts_with("DELETE") && is_claims_batch(&query.to_string()) => {
             let (backlog_lockable, others_lockable) = lockable::<B>(&mut watcher.probe, AUDIT);
             let others_present = count(&mut watcher.probe) - backlog;
             let mut seen = watcher.seen.lock().unwrap();
@@ -497,4 +495,10 @@ impl BatchProbe for inbox_tests::Postgres {
     }
 
     const LOCKS_THE_ROW_PAST_THE_END: bool = false;
+}
+
+/// Whether a batch's SQL deletes claims (not failure records or sent
+/// outgoing messages, whose batches this file does not watch).
+fn is_claims_batch(sql: &str) -> bool {
+    !sql.contains("inbox_failures") && !sql.contains("inbox_outbox")
 }

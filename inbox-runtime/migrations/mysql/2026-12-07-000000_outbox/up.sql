@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS inbox_outbox (
     PRIMARY KEY (position),
     UNIQUE KEY inbox_outbox_id (id),
     UNIQUE KEY inbox_outbox_key_seq_unique (ordering_key, key_seq),
-    KEY inbox_outbox_unsent_idx (sent_at, position),
+    KEY inbox_outbox_sent_at_idx (sent_at, position),
     KEY inbox_outbox_key_unsent_idx (ordering_key, sent_at, key_seq),
     CONSTRAINT inbox_outbox_id_not_empty CHECK (LENGTH(id) > 0),
     CONSTRAINT inbox_outbox_destination_not_empty CHECK (LENGTH(destination) > 0),

@@ -27,8 +27,8 @@ CREATE TABLE IF NOT EXISTS inbox_outbox (
     CONSTRAINT inbox_outbox_key_and_seq CHECK ((ordering_key IS NULL) = (key_seq IS NULL)),
     CONSTRAINT inbox_outbox_key_seq_unique UNIQUE (ordering_key, key_seq)
 );
--- The relay's scan: unsent messages in position order.
-CREATE INDEX IF NOT EXISTS inbox_outbox_unsent_idx ON inbox_outbox (sent_at, position);
+-- The relay's scan (unsent messages in position order) and pruning (sent ones, oldest first).
+CREATE INDEX IF NOT EXISTS inbox_outbox_sent_at_idx ON inbox_outbox (sent_at, position);
 -- A key's earlier unsent messages (the order check).
 CREATE INDEX IF NOT EXISTS inbox_outbox_key_unsent_idx ON inbox_outbox (ordering_key, sent_at, key_seq);
 CREATE TABLE IF NOT EXISTS inbox_outbox_keys (

@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS inbox_outbox (
     CHECK ((ordering_key IS NULL) = (key_seq IS NULL)),
     UNIQUE (ordering_key, key_seq)
 );
-CREATE INDEX IF NOT EXISTS inbox_outbox_unsent_idx ON inbox_outbox (sent_at, position);
+CREATE INDEX IF NOT EXISTS inbox_outbox_sent_at_idx ON inbox_outbox (sent_at, position);
 CREATE INDEX IF NOT EXISTS inbox_outbox_key_unsent_idx ON inbox_outbox (ordering_key, sent_at, key_seq);
 CREATE TABLE IF NOT EXISTS inbox_outbox_keys (
     ordering_key TEXT    PRIMARY KEY CHECK (length(CAST(ordering_key AS BLOB)) BETWEEN 1 AND 255 * length(CAST('x' AS BLOB))),
