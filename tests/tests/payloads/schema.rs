@@ -119,9 +119,14 @@ where
         return;
     };
     assert_old_inbox_works::<B>(&mut conn);
-    let ran = inbox_runtime::migrations::run_pending(&mut conn).expect("the new migration");
-    assert_eq!(ran, 1);
+    let ran = inbox_runtime::migrations::run_pending(&mut conn).expect("the new migrations");
+    assert_eq!(ran, 2, "the columns migration and the outbox one after it");
     assert_upgraded::<B>(&mut conn);
+
+    let outbox = conn
+        .revert_last_migration(InboxMigrations)
+        .expect("revert the outbox migration");
+    assert_eq!(outbox.to_string(), "20261207000000");
 
     let reverted = conn
         .revert_last_migration(InboxMigrations)

@@ -73,6 +73,8 @@ where
         [
             "inbox_failures",
             "inbox_messages",
+            "inbox_outbox",
+            "inbox_outbox_keys",
             "testing_accounts",
             "testing_audit"
         ],
