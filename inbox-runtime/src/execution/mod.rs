@@ -2,13 +2,15 @@
 //! pruning alike: how deep the connection's transaction is ([`depth`]),
 //! when a failed transaction is tried again ([`retry`]), and, on
 //! diesel-async, what marks a connection broken when a future is dropped
-//! inside a transaction ([`guard`]).
+//! inside a transaction ([`guard`]), and how a background worker waits for
+//! its stop and run-now requests ([`signals`]).
 
 pub(crate) mod depth;
 #[cfg(feature = "async")]
 pub(crate) mod guard;
 pub(crate) mod ready;
 pub(crate) mod retry;
+pub(crate) mod signals;
 
 pub(crate) use depth::{depth, require_no_transaction, require_transaction};
 #[cfg(feature = "async")]
@@ -16,3 +18,4 @@ pub(crate) use guard::OpenTransactionGuard;
 pub(crate) use ready::{block_ready, caught};
 pub use retry::CLAIM_ATTEMPTS;
 pub(crate) use retry::RetryPolicy;
+pub(crate) use signals::Signals;

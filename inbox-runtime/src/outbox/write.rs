@@ -11,7 +11,7 @@ use crate::backend::{Bind, InboxBackend, KeyedInsert};
 use crate::delivery::blocking::Blocking;
 use crate::delivery::executor::Executor;
 use crate::error::InboxError;
-use crate::execution::block_ready;
+use crate::execution::{block_ready, depth};
 
 /// What [`InboxError::OutsideTransaction`] names.
 const RECORDING: &str = "recording an outgoing message";
@@ -23,7 +23,7 @@ pub(crate) async fn record<X: Executor>(
     message: &OutgoingMessage,
 ) -> Result<OutboxId, InboxError> {
     message.check()?;
-    if exec.status().transaction_depth()?.is_none() {
+    if depth(exec.status())? == 0 {
         return Err(InboxError::OutsideTransaction {
             operation: RECORDING,
         });

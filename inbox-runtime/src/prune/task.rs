@@ -14,9 +14,10 @@ use diesel_async::AsyncConnection;
 use tokio::task::{JoinError, JoinHandle};
 
 use super::driver::{Async, drive};
-use super::scheduler::{FrontEnd, RunLog, Signals, go_on, schedule};
+use super::scheduler::{FrontEnd, RunLog, go_on, schedule};
 use super::{BackgroundPruner, Prune, PruneReport, PrunerRun, PrunerRunError};
 use crate::backend::InboxBackend;
+use crate::execution::Signals;
 
 /// An async connection pool a pruning task checks its connections out of:
 /// diesel-async's deadpool pool (feature `deadpool`) or bb8 pool (feature

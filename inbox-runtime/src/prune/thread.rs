@@ -12,10 +12,9 @@ use diesel::r2d2::{ManageConnection, Pool};
 
 use super::PruneReport;
 use super::scheduler::{
-    BackgroundPruner, FrontEnd, PruneJob, PrunerRun, PrunerRunError, RunLog, Signals, StopSignal,
-    schedule,
+    BackgroundPruner, FrontEnd, PruneJob, PrunerRun, PrunerRunError, RunLog, StopSignal, schedule,
 };
-use crate::execution::block_ready;
+use crate::execution::{Signals, block_ready};
 
 impl<J> BackgroundPruner<J> {
     /// Starts the thread. `on_run` receives every run's [`PrunerRun`]; with

@@ -7,6 +7,7 @@ use super::exec::{RelayExec, TransactionStep};
 use super::{Relay, RelayReport};
 use crate::backend::{Bind, InboxBackend, Lease, OutboxRow};
 use crate::error::InboxError;
+use crate::execution::depth;
 use crate::outbox::headers;
 use crate::outbox::id::OutboxId;
 use crate::outbox::publisher::{BlockingPublisher, OutboxMessage, PublishError, Publisher};
@@ -56,7 +57,7 @@ where
     X: RelayExec,
     P: Publish,
 {
-    if exec.status().transaction_depth()?.is_some() {
+    if depth(exec.status())? > 0 {
         return Err(InboxError::InsideTransaction { operation: ROUND });
     }
     let owner = OutboxId::generate();
