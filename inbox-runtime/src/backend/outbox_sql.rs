@@ -48,6 +48,8 @@ pub struct OutboxSql {
 /// binds `(id, destination, headers, payload, ordering_key)`.
 #[doc(hidden)]
 #[derive(Debug)]
+// A build with one backend constructs that backend's shape only.
+#[allow(dead_code)]
 pub enum KeyedInsert {
     /// One statement advances the key's counter and inserts the message.
     OneStatement(&'static str),
@@ -67,6 +69,8 @@ pub enum KeyedInsert {
 /// Both return [`OutboxRow`]s.
 #[doc(hidden)]
 #[derive(Debug)]
+// A build with one backend constructs that backend's shape only.
+#[allow(dead_code)]
 pub enum Lease {
     /// One statement picks, leases and returns them: `(owner,
     /// lease_millis, limit)`.
@@ -87,6 +91,7 @@ pub enum Lease {
 /// no earlier unsent message of its ordering key (a dead one included, so a
 /// dead message holds back the rest of its key until it is revived or
 /// discarded).
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 macro_rules! outbox_leasable {
     ($now:literal) => {
         concat!(

@@ -2,7 +2,12 @@
 //! outbox relay), and how its thread (a condition variable) or tokio task
 //! (a `Notify`) waits for them: signalled, never polled.
 
+// Without a thread or a task to wait (features `r2d2`, `tokio`), the
+// signals are only the pruner's stop flag type.
+#![cfg_attr(not(any(feature = "r2d2", feature = "tokio")), allow(dead_code))]
+
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+#[cfg(any(feature = "r2d2", feature = "tokio"))]
 use std::time::Duration;
 #[cfg(feature = "r2d2")]
 use std::time::Instant;

@@ -31,6 +31,7 @@ use super::{PruneError, PruneReport};
 use crate::backend::InboxBackend;
 use crate::duration::format_duration;
 use crate::execution::Signals;
+#[cfg(feature = "r2d2")]
 use crate::execution::block_ready;
 
 /// The longest a background pruner backs off after failed runs in a row.

@@ -10,7 +10,9 @@ use crate::error::InboxError;
 use crate::execution::depth;
 use crate::outbox::headers;
 use crate::outbox::id::OutboxId;
-use crate::outbox::publisher::{BlockingPublisher, OutboxMessage, PublishError, Publisher};
+#[cfg(feature = "async")]
+use crate::outbox::publisher::Publisher;
+use crate::outbox::publisher::{BlockingPublisher, OutboxMessage, PublishError};
 use crate::text::bounded;
 
 /// How a round publishes: a [`Publisher`]'s future, or a
@@ -33,8 +35,10 @@ impl<P: BlockingPublisher> Publish for BlockingPublish<'_, P> {
 }
 
 /// A [`Publisher`] as a round's [`Publish`].
+#[cfg(feature = "async")]
 pub(crate) struct AsyncPublish<'p, P>(pub(crate) &'p mut P);
 
+#[cfg(feature = "async")]
 impl<P: Publisher> Publish for AsyncPublish<'_, P> {
     fn publish(
         &mut self,
