@@ -28,7 +28,7 @@ use crate::error::{InboxError, Marker, REJECTED, REJECTED_PREFIX, REJECTED_SUFFI
 use crate::key::ClaimKey;
 use crate::observe::Ending;
 use crate::recovery::is_constraint_violation;
-use crate::text::{MAX_ERROR_TEXT_BYTES, bounded, error_chain_text, error_text};
+use crate::text::{MAX_ERROR_TEXT_BYTES, bounded, error_chain_text, error_text, panic_text};
 
 /// A failed body, as it is recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,11 +55,7 @@ impl Failure {
 
     /// What a panic of the body records.
     pub(crate) fn of_panic(payload: &(dyn Any + Send)) -> Failure {
-        let message = payload
-            .downcast_ref::<&str>()
-            .copied()
-            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-            .unwrap_or("a panic with a non-text payload");
+        let message = panic_text(payload);
         Failure::Attempt(bounded(format!("the handler panicked: {message}")))
     }
 

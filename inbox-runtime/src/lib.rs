@@ -135,9 +135,10 @@
 //! migrations), `async` (diesel-async handlers), `async-postgres`,
 //! `async-mysql` (`async` with the backend and diesel-async's driver for it),
 //! `deadpool`, `bb8` (its pools),
-//! `tokio` (the background pruner as a tokio task), `partitioned`
+//! `tokio` (the background pruner and outbox relay as tokio tasks),
+//! `partitioned`
 //! (PostgreSQL's generation layout, `prune::partitioned`), `log` (pruner
-//! runs through the `log` facade), `tracing` (a span per delivery and
+//! runs and relay rounds through the `log` facade), `tracing` (a span per delivery and
 //! events through `tracing`) and `metrics` (counters and histograms through
 //! the `metrics` facade): see [`observe`] for every span field, event and
 //! metric. `testing` adds `inbox_runtime::testing`: a check, for your own
@@ -157,6 +158,8 @@ extern crate self as inbox_runtime;
 mod ack;
 mod attempts;
 mod backend;
+#[cfg(any(feature = "r2d2", feature = "tokio"))]
+pub mod background;
 mod backoff;
 mod batch;
 mod claim;

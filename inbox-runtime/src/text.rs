@@ -60,3 +60,13 @@ pub(crate) fn bounded(mut text: String) -> String {
     }
     text
 }
+
+/// The text of a panic's payload (a `&str` or a `String`), or a note that
+/// it has none.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic with a non-text payload")
+}

@@ -58,6 +58,7 @@ mod id;
 mod message;
 mod publisher;
 mod relay;
+mod runner;
 mod write;
 
 pub use dead::{Backlog, DeadMessage, backlog, dead, discard, revive};
@@ -65,6 +66,7 @@ pub use id::OutboxId;
 pub use message::{MAX_HEADER_VALUE_BYTES, MAX_NAME_BYTES, OutgoingMessage};
 pub use publisher::{BlockingPublisher, OutboxMessage, PublishError, Publisher};
 pub use relay::{MAX_RELAY_BATCH, Relay, RelayReport};
+pub use runner::{BackgroundRelay, RelayRound, RelayRoundError};
 pub use write::send;
 #[cfg(feature = "async")]
 pub use write::send_async;

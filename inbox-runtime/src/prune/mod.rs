@@ -117,10 +117,6 @@ pub use report::{BatchProgress, PruneError, PruneReport};
 pub use scheduler::{BackgroundPruner, MAX_RETRY_BACKOFF, PrunerRun, PrunerRunError};
 #[cfg(feature = "r2d2")]
 pub use scheduler::{PruneJob, StopSignal};
-#[cfg(feature = "tokio")]
-pub use task::{AsyncPrunePool, PrunerTask};
-#[cfg(feature = "r2d2")]
-pub use thread::PrunerThread;
 
 /// The default number of rows a batch deletes.
 ///

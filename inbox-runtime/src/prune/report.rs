@@ -53,9 +53,10 @@ impl PartialReport {
 /// # let mut conn = SqliteConnection::establish(":memory:")?;
 /// # inbox_runtime::setup(&mut conn)?;
 /// let report = Prune::new(RetentionPolicy::parse("7d", "1d")?).run(&mut conn)?;
-/// println!("{report}"); // "deleted 0 rows in 2 batches in 0.2 ms (caught up)"
-/// // One batch over the claims, one over the failure records.
-/// assert!(report.to_string().starts_with("deleted 0 rows in 2 batches"));
+/// println!("{report}"); // "deleted 0 rows in 3 batches in 0.2 ms (caught up)"
+/// // One batch over the claims, one over the failure records, one over
+/// // the sent outgoing messages.
+/// assert!(report.to_string().starts_with("deleted 0 rows in 3 batches"));
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

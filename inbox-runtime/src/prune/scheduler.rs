@@ -13,8 +13,6 @@ use std::fmt;
 use std::future::Future;
 use std::ops::ControlFlow;
 use std::panic::{self, AssertUnwindSafe};
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 #[cfg(feature = "r2d2")]
@@ -30,9 +28,9 @@ use super::{PruneError, PruneReport};
 #[cfg(feature = "r2d2")]
 use crate::backend::InboxBackend;
 use crate::duration::format_duration;
-use crate::execution::Signals;
 #[cfg(feature = "r2d2")]
 use crate::execution::block_ready;
+use crate::execution::{Signals, caught};
 
 /// The longest a background pruner backs off after failed runs in a row.
 ///
@@ -477,7 +475,7 @@ where
 {
     while !signals.stop_requested() {
         let start = log.start();
-        let outcome = CatchUnwind(Box::pin(front.run_once()))
+        let outcome = caught(front.run_once())
             .await
             .unwrap_or_else(|panic| Err(panicked(panic)));
         let wait = log.finish(start, outcome);
@@ -487,31 +485,9 @@ where
     }
 }
 
-/// A future that catches a panic of the future it polls.
-struct CatchUnwind<F>(Pin<Box<F>>);
-
-impl<F: Future> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, Box<dyn Any + Send>>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = self.0.as_mut();
-        match panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
-            Err(panic) => Poll::Ready(Err(panic)),
-        }
-    }
-}
-
 /// The error for a job that panicked, caught by the pruner.
 pub(super) fn panicked(panic: Box<dyn Any + Send>) -> PrunerRunError {
-    PrunerRunError::Panicked(if let Some(message) = panic.downcast_ref::<&str>() {
-        (*message).to_owned()
-    } else if let Some(message) = panic.downcast_ref::<String>() {
-        message.clone()
-    } else {
-        "a non-string panic payload".to_owned()
-    })
+    PrunerRunError::Panicked(crate::text::panic_text(panic.as_ref()).to_owned())
 }
 
 #[cfg(test)]

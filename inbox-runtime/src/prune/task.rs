@@ -3,83 +3,15 @@
 //! end, which checks connections out of the pool and waits on a `Notify`.
 //! The same builder, reports, signals and backoff as the thread.
 
-use std::error::Error;
-use std::fmt;
 use std::future::Future;
-use std::ops::DerefMut;
 use std::sync::Arc;
 use std::time::Duration;
-
-use diesel_async::AsyncConnection;
-use tokio::task::{JoinError, JoinHandle};
 
 use super::driver::{Async, drive};
 use super::scheduler::{FrontEnd, RunLog, go_on, schedule};
 use super::{BackgroundPruner, Prune, PruneReport, PrunerRun, PrunerRunError};
-use crate::backend::InboxBackend;
+use crate::background::{AsyncPool, WorkerTask, checkout};
 use crate::execution::Signals;
-
-/// An async connection pool a pruning task checks its connections out of:
-/// diesel-async's deadpool pool (feature `deadpool`) or bb8 pool (feature
-/// `bb8`), or a pool of your own.
-///
-/// ```
-/// # #[cfg(all(feature = "postgres", feature = "deadpool"))] {
-/// use diesel_async::pooled_connection::deadpool::Pool;
-/// use inbox_runtime::prune::AsyncPrunePool;
-///
-/// fn assert_pool<P: AsyncPrunePool>() {}
-/// assert_pool::<Pool<diesel_async::AsyncPgConnection>>();
-/// # }
-/// ```
-pub trait AsyncPrunePool: Send + Sync + 'static {
-    /// The pool's connections.
-    type Connection: AsyncConnection<Backend: InboxBackend> + Send + 'static;
-
-    /// A checked-out connection, returned to the pool when dropped.
-    type Pooled<'p>: DerefMut<Target = Self::Connection> + Send
-    where
-        Self: 'p;
-
-    /// Checks a connection out of the pool (the pruner bounds the wait by
-    /// its [`checkout_timeout`](BackgroundPruner::checkout_timeout)).
-    fn checkout(
-        &self,
-    ) -> impl Future<Output = Result<Self::Pooled<'_>, Box<dyn Error + Send + Sync>>> + Send;
-}
-
-/// Implements [`AsyncPrunePool`] for a diesel-async pool module's `Pool`,
-/// whose checked-out connection is `$pooled`.
-macro_rules! async_prune_pool {
-    ($feature:literal, $module:ident, $pooled:ty) => {
-        #[cfg(feature = $feature)]
-        impl<C> AsyncPrunePool for diesel_async::pooled_connection::$module::Pool<C>
-        where
-            C: diesel_async::pooled_connection::PoolableConnection<Backend: InboxBackend> + 'static,
-            for<'a> diesel::dsl::select<diesel::dsl::AsExprOf<i32, diesel::sql_types::Integer>>:
-                diesel_async::methods::LoadQuery<'a, C, i32>,
-            diesel::query_builder::SqlQuery: diesel::query_builder::QueryFragment<C::Backend>,
-        {
-            type Connection = C;
-            type Pooled<'p> = $pooled;
-
-            async fn checkout(&self) -> Result<Self::Pooled<'_>, Box<dyn Error + Send + Sync>> {
-                Ok(self.get().await?)
-            }
-        }
-    };
-}
-
-async_prune_pool!(
-    "deadpool",
-    deadpool,
-    diesel_async::pooled_connection::deadpool::Object<C>
-);
-async_prune_pool!(
-    "bb8",
-    bb8,
-    diesel_async::pooled_connection::bb8::PooledConnection<'p, C>
-);
 
 impl BackgroundPruner<Prune> {
     /// Starts the pruner as a task on the current tokio runtime, over an
@@ -124,90 +56,20 @@ impl BackgroundPruner<Prune> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn spawn_task<P, F>(self, pool: P, on_run: F) -> PrunerTask
+    pub fn spawn_task<P, F>(self, pool: P, on_run: F) -> WorkerTask
     where
-        P: AsyncPrunePool,
+        P: AsyncPool,
         F: FnMut(&PrunerRun) + Send + 'static,
     {
-        let signals = Arc::new(Signals::default());
-        let front = TaskFront {
-            prune: self.job,
-            pool,
-            checkout_timeout: self.checkout_timeout,
-            signals: Arc::clone(&signals),
-        };
-        let log = RunLog::new(self.every, on_run);
-        let task_signals = Arc::clone(&signals);
-        let task = tokio::spawn(async move { schedule(front, log, &task_signals).await });
-        PrunerTask {
-            signals,
-            task: Some(task),
-        }
-    }
-}
-
-/// Controls a pruning task started by
-/// [`BackgroundPruner::spawn_task`]. Dropping it stops the task: it ends
-/// after the batch in flight, on its own.
-///
-/// ```no_run
-/// # async fn demo(task: inbox_runtime::prune::PrunerTask) {
-/// task.run_now(); // don't wait for the interval
-/// task.stop().await.expect("the pruning task never panics");
-/// # }
-/// ```
-#[derive(Debug)]
-pub struct PrunerTask {
-    signals: Arc<Signals>,
-    task: Option<JoinHandle<()>>,
-}
-
-impl PrunerTask {
-    /// Starts the next run now instead of at the end of the interval (if a
-    /// run is in progress, another follows it right away).
-    ///
-    /// ```no_run
-    /// # fn f(task: &inbox_runtime::prune::PrunerTask) {
-    /// task.run_now();
-    /// # }
-    /// ```
-    pub fn run_now(&self) {
-        self.signals.request_run();
-    }
-
-    /// Stops the task and waits for it to end: a run in progress ends after
-    /// its current batch (or its connection checkout, or at once if it is
-    /// pausing), and is reported. `Err` only if the runtime shut down first,
-    /// or the task panicked, which the pruner is built not to do.
-    ///
-    /// ```no_run
-    /// # async fn demo(task: inbox_runtime::prune::PrunerTask) {
-    /// task.stop().await.expect("stopped cleanly");
-    /// # }
-    /// ```
-    pub async fn stop(mut self) -> Result<(), JoinError> {
-        self.signals.request_stop();
-        match self.task.take() {
-            Some(task) => task.await,
-            None => Ok(()),
-        }
-    }
-
-    /// `true` once the task has ended.
-    ///
-    /// ```no_run
-    /// # fn f(task: &inbox_runtime::prune::PrunerTask) {
-    /// assert!(!task.is_finished());
-    /// # }
-    /// ```
-    pub fn is_finished(&self) -> bool {
-        self.task.as_ref().is_none_or(JoinHandle::is_finished)
-    }
-}
-
-impl Drop for PrunerTask {
-    fn drop(&mut self) {
-        self.signals.request_stop();
+        WorkerTask::spawn(move |signals| async move {
+            let front = TaskFront {
+                prune: self.job,
+                pool,
+                checkout_timeout: self.checkout_timeout,
+                signals: Arc::clone(&signals),
+            };
+            schedule(front, RunLog::new(self.every, on_run), &signals).await;
+        })
     }
 }
 
@@ -221,7 +83,7 @@ struct TaskFront<P> {
     signals: Arc<Signals>,
 }
 
-impl<P: AsyncPrunePool> FrontEnd for TaskFront<P> {
+impl<P: AsyncPool> FrontEnd for TaskFront<P> {
     fn run_once(&mut self) -> impl Future<Output = Result<PruneReport, PrunerRunError>> {
         run_once(
             &self.prune,
@@ -238,20 +100,15 @@ impl<P: AsyncPrunePool> FrontEnd for TaskFront<P> {
 
 /// One run: a connection from the pool, then the prune on it, stopping
 /// between batches (or in a pause) when asked to.
-async fn run_once<P: AsyncPrunePool>(
+async fn run_once<P: AsyncPool>(
     prune: &Prune,
     pool: &P,
     checkout_timeout: Duration,
     signals: &Signals,
 ) -> Result<PruneReport, PrunerRunError> {
-    let mut conn = match tokio::time::timeout(checkout_timeout, pool.checkout()).await {
-        Ok(Ok(conn)) => conn,
-        Ok(Err(error)) => return Err(PrunerRunError::AsyncCheckout(error)),
-        Err(_) => {
-            let timed_out = CheckoutTimedOut(checkout_timeout);
-            return Err(PrunerRunError::AsyncCheckout(Box::new(timed_out)));
-        }
-    };
+    let mut conn = checkout(pool, checkout_timeout)
+        .await
+        .map_err(PrunerRunError::AsyncCheckout)?;
     let pause = |pause| async move { go_on(signals.wait_async(pause, false).await) };
     let progress = |_: &super::BatchProgress<'_>| go_on(!signals.stop_requested());
     let conn = &mut *conn;
@@ -259,19 +116,3 @@ async fn run_once<P: AsyncPrunePool>(
         .await
         .map_err(PrunerRunError::Prune)
 }
-
-/// The pool gave no connection within the checkout timeout.
-#[derive(Debug)]
-struct CheckoutTimedOut(Duration);
-
-impl fmt::Display for CheckoutTimedOut {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the pool gave no connection within {}",
-            crate::duration::format_duration(self.0)
-        )
-    }
-}
-
-impl Error for CheckoutTimedOut {}

@@ -5,7 +5,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use diesel::r2d2::{ManageConnection, Pool};
@@ -14,11 +13,13 @@ use super::PruneReport;
 use super::scheduler::{
     BackgroundPruner, FrontEnd, PruneJob, PrunerRun, PrunerRunError, RunLog, StopSignal, schedule,
 };
+use crate::background::WorkerThread;
 use crate::execution::{Signals, block_ready};
 
 impl<J> BackgroundPruner<J> {
     /// Starts the thread. `on_run` receives every run's [`PrunerRun`]; with
     /// the `log` feature, runs are also logged (info, or warn on failure).
+    /// The [`WorkerThread`] stops it (dropping it does too).
     ///
     /// ```no_run
     /// # #[cfg(feature = "postgres")] {
@@ -30,100 +31,21 @@ impl<J> BackgroundPruner<J> {
     /// # }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn spawn<M, F>(self, pool: Pool<M>, on_run: F) -> std::io::Result<PrunerThread>
+    pub fn spawn<M, F>(self, pool: Pool<M>, on_run: F) -> std::io::Result<WorkerThread>
     where
         M: ManageConnection,
         J: PruneJob<M::Connection>,
         F: FnMut(&PrunerRun) + Send + 'static,
     {
-        let signals = Arc::new(Signals::default());
-        let front = ThreadFront {
-            job: self.job,
-            pool,
-            checkout_timeout: self.checkout_timeout,
-            signals: Arc::clone(&signals),
-        };
-        let log = RunLog::new(self.every, on_run);
-        let thread_signals = Arc::clone(&signals);
-        let thread = thread::Builder::new()
-            .name(self.thread_name)
-            .spawn(move || block_ready(schedule(front, log, &thread_signals)))?;
-        Ok(PrunerThread {
-            signals,
-            thread: Some(thread),
+        WorkerThread::spawn(self.thread_name, move |signals| {
+            let front = ThreadFront {
+                job: self.job,
+                pool,
+                checkout_timeout: self.checkout_timeout,
+                signals: Arc::clone(&signals),
+            };
+            block_ready(schedule(front, RunLog::new(self.every, on_run), &signals));
         })
-    }
-}
-
-/// Controls a running [`BackgroundPruner`]. Dropping it stops the thread and
-/// waits for it.
-///
-/// ```no_run
-/// # #[cfg(feature = "postgres")] {
-/// # use diesel::r2d2::{ConnectionManager, Pool};
-/// # use inbox_runtime::{Prune, RetentionPolicy, prune::BackgroundPruner};
-/// # let pool = Pool::new(ConnectionManager::<diesel::PgConnection>::new("postgres://localhost/app"))?;
-/// let handle = BackgroundPruner::new(Prune::new(RetentionPolicy::parse("7d", "1d")?)).spawn(pool, |_| {})?;
-/// handle.run_now(); // don't wait for the interval
-/// assert!(handle.stop().is_ok());
-/// # }
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug)]
-pub struct PrunerThread {
-    signals: Arc<Signals>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl PrunerThread {
-    /// Starts the next run now instead of at the end of the interval (if a
-    /// run is in progress, another follows it right away).
-    ///
-    /// ```no_run
-    /// # fn f(handle: &inbox_runtime::prune::PrunerThread) {
-    /// handle.run_now();
-    /// # }
-    /// ```
-    pub fn run_now(&self) {
-        self.signals.request_run();
-    }
-
-    /// Stops the thread and waits for it: a run in progress ends after its
-    /// current batch (or its connection checkout, or at once if it is
-    /// pausing between batches). `Err` only if the thread
-    /// itself panicked, which the pruner is built not to do.
-    ///
-    /// ```no_run
-    /// # fn f(handle: inbox_runtime::prune::PrunerThread) {
-    /// handle.stop().expect("the pruner thread never panics");
-    /// # }
-    /// ```
-    pub fn stop(mut self) -> thread::Result<()> {
-        self.signals.request_stop();
-        match self.thread.take() {
-            Some(thread) => thread.join(),
-            None => Ok(()),
-        }
-    }
-
-    /// `true` once the thread has ended.
-    ///
-    /// ```no_run
-    /// # fn f(handle: &inbox_runtime::prune::PrunerThread) {
-    /// assert!(!handle.is_finished());
-    /// # }
-    /// ```
-    pub fn is_finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
-    }
-}
-
-impl Drop for PrunerThread {
-    fn drop(&mut self) {
-        self.signals.request_stop();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

@@ -227,11 +227,11 @@ pub trait ServerBackend: TestBackend {
 
     /// A deadpool pool of diesel-async connections.
     #[cfg(feature = "async")]
-    type Deadpool: inbox_runtime::prune::AsyncPrunePool<Connection = Self::AsyncConnection> + Clone;
+    type Deadpool: inbox_runtime::background::AsyncPool<Connection = Self::AsyncConnection> + Clone;
 
     /// A bb8 pool of diesel-async connections.
     #[cfg(feature = "async")]
-    type Bb8: inbox_runtime::prune::AsyncPrunePool<Connection = Self::AsyncConnection>;
+    type Bb8: inbox_runtime::background::AsyncPool<Connection = Self::AsyncConnection>;
 
     /// A deadpool pool of at most `size` connections to `url`: this
     /// database's [`url`](TestBackend::url), or a way to it (a proxy, a

@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
-use inbox_runtime::prune::AsyncPrunePool;
+use inbox_runtime::background::AsyncPool;
 use inbox_runtime::{InboxBackend, Outcome, idempotent};
 use inbox_tests::{AsyncSqlRows, ServerBackend, connection_id_async, statement};
 

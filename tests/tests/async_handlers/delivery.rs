@@ -5,7 +5,7 @@
 
 use diesel_async::AsyncConnection;
 use futures_util::FutureExt;
-use inbox_runtime::prune::AsyncPrunePool;
+use inbox_runtime::background::AsyncPool;
 use inbox_runtime::{InboxError, Outcome};
 use inbox_tests::{AppError, ServerBackend, TestBackend};
 

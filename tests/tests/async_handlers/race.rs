@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use inbox_runtime::Outcome;
-use inbox_runtime::prune::AsyncPrunePool;
+use inbox_runtime::background::AsyncPool;
 use inbox_tests::{AsyncSqlRows, ServerBackend};
 
 use crate::handlers::*;

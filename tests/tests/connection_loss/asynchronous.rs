@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use diesel::QueryResult;
 use diesel_async::pooled_connection::{PoolableConnection, RecyclingMethod};
 use diesel_async::{AsyncConnection, RunQueryDsl};
-use inbox_runtime::prune::AsyncPrunePool;
+use inbox_runtime::background::AsyncPool;
 use inbox_runtime::{InboxBackend, Outcome, Recovery, idempotent};
 use inbox_tests::{
     AsyncSqlRows, ServerBackend, TestBackend, connection_id_async, statement, terminate_async,

@@ -6,6 +6,9 @@
 //! commits, copies are duplicates; if it fails, a later copy processes the
 //! message, once.
 
+// The storms and the bound run on the servers only.
+#![cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};

@@ -15,6 +15,10 @@
 //!   once publish every message exactly once, each key in order;
 //! - `pruning`: sent messages are pruned by the retention policy's window
 //!   with the inbox's rows; pending and dead ones never are;
+//! - `background`: the relay on a thread over an r2d2 pool drains the
+//!   backlog, waits when idle unless told to run now, backs off while the
+//!   broker is unavailable and survives a panicking publisher;
+//!   `background_task`: the same as a tokio task over a deadpool pool;
 //! - `asynchronous`: the same writing and relaying on diesel-async
 //!   connections.
 //!
@@ -26,6 +30,9 @@ mod support;
 
 #[cfg(feature = "async")]
 mod asynchronous;
+mod background;
+#[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
+mod background_task;
 mod pruning;
 mod relay;
 mod write;

@@ -3,6 +3,7 @@
 //! chaos suite runs the real ones), and reads of the outbox table.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use diesel::connection::LoadConnection;
 use inbox_runtime::outbox::{
@@ -96,4 +97,84 @@ pub fn key_seqs(conn: &mut impl SqlRows, key: &str) -> Vec<i64> {
     conn.bigints(&format!(
         "SELECT key_seq AS value FROM inbox_outbox WHERE ordering_key = '{key}' ORDER BY position"
     ))
+}
+
+/// Waits up to 10 s for `done`.
+pub fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+/// The backlog `m0`..`m29` over keys `k0`..`k2` (`m{n}` on key `k{n % 3}`).
+pub fn backlog() -> Vec<OutgoingMessage> {
+    (0..30)
+        .map(|n| keyed(&format!("k{}", n % 3), &format!("m{n}")))
+        .collect()
+}
+
+/// Each key of the [`backlog`] published in commit order.
+pub fn assert_keys_in_order(payloads: &[String]) {
+    for key in 0..3 {
+        let order: Vec<&String> = payloads
+            .iter()
+            .filter(|p| {
+                p.strip_prefix('m')
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .is_some_and(|n| n % 3 == key)
+            })
+            .collect();
+        let expected: Vec<String> = (0..30)
+            .filter(|n| n % 3 == key)
+            .map(|n| format!("m{n}"))
+            .collect();
+        assert_eq!(
+            order,
+            expected.iter().collect::<Vec<_>>(),
+            "key k{key} in order"
+        );
+    }
+}
+
+/// Unavailable until `healed`, and panics once on its first call after.
+#[derive(Clone)]
+pub struct Flaky {
+    pub broker: Broker,
+    pub healed: Arc<Mutex<bool>>,
+    pub panicked: Arc<Mutex<bool>>,
+}
+
+impl Publisher for Flaky {
+    async fn publish(&mut self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        BlockingPublisher::publish(self, messages)
+    }
+}
+
+impl BlockingPublisher for Flaky {
+    fn publish(&mut self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        if !*self.healed.lock().unwrap() {
+            return messages
+                .iter()
+                .map(|_| Err(PublishError::unavailable("connection refused")))
+                .collect();
+        }
+        let mut panicked = self.panicked.lock().unwrap();
+        if !*panicked {
+            *panicked = true;
+            drop(panicked);
+            panic!("deliberate: the publisher panics once");
+        }
+        self.broker.answer(messages)
+    }
+}
+
+/// [`eventually`] on a tokio task.
+#[cfg(feature = "async")]
+pub async fn eventually_async(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

@@ -239,6 +239,22 @@ pub struct RelayReport {
     pub last_unavailable: Option<String>,
 }
 
+impl std::fmt::Display for RelayReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "leased {}, published {}", self.leased, self.published)?;
+        if self.refused > 0 {
+            write!(f, ", refused {} ({} now dead)", self.refused, self.dead)?;
+        }
+        if self.unavailable > 0 {
+            write!(f, ", {} given back: broker unavailable", self.unavailable)?;
+            if let Some(reason) = &self.last_unavailable {
+                write!(f, " ({reason})")?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl RelayReport {
     /// `true` when the round found nothing to publish.
     ///

@@ -1,0 +1,98 @@
+//! The relay on a thread of its own over an r2d2 pool: it drains the
+//! backlog in key order, picks up new messages after an idle wait or at
+//! once on `run_now`, backs off while the broker is unavailable, survives a
+//! panicking publisher, and stops when asked.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use inbox_runtime::Backoff;
+use inbox_runtime::outbox::{BackgroundRelay, OutgoingMessage, Relay, RelayRound, RelayRoundError};
+use inbox_tests::TestBackend;
+
+use crate::support::*;
+
+inbox_tests::backend_tests!(
+    a_relay_thread_drains_then_follows_new_commits,
+    a_relay_thread_backs_off_while_the_broker_is_unavailable_and_survives_a_panic,
+);
+
+pub fn a_relay_thread_drains_then_follows_new_commits<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    send_all(&mut conn, &backlog());
+    let broker = Broker::default();
+    let rounds = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&rounds);
+    let relay = BackgroundRelay::new(Relay::new().batch_size(7))
+        .idle_wait(Duration::from_secs(3600))
+        .spawn(db.pool(2), broker.clone(), move |round| {
+            seen.lock()
+                .unwrap()
+                .push(matches!(round, RelayRound::Done(_)));
+        })
+        .unwrap();
+    eventually("the backlog", || broker.payloads().len() == 30);
+    // Idle now, for an hour unless woken.
+    send_all(&mut conn, &[OutgoingMessage::new("receipts", "late")]);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(broker.payloads().len(), 30, "an idle relay waits");
+    relay.run_now();
+    eventually("the round run now", || broker.payloads().len() == 31);
+    relay.stop().unwrap();
+    assert!(rounds.lock().unwrap().iter().all(|done| *done));
+    assert_keys_in_order(&broker.payloads());
+}
+
+pub fn a_relay_thread_backs_off_while_the_broker_is_unavailable_and_survives_a_panic<
+    B: TestBackend,
+>() {
+    let Some(db) = B::open() else { return };
+    inbox_tests::quiet_deliberate_panics();
+    let mut conn = db.connect();
+    send_all(&mut conn, &[OutgoingMessage::new("receipts", "one")]);
+    let flaky = Flaky {
+        broker: Broker::default(),
+        healed: Arc::new(Mutex::new(false)),
+        panicked: Arc::new(Mutex::new(false)),
+    };
+    let rounds = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&rounds);
+    let relay = BackgroundRelay::new(Relay::new().lease(Duration::from_secs(1)))
+        .idle_wait(Duration::from_millis(20))
+        .backoff(Backoff {
+            first: Duration::from_millis(100),
+            max: Duration::from_millis(400),
+        })
+        .spawn(db.pool(1), flaky.clone(), move |round| {
+            seen.lock().unwrap().push(match round {
+                RelayRound::Done(report) if report.unavailable > 0 => "unavailable",
+                RelayRound::Done(_) => "done",
+                RelayRound::Failed(RelayRoundError::Panicked(_)) => "panicked",
+                _ => "failed",
+            });
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let unavailable = rounds.lock().unwrap().len();
+    // Backing off 100, 200, 400, 400 ms: 4 or 5 rounds in 1.2 s, not
+    // hundreds.
+    assert!(
+        (3..=6).contains(&unavailable),
+        "{unavailable} rounds while unavailable"
+    );
+    *flaky.healed.lock().unwrap() = true;
+    // The panic's round leased the message: it goes out once its 1 s lease
+    // runs out.
+    eventually("the message after the panic", || {
+        flaky.broker.payloads() == ["one"]
+    });
+    assert!(!relay.is_finished(), "the thread survived the panic");
+    relay.stop().unwrap();
+    let rounds = rounds.lock().unwrap();
+    assert!(rounds.contains(&"panicked"), "{rounds:?}");
+    assert!(
+        rounds[..unavailable].iter().all(|r| *r == "unavailable"),
+        "{rounds:?}"
+    );
+}

@@ -1,0 +1,66 @@
+//! The relay as a tokio task over a diesel-async pool (deadpool), on
+//! PostgreSQL and MariaDB: the thread's loop with an async front end.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use inbox_runtime::outbox::{BackgroundRelay, OutgoingMessage, Relay};
+use inbox_tests::ServerBackend;
+
+use crate::support::*;
+
+inbox_tests::backend_tests!(
+    async(multi_thread = 2) only [postgres, mysql]:
+    a_relay_task_drains_follows_new_commits_and_survives_a_panic,
+);
+
+/// The task: the backlog drained in key order, a message committed while
+/// it idles picked up on `run_now`, a panicking publisher caught (the
+/// task goes on, the message goes out when its lease runs out), and
+/// `stop` ends it.
+pub async fn a_relay_task_drains_follows_new_commits_and_survives_a_panic<B: ServerBackend>() {
+    let Some(db) = B::open() else { return };
+    inbox_tests::quiet_deliberate_panics();
+    let mut conn = db.connect();
+    send_all(&mut conn, &backlog());
+    let flaky = Flaky {
+        broker: Broker::default(),
+        healed: Arc::new(Mutex::new(true)),
+        panicked: Arc::new(Mutex::new(true)),
+    };
+    let rounds = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&rounds);
+    let relay = BackgroundRelay::new(Relay::new().batch_size(7).lease(Duration::from_secs(1)))
+        .idle_wait(Duration::from_secs(3600))
+        .spawn_task(B::deadpool(db.url(), 2), flaky.clone(), move |round| {
+            seen.lock().unwrap().push(round.is_ok());
+        });
+    eventually_async("the backlog", || flaky.broker.payloads().len() == 30).await;
+    assert_keys_in_order(&flaky.broker.payloads());
+
+    *flaky.panicked.lock().unwrap() = false;
+    send_all(&mut conn, &[OutgoingMessage::new("receipts", "late")]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(flaky.broker.payloads().len(), 30, "an idle relay waits");
+    relay.run_now();
+    eventually_async("the panicking round", || *flaky.panicked.lock().unwrap()).await;
+    assert!(!relay.is_finished(), "the task survived the panic");
+    // The panic's round leased the message for 1 s; the relay idles for an
+    // hour unless told: run it now until the lease has run out.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while flaky.broker.payloads().len() < 31 {
+        assert!(
+            Instant::now() < deadline,
+            "the message after the panic never went out"
+        );
+        relay.run_now();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(flaky.broker.payloads()[30], "late");
+    relay.stop().await.unwrap();
+    let rounds = rounds.lock().unwrap();
+    assert!(
+        rounds.contains(&false),
+        "the panic was reported: {rounds:?}"
+    );
+}
