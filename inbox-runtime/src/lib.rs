@@ -131,7 +131,11 @@
 //! `uuid` ([`MessageId`] for `uuid::Uuid`), `lapin` and `async-nats`
 //! ([`MessageId`] for lapin's `ShortString` and async-nats' `HeaderValue`,
 //! the types of the AMQP `message_id` property and of the JetStream
-//! `Nats-Msg-Id` header), `migrations` (embedded Diesel
+//! `Nats-Msg-Id` header), `outbox-lapin` and `outbox-nats` (the outbox's
+//! publishers: [`outbox::LapinPublisher`] for RabbitMQ,
+//! [`outbox::JetStreamPublisher`] for NATS JetStream), `serde`
+//! (fingerprints of any `Serialize` payload, stored results,
+//! `OutgoingMessage::json`), `migrations` (embedded Diesel
 //! migrations), `async` (diesel-async handlers), `async-postgres`,
 //! `async-mysql` (`async` with the backend and diesel-async's driver for it),
 //! `deadpool`, `bb8` (its pools),

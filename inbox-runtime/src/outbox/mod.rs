@@ -57,6 +57,7 @@ mod headers;
 mod id;
 mod message;
 mod publisher;
+mod publishers;
 mod relay;
 mod runner;
 mod write;
@@ -65,6 +66,10 @@ pub use dead::{Backlog, DeadMessage, backlog, dead, discard, revive};
 pub use id::OutboxId;
 pub use message::{MAX_HEADER_VALUE_BYTES, MAX_NAME_BYTES, OutgoingMessage};
 pub use publisher::{BlockingPublisher, OutboxMessage, PublishError, Publisher};
+#[cfg(feature = "outbox-nats")]
+pub use publishers::JetStreamPublisher;
+#[cfg(feature = "outbox-lapin")]
+pub use publishers::LapinPublisher;
 pub use relay::{MAX_RELAY_BATCH, Relay, RelayReport};
 pub use runner::{BackgroundRelay, RelayRound, RelayRoundError};
 pub use write::send;

@@ -20,7 +20,12 @@
 //!   broker is unavailable and survives a panicking publisher;
 //!   `background_task`: the same as a tokio task over a deadpool pool;
 //! - `asynchronous`: the same writing and relaying on diesel-async
-//!   connections.
+//!   connections;
+//! - `brokers` (feature `outbox-brokers`): the runtime's publishers on a
+//!   real RabbitMQ and NATS JetStream: the outbox id as the broker's message
+//!   id, unroutable messages and missing exchanges or streams refused, then
+//!   dead, an unreachable broker uncounted, a closed channel reopened, a
+//!   second publish of an id dropped by JetStream.
 //!
 //! Run: `INBOX_REQUIRE_DATABASES=1 cargo test -p inbox-tests --all-features --test outbox`
 
@@ -33,6 +38,8 @@ mod asynchronous;
 mod background;
 #[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
 mod background_task;
+#[cfg(feature = "outbox-brokers")]
+mod brokers;
 mod pruning;
 mod relay;
 mod write;

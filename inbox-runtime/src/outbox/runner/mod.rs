@@ -41,6 +41,8 @@ use crate::text::panic_text;
 /// # }
 /// ```
 #[derive(Debug, Clone)]
+// Without `r2d2` or `tokio` it has no front end to run it.
+#[cfg_attr(not(any(feature = "r2d2", feature = "tokio")), allow(dead_code))]
 pub struct BackgroundRelay {
     relay: Relay,
     idle_wait: Duration,
