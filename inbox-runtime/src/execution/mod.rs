@@ -19,4 +19,4 @@ pub(crate) use ready::{block_ready, caught};
 pub use retry::CLAIM_ATTEMPTS;
 pub(crate) use retry::RetryPolicy;
 #[cfg_attr(not(any(feature = "r2d2", feature = "tokio")), allow(unused_imports))]
-pub(crate) use signals::Signals;
+pub(crate) use signals::{Signals, Waited};

@@ -24,6 +24,17 @@ pub(crate) struct Signals {
     notify: tokio::sync::Notify,
 }
 
+/// What ended a wait ([`Signals::wait_for`], [`Signals::wait_for_async`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// A stop request.
+    Stopped,
+    /// A run-now request (taken).
+    RunNow,
+    /// The delay.
+    Elapsed,
+}
+
 #[derive(Debug, Default)]
 struct State {
     stop: bool,
@@ -59,14 +70,14 @@ impl Signals {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether a wait ends now: `Some(false)` on a stop request,
-    /// `Some(true)` on a run-now request (taken) when waiting `for_run`.
-    fn settled(state: &mut State, for_run: bool) -> Option<bool> {
+    /// Whether a wait ends now: on a stop request, or on a run-now request
+    /// (taken) when waiting `for_run`.
+    fn settled(state: &mut State, for_run: bool) -> Option<Waited> {
         if state.stop {
-            Some(false)
+            Some(Waited::Stopped)
         } else if for_run && state.run_now {
             state.run_now = false;
-            Some(true)
+            Some(Waited::RunNow)
         } else {
             None
         }
@@ -78,11 +89,17 @@ impl Signals {
     /// between batches does not.
     #[cfg(feature = "r2d2")]
     pub(crate) fn wait(&self, delay: Duration, for_run: bool) -> bool {
+        self.wait_for(delay, for_run) != Waited::Stopped
+    }
+
+    /// [`wait`](Self::wait), saying what ended it.
+    #[cfg(feature = "r2d2")]
+    pub(crate) fn wait_for(&self, delay: Duration, for_run: bool) -> Waited {
         let deadline = Instant::now().checked_add(delay);
         let mut state = self.lock();
         loop {
-            if let Some(go_on) = Self::settled(&mut state, for_run) {
-                return go_on;
+            if let Some(waited) = Self::settled(&mut state, for_run) {
+                return waited;
             }
             state = match deadline {
                 None => self
@@ -92,7 +109,7 @@ impl Signals {
                 Some(deadline) => {
                     let now = Instant::now();
                     if now >= deadline {
-                        return true;
+                        return Waited::Elapsed;
                     }
                     let waited = self.wake.wait_timeout(state, deadline - now);
                     waited.unwrap_or_else(PoisonError::into_inner).0
@@ -104,17 +121,23 @@ impl Signals {
     /// [`wait`](Self::wait) for a tokio task.
     #[cfg(feature = "tokio")]
     pub(crate) async fn wait_async(&self, delay: Duration, for_run: bool) -> bool {
+        self.wait_for_async(delay, for_run).await != Waited::Stopped
+    }
+
+    /// [`wait_for`](Self::wait_for) for a tokio task.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn wait_for_async(&self, delay: Duration, for_run: bool) -> Waited {
         let deadline = tokio::time::Instant::now().checked_add(delay);
         loop {
-            if let Some(go_on) = Self::settled(&mut self.lock(), for_run) {
-                return go_on;
+            if let Some(waited) = Self::settled(&mut self.lock(), for_run) {
+                return waited;
             }
             let woken = self.notify.notified();
             match deadline {
                 None => woken.await,
                 Some(deadline) => {
                     if tokio::time::timeout_at(deadline, woken).await.is_err() {
-                        return Self::settled(&mut self.lock(), for_run).unwrap_or(true);
+                        return Self::settled(&mut self.lock(), for_run).unwrap_or(Waited::Elapsed);
                     }
                 }
             }

@@ -19,6 +19,10 @@
 //!   bound ([`dead`], [`revive`], [`discard`]). Several relays share the
 //!   work; messages with the same ordering key are published in commit
 //!   order.
+//! - [`BackgroundRelay`]: the relay on a thread or a tokio task, woken on
+//!   commit on PostgreSQL ([`wake_on_commit`](BackgroundRelay::wake_on_commit));
+//!   [`LapinPublisher`] and [`JetStreamPublisher`] publish to RabbitMQ and
+//!   NATS JetStream (features `outbox-lapin`, `outbox-nats`).
 //! - The consumer of the next hop deduplicates by the message's id (its
 //!   own inbox, or the broker's duplicate window): a relay killed between
 //!   the broker's confirmation and its mark publishes the message again,

@@ -8,14 +8,16 @@ use std::time::Duration;
 
 use inbox_runtime::Backoff;
 use inbox_runtime::outbox::{BackgroundRelay, OutgoingMessage, Relay, RelayRound, RelayRoundError};
-use inbox_tests::TestBackend;
+use inbox_tests::terminate;
+use inbox_tests::{ServerBackend, TestBackend};
 
 use crate::support::*;
 
-inbox_tests::backend_tests!(
+inbox_tests::backend_tests! {
     a_relay_thread_drains_then_follows_new_commits,
-    a_relay_thread_backs_off_while_the_broker_is_unavailable_and_survives_a_panic,
-);
+    a_relay_thread_backs_off_while_the_broker_is_unavailable_and_survives_a_panic;
+    only [postgres]: a_listening_relay_thread_wakes_on_commit_and_listens_again_after_a_kill;
+}
 
 pub fn a_relay_thread_drains_then_follows_new_commits<B: TestBackend>() {
     let Some(db) = B::open() else { return };
@@ -95,4 +97,32 @@ pub fn a_relay_thread_backs_off_while_the_broker_is_unavailable_and_survives_a_p
         rounds[..unavailable].iter().all(|r| *r == "unavailable"),
         "{rounds:?}"
     );
+}
+
+/// On PostgreSQL, a relay idling for an hour publishes a message as soon
+/// as its transaction commits (the outbox's trigger notifies the relay's
+/// listening connection); its listening connection killed, it listens
+/// again on a new one and wakes on the next commit.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub fn a_listening_relay_thread_wakes_on_commit_and_listens_again_after_a_kill<B: ServerBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    let tag = "outbox-listening-thread";
+    let broker = Broker::default();
+    let relay = BackgroundRelay::new(Relay::new())
+        .idle_wait(Duration::from_secs(3600))
+        .wake_on_commit(db.tagged_url(tag))
+        .spawn(db.pool(2), broker.clone(), |_| {})
+        .unwrap();
+    let first = listener_pid(&mut conn, tag, None);
+    send_all(&mut conn, &[OutgoingMessage::new("receipts", "first")]);
+    eventually("the commit's wake-up", || broker.payloads() == ["first"]);
+
+    terminate::<B>(&mut conn, first);
+    listener_pid(&mut conn, tag, Some(first));
+    send_all(&mut conn, &[OutgoingMessage::new("receipts", "second")]);
+    eventually("the wake-up on the new connection", || {
+        broker.payloads() == ["first", "second"]
+    });
+    relay.stop().unwrap();
 }

@@ -6,13 +6,16 @@ use std::time::{Duration, Instant};
 
 use inbox_runtime::outbox::{BackgroundRelay, OutgoingMessage, Relay};
 use inbox_tests::ServerBackend;
+use inbox_tests::terminate;
 
 use crate::support::*;
 
-inbox_tests::backend_tests!(
+inbox_tests::backend_tests! {
     async(multi_thread = 2) only [postgres, mysql]:
-    a_relay_task_drains_follows_new_commits_and_survives_a_panic,
-);
+    a_relay_task_drains_follows_new_commits_and_survives_a_panic;
+    async(multi_thread = 2) only [postgres]:
+    a_listening_relay_task_wakes_on_commit_and_listens_again_after_a_kill;
+}
 
 /// The task: the backlog drained in key order, a message committed while
 /// it idles picked up on `run_now`, a panicking publisher caught (the
@@ -63,4 +66,33 @@ pub async fn a_relay_task_drains_follows_new_commits_and_survives_a_panic<B: Ser
         rounds.contains(&false),
         "the panic was reported: {rounds:?}"
     );
+}
+
+/// The task's listener: the thread's test
+/// (`a_listening_relay_thread_wakes_on_commit_and_listens_again_after_a_kill`)
+/// on a tokio task over deadpool.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub async fn a_listening_relay_task_wakes_on_commit_and_listens_again_after_a_kill<
+    B: ServerBackend,
+>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    let tag = "outbox-listening-task";
+    let broker = Broker::default();
+    let relay = BackgroundRelay::new(Relay::new())
+        .idle_wait(Duration::from_secs(3600))
+        .wake_on_commit(db.tagged_url(tag))
+        .spawn_task(B::deadpool(db.url(), 2), broker.clone(), |_| {});
+    let first = listener_pid(&mut conn, tag, None);
+    send_all(&mut conn, &[OutgoingMessage::new("receipts", "first")]);
+    eventually_async("the commit's wake-up", || broker.payloads() == ["first"]).await;
+
+    terminate::<B>(&mut conn, first);
+    listener_pid(&mut conn, tag, Some(first));
+    send_all(&mut conn, &[OutgoingMessage::new("receipts", "second")]);
+    eventually_async("the wake-up on the new connection", || {
+        broker.payloads() == ["first", "second"]
+    })
+    .await;
+    relay.stop().await.unwrap();
 }

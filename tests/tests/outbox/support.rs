@@ -178,3 +178,27 @@ pub async fn eventually_async(what: &str, done: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// The server connection (PostgreSQL) of a relay listening for commits
+/// under `application_name` `tag`, once it has run its `LISTEN`, other than
+/// `not`: waits up to 10 s for it.
+pub fn listener_pid(conn: &mut impl SqlRows, tag: &str, not: Option<i64>) -> i64 {
+    let sql = format!(
+        "SELECT pid::bigint AS value FROM pg_stat_activity \
+         WHERE application_name = '{tag}' AND query = 'LISTEN inbox_outbox'"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids = conn.bigints(&sql);
+        if let [pid] = pids[..]
+            && Some(pid) != not
+        {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no listening connection: {pids:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -1,2 +1,3 @@
 DROP TABLE IF EXISTS inbox_outbox_keys;
 DROP TABLE IF EXISTS inbox_outbox;
+DROP FUNCTION IF EXISTS inbox_outbox_notify();

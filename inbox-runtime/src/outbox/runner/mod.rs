@@ -49,6 +49,9 @@ pub struct BackgroundRelay {
     backoff: Backoff,
     checkout_timeout: Duration,
     thread_name: String,
+    /// The database to listen on for commits (PostgreSQL).
+    #[cfg(feature = "postgres")]
+    wake_on_commit: Option<String>,
 }
 
 impl BackgroundRelay {
@@ -67,6 +70,8 @@ impl BackgroundRelay {
             backoff: Backoff::DEFAULT,
             checkout_timeout: Duration::from_secs(5),
             thread_name: "inbox-outbox-relay".to_owned(),
+            #[cfg(feature = "postgres")]
+            wake_on_commit: None,
         }
     }
 
@@ -121,6 +126,38 @@ impl BackgroundRelay {
     pub fn thread_name(mut self, name: impl Into<String>) -> BackgroundRelay {
         self.thread_name = name.into();
         self
+    }
+
+    /// On PostgreSQL: runs a round as soon as a transaction that recorded
+    /// messages commits, instead of at the end of the idle wait. The relay
+    /// opens a connection of its own to `database_url` and `LISTEN`s on the
+    /// channel `inbox_outbox`, which the outbox's trigger notifies at
+    /// commit (from [`setup`](crate::setup) or the migrations); while idle
+    /// it checks that connection every 10 ms (a read of what the server
+    /// sent, no round trip). Give it a direct URL, not one through a
+    /// transaction-pooling PgBouncer (which does not carry `LISTEN`). If it
+    /// cannot connect or loses its connection, the relay falls back to the
+    /// idle wait and tries again once a second. Keep the idle wait as the
+    /// bound for commits the listener misses.
+    ///
+    /// ```
+    /// # #[cfg(feature = "postgres")] {
+    /// let relay = inbox_runtime::outbox::BackgroundRelay::new(inbox_runtime::outbox::Relay::new())
+    ///     .wake_on_commit("postgres://localhost/app");
+    /// # let _ = relay;
+    /// # }
+    /// ```
+    #[cfg(feature = "postgres")]
+    pub fn wake_on_commit(mut self, database_url: impl Into<String>) -> BackgroundRelay {
+        self.wake_on_commit = Some(database_url.into());
+        self
+    }
+
+    /// A listener for the front end, if the relay wakes on commits.
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(not(any(feature = "r2d2", feature = "tokio")), allow(dead_code))]
+    fn listener(&self) -> Option<listen::CommitListener> {
+        self.wake_on_commit.clone().map(listen::CommitListener::new)
     }
 
     /// The wait before the next round after `round`, with `failures` failed
@@ -259,6 +296,8 @@ async fn relay_loop<E, F>(
     }
 }
 
+#[cfg(feature = "postgres")]
+mod listen;
 #[cfg(feature = "tokio")]
 mod task;
 #[cfg(feature = "r2d2")]

@@ -2,7 +2,6 @@
 //! checked out for each round (bounded by the checkout timeout), an async
 //! wait between rounds.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,6 +65,8 @@ impl BackgroundRelay {
                 pool,
                 publisher,
                 signals: Arc::clone(&signals),
+                #[cfg(feature = "postgres")]
+                listener: self.listener(),
             };
             relay_loop(&self, &mut front, &signals, on_round).await;
         })
@@ -79,6 +80,8 @@ struct TaskFront<P, B> {
     pool: P,
     publisher: B,
     signals: Arc<Signals>,
+    #[cfg(feature = "postgres")]
+    listener: Option<super::listen::CommitListener>,
 }
 
 impl<P: AsyncPool, B: Publisher> RelayFront for TaskFront<P, B> {
@@ -93,7 +96,23 @@ impl<P: AsyncPool, B: Publisher> RelayFront for TaskFront<P, B> {
             .map_err(RelayRoundError::Relay)
     }
 
-    fn wait(&mut self, delay: Duration) -> impl Future<Output = bool> {
-        self.signals.wait_async(delay, true)
+    async fn wait(&mut self, delay: Duration) -> bool {
+        #[cfg(feature = "postgres")]
+        if let Some(listener) = self.listener.as_mut() {
+            let signals = &self.signals;
+            return super::listen::wait_listening(
+                listener,
+                delay,
+                |slice| signals.wait_for_async(slice, true),
+                // Connecting blocks: off the runtime's workers.
+                |url| async move {
+                    tokio::task::spawn_blocking(move || super::listen::connect(&url))
+                        .await
+                        .unwrap_or_else(|error| Err(error.to_string()))
+                },
+            )
+            .await;
+        }
+        self.signals.wait_async(delay, true).await
     }
 }

@@ -60,6 +60,8 @@ impl BackgroundRelay {
                 pool,
                 publisher,
                 signals: Arc::clone(&signals),
+                #[cfg(feature = "postgres")]
+                listener: self.listener(),
             };
             block_ready(relay_loop(&self, &mut front, &signals, on_round));
         })
@@ -73,6 +75,8 @@ struct ThreadFront<M: ManageConnection, P> {
     pool: Pool<M>,
     publisher: P,
     signals: Arc<Signals>,
+    #[cfg(feature = "postgres")]
+    listener: Option<super::listen::CommitListener>,
 }
 
 // `wait` returns `Ready`: a blocking loop completes in one poll.
@@ -98,6 +102,16 @@ where
     }
 
     fn wait(&mut self, delay: Duration) -> Ready<bool> {
+        #[cfg(feature = "postgres")]
+        if let Some(listener) = self.listener.as_mut() {
+            let signals = &self.signals;
+            return ready(block_ready(super::listen::wait_listening(
+                listener,
+                delay,
+                |slice| ready(signals.wait_for(slice, true)),
+                |url| ready(super::listen::connect(&url)),
+            )));
+        }
         ready(self.signals.wait(delay, true))
     }
 }

@@ -1,0 +1,131 @@
+//! Waking the relay when a transaction that recorded messages commits, on
+//! PostgreSQL: `LISTEN inbox_outbox` on a connection of the relay's own
+//! (the outbox's trigger notifies the channel at commit). Between rounds
+//! the relay checks that connection for notifications every
+//! [`LISTEN_POLL`]: a read of what the server already sent, no round trip.
+//! A listener that cannot connect, or loses its connection, costs nothing
+//! but the wake-ups: the relay falls back to its idle wait and the listener
+//! connects again, at most once per [`RECONNECT_AFTER`].
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection};
+
+use crate::execution::Waited;
+
+/// How often an idle relay checks its listening connection.
+pub(super) const LISTEN_POLL: Duration = Duration::from_millis(10);
+
+/// The shortest time between two connection attempts of a listener.
+const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+
+/// A relay's listening connection, and when it may try to connect again.
+pub(super) struct CommitListener {
+    url: String,
+    conn: Option<PgConnection>,
+    next_connect: Instant,
+}
+
+impl CommitListener {
+    /// A listener to the database at `url`, not connected yet.
+    pub(super) fn new(url: String) -> CommitListener {
+        CommitListener {
+            url,
+            conn: None,
+            next_connect: Instant::now(),
+        }
+    }
+
+    /// The URL to connect to, when the listener has no connection and may
+    /// try now.
+    fn due_connect(&self) -> Option<String> {
+        (self.conn.is_none() && Instant::now() >= self.next_connect).then(|| self.url.clone())
+    }
+
+    /// Takes the outcome of a connection attempt.
+    fn connected(&mut self, conn: Result<PgConnection, String>) {
+        match conn {
+            Ok(conn) => self.conn = Some(conn),
+            Err(_error) => {
+                #[cfg(feature = "log")]
+                log::warn!(
+                    target: "inbox_runtime::outbox",
+                    "the relay cannot listen for commits (it polls meanwhile): {_error}"
+                );
+                self.next_connect = Instant::now() + RECONNECT_AFTER;
+            }
+        }
+    }
+
+    /// Whether a notification arrived since the last call (all of them
+    /// taken). A connection that fails is dropped.
+    fn heard(&mut self) -> bool {
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        let mut heard = false;
+        let mut lost = false;
+        for notification in conn.notifications_iter() {
+            match notification {
+                Ok(_) => heard = true,
+                Err(_) => {
+                    lost = true;
+                    break;
+                }
+            }
+        }
+        if lost {
+            self.conn = None;
+            self.next_connect = Instant::now() + RECONNECT_AFTER;
+        }
+        heard
+    }
+}
+
+/// A listening connection to `url` (blocking).
+pub(super) fn connect(url: &str) -> Result<PgConnection, String> {
+    let mut conn = PgConnection::establish(url).map_err(|error| error.to_string())?;
+    conn.batch_execute("LISTEN inbox_outbox")
+        .map_err(|error| error.to_string())?;
+    Ok(conn)
+}
+
+/// The wait between rounds of a listening relay, for both front ends:
+/// `delay` in slices of [`LISTEN_POLL`] (`wait_slice`: the signals' wait),
+/// ended early by a notification or a run-now request; `false` on a stop
+/// request. `reconnect` connects when the listener has lost its
+/// connection.
+pub(super) async fn wait_listening<W, WF, R, RF>(
+    listener: &mut CommitListener,
+    delay: Duration,
+    mut wait_slice: W,
+    mut reconnect: R,
+) -> bool
+where
+    W: FnMut(Duration) -> WF,
+    WF: Future<Output = Waited>,
+    R: FnMut(String) -> RF,
+    RF: Future<Output = Result<PgConnection, String>>,
+{
+    let deadline = Instant::now().checked_add(delay);
+    loop {
+        if let Some(url) = listener.due_connect() {
+            let conn = reconnect(url).await;
+            listener.connected(conn);
+        }
+        if listener.heard() {
+            return true;
+        }
+        let left = deadline.map_or(LISTEN_POLL, |d| d.saturating_duration_since(Instant::now()));
+        if left.is_zero() {
+            return true;
+        }
+        match wait_slice(left.min(LISTEN_POLL)).await {
+            Waited::Stopped => return false,
+            Waited::RunNow => return true,
+            Waited::Elapsed => {}
+        }
+    }
+}
