@@ -5,7 +5,8 @@ use ::metrics::{SharedString, Unit, counter, describe_counter, describe_histogra
 
 use super::{
     CLAIM_RETRIES_TOTAL, CLAIM_WAIT_SECONDS, Ending, HANDLER_DURATION_SECONDS, MESSAGES_TOTAL,
-    PRUNED_ROWS_TOTAL, TARGET, Timing,
+    OUTBOX_PUBLISH_DELAY_SECONDS, OUTBOX_PUBLISHED_TOTAL, OUTBOX_REFUSED_TOTAL,
+    OUTBOX_UNAVAILABLE_TOTAL, PRUNED_ROWS_TOTAL, Relayed, TARGET, Timing, since_recorded,
 };
 use crate::key::HandlerName;
 
@@ -45,6 +46,28 @@ pub fn describe_metrics() {
         Unit::Count,
         "Rows deleted by committed pruning batches, by table (and handler, for a batch over \
          one handler)."
+    );
+    describe_counter!(
+        OUTBOX_PUBLISHED_TOTAL,
+        Unit::Count,
+        "Outgoing messages the broker confirmed and the relay marked sent, by destination."
+    );
+    describe_counter!(
+        OUTBOX_REFUSED_TOTAL,
+        Unit::Count,
+        "Publishes of outgoing messages the broker refused, by destination and whether the \
+         message is now dead."
+    );
+    describe_counter!(
+        OUTBOX_UNAVAILABLE_TOTAL,
+        Unit::Count,
+        "Outgoing messages given back uncounted because the broker could not take them."
+    );
+    describe_histogram!(
+        OUTBOX_PUBLISH_DELAY_SECONDS,
+        Unit::Seconds,
+        "Time from an outgoing message's recording (database clock) to the broker's \
+         confirmation (relay clock), by destination."
     );
 }
 
@@ -87,5 +110,27 @@ pub(super) fn pruned(table: &'static str, handler: Option<&str>, rows: u64) {
         )
         .increment(rows),
         None => counter!(target: TARGET, PRUNED_ROWS_TOTAL, "table" => table).increment(rows),
+    }
+}
+
+/// A relay round's answer for one message.
+#[inline]
+pub(super) fn relayed(destination: &str, relayed: Relayed<'_>) {
+    match relayed {
+        Relayed::Published { created_micros } => {
+            let destination = destination.to_owned();
+            counter!(target: TARGET, OUTBOX_PUBLISHED_TOTAL, "destination" => destination.clone())
+                .increment(1);
+            histogram!(target: TARGET, OUTBOX_PUBLISH_DELAY_SECONDS, "destination" => destination)
+                .record(since_recorded(created_micros));
+        }
+        Relayed::Refused { dead, .. } => counter!(
+            target: TARGET,
+            OUTBOX_REFUSED_TOTAL,
+            "destination" => destination.to_owned(),
+            "dead" => if dead { "true" } else { "false" }
+        )
+        .increment(1),
+        Relayed::Unavailable => counter!(target: TARGET, OUTBOX_UNAVAILABLE_TOTAL).increment(1),
     }
 }

@@ -81,6 +81,8 @@
 //! | `inbox.shared_scopes` | `ERROR` | once per process, at the first delivery, when [`registry::check`](crate::registry::check) fails (no delivery span; also through `log` with feature `log`) | `inbox.scopes` (how many), `error` (the check's report) |
 //! | `inbox.unregistered_scopes` | `WARN` | once per pruning run that found ids of scopes no registered handler declares (no delivery span; also through `log`) | `inbox.scopes` (how many), `inbox.handlers` (the scopes, comma-separated) |
 //! | `inbox.pruned` | `DEBUG` | a pruning batch committed (no delivery span) | `inbox.table`, `inbox.handler` (when the batch pruned one handler), `inbox.rows` |
+//! | `inbox.outbox_refused` | `INFO` | the broker refused an outgoing message; it will be retried (no delivery span) | `messaging.destination.name`, `error` |
+//! | `inbox.outbox_dead` | `WARN` | the broker refused an outgoing message for the last time: it is dead (see [`outbox::dead`](crate::outbox::dead)) | `messaging.destination.name`, `error` |
 //!
 //! # Metrics (feature `metrics`)
 //!
@@ -95,6 +97,15 @@
 //! | [`inbox_claim_wait_seconds`](CLAIM_WAIT_SECONDS) | histogram | seconds | `handler` | from a delivery's start until its claim was decided, claimed or duplicate (retries included), as `inbox.claim_wait_ms` |
 //! | [`inbox_claim_retries_total`](CLAIM_RETRIES_TOTAL) | counter | retries | `handler` | claims tried again after losing a lock conflict |
 //! | [`inbox_pruned_rows_total`](PRUNED_ROWS_TOTAL) | counter | rows | `table`, `handler` (only on batches that pruned one handler) | rows deleted by committed pruning batches (`Prune::run`, `run_async`, the background pruners; not the partitioned layout's dropped generations) |
+//!
+//! | [`inbox_outbox_published_total`](OUTBOX_PUBLISHED_TOTAL) | counter | messages | `destination` | outgoing messages the broker confirmed, marked sent |
+//! | [`inbox_outbox_refused_total`](OUTBOX_REFUSED_TOTAL) | counter | publishes | `destination`, `dead` | publishes the broker refused (`dead="true"`: the last one, the message is dead) |
+//! | [`inbox_outbox_unavailable_total`](OUTBOX_UNAVAILABLE_TOTAL) | counter | messages | | messages given back uncounted because the broker could not take them |
+//! | [`inbox_outbox_publish_delay_seconds`](OUTBOX_PUBLISH_DELAY_SECONDS) | histogram | seconds | `destination` | from an outgoing message's recording (the database's clock) to the broker's confirmation (the relay's clock): the commit-to-publish latency, plus the transaction's own time after the write; keep the clocks in sync (NTP) |
+//!
+//! The outbox's backlog (pending messages, dead ones, the age of the oldest
+//! pending one) is a query, not a counter: [`outbox::backlog`](crate::outbox::backlog),
+//! for a health endpoint or a gauge of your own.
 //!
 //! The `handler` label is the handler name, a handful of values per
 //! service; the message id is never a label. `table` is the table a batch
@@ -188,6 +199,40 @@ pub const CLAIM_RETRIES_TOTAL: &str = "inbox_claim_retries_total";
 /// assert_eq!(inbox_runtime::observe::PRUNED_ROWS_TOTAL, "inbox_pruned_rows_total");
 /// ```
 pub const PRUNED_ROWS_TOTAL: &str = "inbox_pruned_rows_total";
+
+/// Counter of outgoing messages the broker confirmed, label `destination`
+/// (feature `metrics`).
+///
+/// ```
+/// assert_eq!(inbox_runtime::observe::OUTBOX_PUBLISHED_TOTAL, "inbox_outbox_published_total");
+/// ```
+pub const OUTBOX_PUBLISHED_TOTAL: &str = "inbox_outbox_published_total";
+
+/// Counter of publishes the broker refused, labels `destination` and
+/// `dead` (`true` for the refusal that made the message dead) (feature
+/// `metrics`).
+///
+/// ```
+/// assert_eq!(inbox_runtime::observe::OUTBOX_REFUSED_TOTAL, "inbox_outbox_refused_total");
+/// ```
+pub const OUTBOX_REFUSED_TOTAL: &str = "inbox_outbox_refused_total";
+
+/// Counter of messages a relay gave back because the broker could not take
+/// them (feature `metrics`).
+///
+/// ```
+/// assert_eq!(inbox_runtime::observe::OUTBOX_UNAVAILABLE_TOTAL, "inbox_outbox_unavailable_total");
+/// ```
+pub const OUTBOX_UNAVAILABLE_TOTAL: &str = "inbox_outbox_unavailable_total";
+
+/// Histogram of the time from an outgoing message's recording (in its
+/// transaction, by the database's clock) to the broker's confirmation (by
+/// the relay's clock), in seconds, label `destination` (feature `metrics`).
+///
+/// ```
+/// assert_eq!(inbox_runtime::observe::OUTBOX_PUBLISH_DELAY_SECONDS, "inbox_outbox_publish_delay_seconds");
+/// ```
+pub const OUTBOX_PUBLISH_DELAY_SECONDS: &str = "inbox_outbox_publish_delay_seconds";
 
 /// How a delivery ended, as reported. The texts are read by the `tracing`
 /// events only.
@@ -515,4 +560,39 @@ pub(crate) fn pruned(table: &'static str, handler: Option<&str>, rows: u64) {
     tracing::pruned(table, handler, rows);
     #[cfg(feature = "metrics")]
     metrics::pruned(table, handler, rows);
+}
+
+/// What a relay round did to one message, as observed.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
+pub(crate) enum Relayed<'a> {
+    /// The broker confirmed it; it was recorded at `created_micros` (the
+    /// database's clock, microseconds since the Unix epoch).
+    Published { created_micros: i64 },
+    /// The broker refused it; `dead` when that was its last attempt.
+    Refused { dead: bool, reason: &'a str },
+    /// The broker could not take it: given back uncounted.
+    Unavailable,
+}
+
+/// A relay round's answer for a message bound for `destination`.
+#[inline]
+pub(crate) fn relayed(destination: &str, relayed: Relayed<'_>) {
+    let _ = (destination, relayed);
+    #[cfg(feature = "tracing")]
+    tracing::relayed(destination, relayed);
+    #[cfg(feature = "metrics")]
+    metrics::relayed(destination, relayed);
+}
+
+/// The time from a message's recording to now, by the two clocks it takes
+/// (the database's at recording, this process's now): never negative.
+#[cfg(feature = "metrics")]
+fn since_recorded(created_micros: i64) -> Duration {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
+        });
+    Duration::from_micros(u64::try_from(now.saturating_sub(created_micros)).unwrap_or(0))
 }

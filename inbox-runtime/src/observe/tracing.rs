@@ -191,6 +191,31 @@ pub(super) fn pruned(table: &'static str, handler: Option<&str>, rows: u64) {
     );
 }
 
+/// A relay round's answer for one message: its refusals only (a publish is
+/// counted, not logged).
+pub(super) fn relayed(destination: &str, relayed: super::Relayed<'_>) {
+    match relayed {
+        super::Relayed::Refused { dead: true, reason } => ::tracing::event!(
+            name: "inbox.outbox_dead",
+            target: TARGET,
+            Level::WARN,
+            { "messaging.destination.name" = destination, error = reason },
+            "the broker refused an outgoing message for the last time: it is dead",
+        ),
+        super::Relayed::Refused {
+            dead: false,
+            reason,
+        } => ::tracing::event!(
+            name: "inbox.outbox_refused",
+            target: TARGET,
+            Level::INFO,
+            { "messaging.destination.name" = destination, error = reason },
+            "the broker refused an outgoing message; it will be retried",
+        ),
+        super::Relayed::Published { .. } | super::Relayed::Unavailable => {}
+    }
+}
+
 fn millis(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1_000.0
 }

@@ -8,6 +8,7 @@ use super::{Relay, RelayReport};
 use crate::backend::{Bind, InboxBackend, Lease, OutboxRow};
 use crate::error::InboxError;
 use crate::execution::depth;
+use crate::observe::{self, Relayed};
 use crate::outbox::headers;
 use crate::outbox::id::OutboxId;
 #[cfg(feature = "async")]
@@ -86,7 +87,13 @@ where
             }
             // Stored by this crate and damaged since: no publish can fix
             // it, so it is dead at once.
-            Err(reason) => refusals.push((row.position, row.attempts, reason, true)),
+            Err(reason) => refusals.push(Refusal {
+                position: row.position,
+                attempts: row.attempts,
+                reason,
+                damaged: true,
+                destination: row.destination,
+            }),
         }
     }
     let mut answers = if messages.is_empty() {
@@ -101,16 +108,28 @@ where
     });
 
     let mut sent = Vec::new();
+    let mut published = Vec::new();
     let mut unavailable = Vec::new();
-    for ((position, attempts), answer) in positions.into_iter().zip(answers) {
+    let mut given_back = Vec::new();
+    for (((position, attempts), answer), message) in
+        positions.into_iter().zip(answers).zip(&messages)
+    {
         match answer {
-            Ok(()) => sent.push(position),
-            Err(error) if error.is_refused() => {
-                refusals.push((position, attempts, error.reason().to_owned(), false));
+            Ok(()) => {
+                sent.push(position);
+                published.push(message);
             }
+            Err(error) if error.is_refused() => refusals.push(Refusal {
+                position,
+                attempts,
+                reason: error.reason().to_owned(),
+                damaged: false,
+                destination: message.destination.clone(),
+            }),
             Err(error) => {
                 report.last_unavailable = Some(error.reason().to_owned());
                 unavailable.push(position);
+                given_back.push(message);
             }
         }
     }
@@ -120,8 +139,19 @@ where
         exec.execute(&with_positions(sql.mark_sent, &sent), &[])
             .await?;
         report.published = sent.len();
+        for message in published {
+            let created_micros = message.created_micros;
+            observe::relayed(&message.destination, Relayed::Published { created_micros });
+        }
     }
-    for (position, attempts, reason, damaged) in refusals {
+    for refusal in refusals {
+        let Refusal {
+            position,
+            attempts,
+            reason,
+            damaged,
+            destination,
+        } = refusal;
         let attempts = u32::try_from(attempts).unwrap_or(0).saturating_add(1);
         let limit = if damaged {
             attempts
@@ -143,8 +173,18 @@ where
             )
             .await?;
         report.refused += counted;
-        if counted > 0 && attempts >= limit {
+        let dead = counted > 0 && attempts >= limit;
+        if dead {
             report.dead += 1;
+        }
+        if counted > 0 {
+            observe::relayed(
+                &destination,
+                Relayed::Refused {
+                    dead,
+                    reason: &reason,
+                },
+            );
         }
     }
     if !unavailable.is_empty() {
@@ -154,8 +194,21 @@ where
         )
         .await?;
         report.unavailable = unavailable.len();
+        for message in given_back {
+            observe::relayed(&message.destination, Relayed::Unavailable);
+        }
     }
     Ok(report)
+}
+
+/// A message the broker refused, or that cannot be published at all.
+struct Refusal {
+    position: i64,
+    attempts: i32,
+    reason: String,
+    /// Its stored headers cannot be read: dead at once.
+    damaged: bool,
+    destination: String,
 }
 
 /// Leases the next messages for `owner` (see [`Lease`]).
