@@ -4,6 +4,10 @@
 //! - every good payment has exactly one ledger entry (none lost, none
 //!   doubled), no poison payment has one, and every balance is the sum of
 //!   its account's good payments;
+//! - every good payment has exactly one receipt in the outbox, with its
+//!   account and amount, and no poison payment has one (a receipt is
+//!   recorded in the payment's transaction: a killed or failed attempt
+//!   leaves none behind);
 //! - the inbox holds every poison payment as dead, and nothing else:
 //!   rejected ones as rejected, the others after at least
 //!   [`MAX_ATTEMPTS`] failed attempts (two copies of a payment that fail at
@@ -21,7 +25,9 @@ use diesel::{ExpressionMethods, PgConnection, QueryDsl, RunQueryDsl};
 use inbox_runtime::dead_letters;
 use inbox_runtime::HandlerName;
 
-use super::ledger::{inbox_failures, ledger_accounts, ledger_entries, HANDLER, MAX_ATTEMPTS};
+use super::ledger::{
+    inbox_failures, ledger_accounts, ledger_entries, Receipt, HANDLER, MAX_ATTEMPTS, RECEIPTS,
+};
 use super::plan::{Kind, Plan};
 use super::{Backlog, BoxError, DeadLetterQueue};
 
@@ -40,6 +46,8 @@ pub struct Verification {
     pub copies: (u64, u64),
     /// Ledger entries found.
     pub entries: u64,
+    /// Receipts found in the outbox.
+    pub receipts: u64,
     /// The sum of all balances, in cents.
     pub balance_total: i64,
     /// The sum of the good payments, in cents.
@@ -109,6 +117,31 @@ pub fn verify(
         &mut problems,
         "ledger entries of no published payment",
         &unplanned,
+    );
+
+    let receipts = receipts(db)?;
+    let mut receipts_wrong = Vec::new();
+    for (id, planned) in plan.published() {
+        let found = receipts.get(id).map_or(&[][..], Vec::as_slice);
+        let as_planned = |receipt: &Receipt| {
+            receipt.account == planned.body.account && receipt.cents == planned.body.amount_cents
+        };
+        match (planned.kind, found) {
+            (Kind::Good, [receipt]) if as_planned(receipt) => {}
+            (Kind::Rejected | Kind::Exhausted, []) => {}
+            (kind, found) => receipts_wrong.push(format!("{id} ({kind:?}): {found:?}")),
+        }
+    }
+    receipts_wrong.extend(
+        receipts
+            .keys()
+            .filter(|id| plan.get(id).is_none_or(|planned| planned.published == 0))
+            .map(|id| format!("{id} (never published)")),
+    );
+    report(
+        &mut problems,
+        "receipts in the outbox not one per applied payment",
+        &receipts_wrong,
     );
 
     let balances: Vec<(i64, i64)> = ledger_accounts::table
@@ -248,6 +281,7 @@ pub fn verify(
         missing_ids: plan.missing_ids(),
         copies: plan.copies(),
         entries: entries.values().map(|&n| n as u64).sum(),
+        receipts: receipts.values().map(|found| found.len() as u64).sum(),
         balance_total: balances.iter().map(|(_, balance)| balance).sum(),
         balance_expected: expected.values().sum(),
         dead_in_inbox: dead.len(),
@@ -257,6 +291,29 @@ pub fn verify(
         left,
         problems,
     })
+}
+
+/// The receipts in the outbox, by payment.
+pub fn receipts(db: &mut PgConnection) -> Result<BTreeMap<String, Vec<Receipt>>, BoxError> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Binary)]
+        payload: Vec<u8>,
+    }
+    let rows: Vec<Row> = diesel::sql_query(
+        "SELECT payload FROM inbox_outbox WHERE destination = $1 ORDER BY position",
+    )
+    .bind::<diesel::sql_types::Text, _>(RECEIPTS)
+    .load(db)?;
+    let mut receipts: BTreeMap<String, Vec<Receipt>> = BTreeMap::new();
+    for row in rows {
+        let receipt = Receipt::parse(&row.payload)?;
+        receipts
+            .entry(receipt.payment.clone())
+            .or_default()
+            .push(receipt);
+    }
+    Ok(receipts)
 }
 
 fn report(problems: &mut Vec<String>, what: &str, ids: &[String]) {
@@ -284,8 +341,8 @@ impl fmt::Display for Verification {
         )?;
         writeln!(
             f,
-            "effects        {} ledger entries for {} good payments; balances total {} cents, expected {}",
-            self.entries, self.good, self.balance_total, self.balance_expected
+            "effects        {} ledger entries and {} receipts for {} good payments; balances total {} cents, expected {}",
+            self.entries, self.receipts, self.good, self.balance_total, self.balance_expected
         )?;
         writeln!(
             f,

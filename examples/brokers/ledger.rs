@@ -11,6 +11,7 @@ use diesel::{Connection, ExpressionMethods, PgConnection, QueryDsl};
 use diesel_async::pooled_connection::deadpool;
 use diesel_async::pooled_connection::AsyncDieselConnectionManager;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use inbox_runtime::outbox::{self, OutgoingMessage};
 use inbox_runtime::{idempotent, InboxError, Outcome};
 use serde::{Deserialize, Serialize};
 
@@ -136,6 +137,44 @@ pub struct Payment {
     pub body: PaymentBody,
 }
 
+/// The outbox destination of the receipts: the subject or routing key the
+/// relay publishes them to.
+pub const RECEIPTS: &str = "ledger.receipts";
+
+/// What the ledger tells the next service about an applied payment: one
+/// receipt per payment, recorded with it.
+///
+/// ```
+/// use inbox_examples::brokers::ledger::Receipt;
+/// let receipt = Receipt { payment: "pay-1".into(), account: 3, cents: 250 };
+/// let message = receipt.message();
+/// assert_eq!(message.destination(), "ledger.receipts");
+/// assert_eq!(message.key(), Some("3"));
+/// assert_eq!(Receipt::parse(message.payload()).unwrap(), receipt);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipt {
+    /// The payment's message id.
+    pub payment: String,
+    /// The account credited.
+    pub account: i64,
+    /// The amount credited, in cents of the ledger's currency.
+    pub cents: i64,
+}
+
+impl Receipt {
+    /// The receipt as an outgoing message to [`RECEIPTS`], keyed by account
+    /// (an account's receipts go out in the order they were applied).
+    pub fn message(&self) -> OutgoingMessage {
+        OutgoingMessage::json(RECEIPTS, self).ordering_key(self.account.to_string())
+    }
+
+    /// A receipt from its published payload.
+    pub fn parse(payload: &[u8]) -> Result<Receipt, serde_json::Error> {
+        serde_json::from_slice(payload)
+    }
+}
+
 /// What applying a payment can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -193,9 +232,14 @@ pub fn ledger_cents(body: &PaymentBody) -> Result<i64, LedgerError> {
 ///   claim wait (the process default, 2 s) and is then answered
 ///   [`InboxError::InProgress`], redelivered later.
 ///
+/// The payment's receipt (a [`Receipt`], for the next service) is
+/// recorded in the same transaction, through the outbox
+/// ([`inbox_runtime::outbox`]): it exists if and only if the payment was
+/// applied, once, and a relay publishes it after the commit.
+///
 /// `probe` is called inside the transaction, between the balance update
-/// and the ledger entry: a no-op in the examples, a place to stop in the
-/// chaos tests (which kill the process there).
+/// (and the receipt) and the ledger entry: a no-op in the examples, a
+/// place to stop in the chaos tests (which kill the process there).
 #[idempotent(id = payment.id, handler = "ledger.apply_payment", max_attempts = 3)]
 pub async fn apply_payment<P: Probe>(
     conn: &mut AsyncPgConnection,
@@ -214,6 +258,12 @@ pub async fn apply_payment<P: Probe>(
         ))
         .into());
     }
+    let receipt = Receipt {
+        payment: payment.id.clone(),
+        account: payment.body.account,
+        cents,
+    };
+    outbox::send_async(conn, &receipt.message()).await?;
     probe.in_transaction(&payment.id).await;
     if payment.body.hold_ms > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(payment.body.hold_ms)).await;
