@@ -166,6 +166,7 @@ mod backend;
 pub mod background;
 mod backoff;
 mod batch;
+mod call_key;
 mod claim;
 pub mod dead_letters;
 mod delivery;
@@ -231,6 +232,7 @@ pub use batch::{
     run_idempotent_batch_async, run_idempotent_batch_async_with, run_idempotent_batch_bulk_async,
     run_idempotent_batch_bulk_async_with,
 };
+pub use call_key::CallKey;
 pub use claim::Claim;
 #[doc(hidden)]
 pub use claim::ClaimStatement;

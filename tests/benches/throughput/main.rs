@@ -113,6 +113,7 @@ mod connections;
 mod growth;
 #[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
 mod nonblocking;
+mod outbox;
 mod payload;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod proxy;
@@ -154,6 +155,8 @@ enum Variant {
     Bulk(usize),
     Fingerprint,
     FingerprintDuplicate,
+    Outbox,
+    OutboxKeyed,
     #[cfg(feature = "serde")]
     Stored,
     #[cfg(feature = "serde")]
@@ -172,6 +175,8 @@ impl Variant {
             Variant::Bulk(size) => format!("bulk-{size}"),
             Variant::Fingerprint => "fingerprint".into(),
             Variant::FingerprintDuplicate => "fingerprint-duplicate".into(),
+            Variant::Outbox => "outbox".into(),
+            Variant::OutboxKeyed => "outbox-keyed".into(),
             #[cfg(feature = "serde")]
             Variant::Stored => "stored-result".into(),
             #[cfg(feature = "serde")]
@@ -198,6 +203,8 @@ impl Variant {
             "duplicate" => Variant::Duplicate,
             "fingerprint" => Variant::Fingerprint,
             "fingerprint-duplicate" => Variant::FingerprintDuplicate,
+            "outbox" => Variant::Outbox,
+            "outbox-keyed" => Variant::OutboxKeyed,
             #[cfg(feature = "serde")]
             "stored-result" => Variant::Stored,
             #[cfg(feature = "serde")]
@@ -212,6 +219,12 @@ impl Variant {
                 }
             }
         })
+    }
+
+    /// Whether it runs on blocking connections only (`payload.rs`'s and
+    /// `outbox.rs`'s variants).
+    fn blocking_only(self) -> bool {
+        self.is_payload() || matches!(self, Variant::Outbox | Variant::OutboxKeyed)
     }
 
     /// Messages per delivery.
@@ -481,6 +494,7 @@ impl<C: BenchConnection> Worker<C> {
                 let ids: Vec<u64> = (first..first + size as u64).collect();
                 batch::deliver_bulk(&mut self.conn, handler, &ids, account);
             }
+            Variant::Outbox | Variant::OutboxKeyed => self.deliver_outbox(variant),
             payload => self.deliver_payload(payload),
         }
     }

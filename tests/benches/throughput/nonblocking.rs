@@ -196,12 +196,12 @@ pub fn run<B: Server>(name: &str, config: &Config, db: &B, proxy: Option<&(Proxy
     let runtime = inbox_tests::runtime::multi_thread(
         std::thread::available_parallelism().map_or(2, |n| n.get()),
     );
-    // The payload variants run on blocking connections only.
+    // The payload and outbox variants run on blocking connections only.
     let variants: &Vec<Variant> = &config
         .variants
         .iter()
         .copied()
-        .filter(|variant| !variant.is_payload())
+        .filter(|variant| !variant.blocking_only())
         .collect();
     let session = session_sql::<B>(config);
     let url = B::async_tcp_url(db.url());

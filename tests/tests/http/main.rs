@@ -13,7 +13,11 @@
 //!   claim wait (the replay, or 422) or not (409);
 //! - `concurrent.rs`: N parallel requests with one key, with one body
 //!   (one payment, identical 201s or 409s, no 5xx) and with different
-//!   bodies (one payment, the others 422 or 409).
+//!   bodies (one payment, the others 422 or 409);
+//! - `external_call.rs`: the service as another handler's payment
+//!   provider: a consumer that dies after its call and before its commit
+//!   calls again on each redelivery with the key `CallKey` derives, and is
+//!   charged once (with a fresh key per call: once per delivery).
 //!
 //! PostgreSQL unreachable: each test prints the harness's `skipped:` line
 //! and passes, unless `INBOX_REQUIRE_DATABASES=1`.
@@ -24,6 +28,7 @@
 
 mod client;
 mod concurrent;
+mod external_call;
 mod in_flight;
 mod sequential;
 mod support;

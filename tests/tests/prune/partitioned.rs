@@ -1062,13 +1062,25 @@ mod postgres {
         run_pending_migrations(&mut conn);
         conn.run_pending_migrations(partitioned::MIGRATIONS)
             .unwrap();
-        let functions: Vec<Proc> = diesel::sql_query(
+        let mut functions: Vec<Proc> = diesel::sql_query(
             "SELECT proname::text AS proname, array_to_string(proconfig, ',') AS config \
              FROM pg_proc WHERE pronamespace = current_schema()::regnamespace \
              ORDER BY proname",
         )
         .load(&mut conn)
         .unwrap();
+        // The outbox's trigger function (not the layout's) names nothing of
+        // the schema's.
+        let notify = functions.remove(
+            functions
+                .iter()
+                .position(|f| f.proname == "inbox_outbox_notify")
+                .expect("the outbox's trigger function"),
+        );
+        assert_eq!(
+            notify.config.as_deref(),
+            Some("search_path=pg_catalog, pg_temp")
+        );
         let expected = format!("search_path=pg_catalog, {}, pg_temp", db.schema());
         assert_eq!(functions.len(), 3);
         for function in &functions {

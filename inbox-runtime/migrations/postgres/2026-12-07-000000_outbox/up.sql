@@ -40,8 +40,10 @@ CREATE TABLE IF NOT EXISTS inbox_outbox_keys (
 -- it when it commits (one notification per inserting statement, which
 -- PostgreSQL folds into one per transaction; none for a rollback). The
 -- payload is the table's schema. Created only when missing, so that running
--- this file again takes no lock on the table.
-CREATE OR REPLACE FUNCTION inbox_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+-- this file again takes no lock on the table. The function names nothing of
+-- the schema's, so its search_path is pinned to the catalog.
+CREATE OR REPLACE FUNCTION inbox_outbox_notify() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM pg_notify('inbox_outbox', TG_TABLE_SCHEMA);
     RETURN NULL;

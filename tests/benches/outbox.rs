@@ -1,0 +1,346 @@
+//! What the outbox's relay costs, on PostgreSQL and the real brokers.
+//!
+//! ```text
+//! cargo bench -p inbox-tests --bench outbox --features outbox-brokers
+//! ```
+//!
+//! 1. **Relay throughput against a plain publish loop**, on NATS JetStream
+//!    and on RabbitMQ, interleaved round by round: each round publishes
+//!    `INBOX_BENCH_MESSAGES` (2,000) messages of 128 bytes with a plain
+//!    loop of the client (batches of 100 published together, then their
+//!    confirmations awaited: JetStream publish acks, RabbitMQ publisher
+//!    confirms), and drains as many from the outbox with `Relay::run_once_async`
+//!    (batches of 100: lease, publish through `JetStreamPublisher` /
+//!    `LapinPublisher`, mark sent) after recording them, untimed. It prints
+//!    both throughputs and the median of the per-round ratios relay ÷ loop.
+//! 2. **Commit-to-publish latency at a steady load**: a producer commits
+//!    one message every 5 ms (200/s) through `outbox::send`; a
+//!    `BackgroundRelay` task publishes them to JetStream; the latency of a
+//!    message is the broker's confirmation (the publisher's answer) minus
+//!    the producer's commit, by the same clock. Woken on commit (`LISTEN`)
+//!    and polling (idle wait 500 ms, no listener), 10 s each, alternated.
+//!
+//! It prints figures; it asserts nothing. Servers: `INBOX_TEST_POSTGRES_URL`
+//! (a schema of its own), `INBOX_TEST_NATS_URL`, `INBOX_TEST_AMQP_URL`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, stream};
+use diesel::Connection as _;
+use diesel_async::AsyncConnection as _;
+use diesel_async::pooled_connection::AsyncDieselConnectionManager;
+use diesel_async::pooled_connection::deadpool::Pool;
+use inbox_runtime::outbox::{
+    self, BackgroundRelay, JetStreamPublisher, LapinPublisher, OutboxMessage, OutgoingMessage,
+    PublishError, Publisher, Relay,
+};
+use inbox_tests::{Postgres, TestBackend};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, ConnectionProperties};
+
+const PAYLOAD: [u8; 128] = [b'x'; 128];
+const BATCH: usize = 100;
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    if !std::env::args().any(|arg| arg == "--bench") {
+        println!(
+            "outbox benchmark: run it with `cargo bench -p inbox-tests --bench outbox --features outbox-brokers`"
+        );
+        return;
+    }
+    let Some(db) = Postgres::open() else {
+        println!("outbox benchmark: PostgreSQL is not reachable");
+        return;
+    };
+    let runtime = inbox_tests::runtime::multi_thread(2);
+    runtime.block_on(async {
+        let nats_url = std::env::var("INBOX_TEST_NATS_URL")
+            .unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
+        let amqp_url = std::env::var("INBOX_TEST_AMQP_URL")
+            .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+        let js = jetstream::new(async_nats::connect(&nats_url).await.expect("NATS"));
+        let run = inbox_tests::unique_name("bench");
+        js.create_stream(stream::Config {
+            name: run.clone(),
+            subjects: vec![format!("{run}.>")],
+            ..Default::default()
+        })
+        .await
+        .expect("a stream");
+        let messages = env_number("INBOX_BENCH_MESSAGES", 2_000) as usize;
+        let rounds = env_number("INBOX_BENCH_ROUNDS", 6) as usize;
+        println!(
+            "{} CPUs; {rounds} rounds of {messages} messages of {} bytes, batches of {BATCH}\n",
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            PAYLOAD.len()
+        );
+
+        let mut conn = diesel_async::AsyncPgConnection::establish(db.url())
+            .await
+            .expect("PG");
+        let subject = format!("{run}.receipts");
+        let mut loop_rates = Vec::new();
+        let mut relay_rates = Vec::new();
+        let mut nats = JetStreamPublisher::new(js.clone());
+        for _ in 0..rounds {
+            loop_rates.push(nats_loop(&js, &subject, messages).await);
+            relay_rates.push(
+                relay_drain(&mut conn, &mut db.connect(), &subject, messages, &mut nats).await,
+            );
+        }
+        print_ratio("NATS JetStream", &loop_rates, &relay_rates);
+
+        let amqp = lapin::Connection::connect(&amqp_url, ConnectionProperties::default())
+            .await
+            .expect("RabbitMQ");
+        let channel = amqp.create_channel().await.expect("a channel");
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirms");
+        channel
+            .queue_declare(
+                run.as_str().into(),
+                QueueDeclareOptions {
+                    auto_delete: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("a queue");
+        let mut rabbit = LapinPublisher::new(&amqp_url, ConnectionProperties::default());
+        let (mut loop_rates, mut relay_rates) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            loop_rates.push(amqp_loop(&channel, &run, messages).await);
+            relay_rates
+                .push(relay_drain(&mut conn, &mut db.connect(), &run, messages, &mut rabbit).await);
+            channel
+                .queue_purge(run.as_str().into(), Default::default())
+                .await
+                .expect("purge");
+        }
+        print_ratio("RabbitMQ", &loop_rates, &relay_rates);
+
+        println!("\ncommit-to-publish latency, 200 messages/s, 10 s per mode, alternated twice:");
+        let mut woken = Vec::new();
+        let mut polled = Vec::new();
+        for _ in 0..2 {
+            woken.extend(latency(&db, &js, &subject, true).await);
+            polled.extend(latency(&db, &js, &subject, false).await);
+        }
+        print_latency("woken on commit (LISTEN)", &mut woken);
+        print_latency("polling (idle wait 500 ms)", &mut polled);
+        let _ = js.delete_stream(&run).await;
+    });
+}
+
+/// Messages per second publishing `count` messages to `subject` in
+/// batches: published together, then their acks awaited.
+async fn nats_loop(js: &jetstream::Context, subject: &str, count: usize) -> f64 {
+    let start = Instant::now();
+    for chunk in (0..count).collect::<Vec<_>>().chunks(BATCH) {
+        let mut acks = Vec::with_capacity(chunk.len());
+        for n in chunk {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Nats-Msg-Id", uuid::Uuid::now_v7().to_string().as_str());
+            headers.insert("n", n.to_string().as_str());
+            acks.push(
+                js.publish_with_headers(subject.to_owned(), headers, PAYLOAD.to_vec().into())
+                    .await
+                    .expect("publish"),
+            );
+        }
+        for ack in acks {
+            ack.await.expect("an ack");
+        }
+    }
+    count as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The same with RabbitMQ publisher confirms, to `queue`.
+async fn amqp_loop(channel: &lapin::Channel, queue: &str, count: usize) -> f64 {
+    let start = Instant::now();
+    for chunk in (0..count).collect::<Vec<_>>().chunks(BATCH) {
+        let mut confirms = Vec::with_capacity(chunk.len());
+        for _ in chunk {
+            let properties = BasicProperties::default()
+                .with_message_id(uuid::Uuid::now_v7().to_string().into())
+                .with_delivery_mode(2);
+            confirms.push(
+                channel
+                    .basic_publish(
+                        "".into(),
+                        queue.into(),
+                        BasicPublishOptions {
+                            mandatory: true,
+                            ..Default::default()
+                        },
+                        &PAYLOAD,
+                        properties,
+                    )
+                    .await
+                    .expect("publish"),
+            );
+        }
+        for confirm in confirms {
+            assert!(confirm.await.expect("a confirm").is_ack());
+        }
+    }
+    count as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Records `count` messages to `destination` (untimed), then drains them
+/// with a relay: messages per second.
+async fn relay_drain<P: Publisher>(
+    conn: &mut diesel_async::AsyncPgConnection,
+    writer: &mut diesel::PgConnection,
+    destination: &str,
+    count: usize,
+    publisher: &mut P,
+) -> f64 {
+    writer
+        .transaction(|conn| {
+            for _ in 0..count {
+                outbox::send(conn, &OutgoingMessage::new(destination, &PAYLOAD[..]))?;
+            }
+            Ok::<_, inbox_runtime::InboxError>(())
+        })
+        .expect("record the messages");
+    let relay = Relay::new().batch_size(BATCH as u32);
+    let start = Instant::now();
+    let mut published = 0;
+    loop {
+        let report = relay
+            .run_once_async(conn, publisher)
+            .await
+            .expect("a round");
+        assert_eq!(report.published, report.leased, "{report}");
+        published += report.published;
+        if report.is_idle() {
+            break;
+        }
+    }
+    assert_eq!(published, count);
+    count as f64 / start.elapsed().as_secs_f64()
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn print_ratio(broker: &str, loop_rates: &[f64], relay_rates: &[f64]) {
+    let mut ratios: Vec<f64> = relay_rates
+        .iter()
+        .zip(loop_rates)
+        .map(|(r, l)| r / l)
+        .collect();
+    let (low, high) = (
+        ratios.iter().copied().fold(f64::MAX, f64::min),
+        ratios.iter().copied().fold(0.0, f64::max),
+    );
+    println!(
+        "{broker:15} plain loop {:7.0} msg/s   relay {:7.0} msg/s   relay ÷ loop {:.2} ({low:.2}–{high:.2})",
+        median(&mut loop_rates.to_vec()),
+        median(&mut relay_rates.to_vec()),
+        median(&mut ratios),
+    );
+}
+
+/// Forwards to JetStream, noting when each message was confirmed.
+struct Timed {
+    inner: JetStreamPublisher,
+    confirmed: Arc<Mutex<HashMap<Vec<u8>, Instant>>>,
+}
+
+impl Publisher for Timed {
+    async fn publish(&mut self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        let answers = self.inner.publish(messages).await;
+        let now = Instant::now();
+        let mut confirmed = self.confirmed.lock().unwrap();
+        for (message, answer) in messages.iter().zip(&answers) {
+            if answer.is_ok() {
+                confirmed.insert(message.payload.clone(), now);
+            }
+        }
+        answers
+    }
+}
+
+/// 10 s of 200 commits a second with a background relay: each message's
+/// confirmation minus its commit, in milliseconds.
+async fn latency(db: &Postgres, js: &jetstream::Context, subject: &str, listen: bool) -> Vec<f64> {
+    let confirmed = Arc::new(Mutex::new(HashMap::new()));
+    let publisher = Timed {
+        inner: JetStreamPublisher::new(js.clone()),
+        confirmed: Arc::clone(&confirmed),
+    };
+    let pool = Pool::builder(AsyncDieselConnectionManager::<
+        diesel_async::AsyncPgConnection,
+    >::new(db.url()))
+    .max_size(2)
+    .build()
+    .expect("a pool");
+    let mut relay = BackgroundRelay::new(Relay::new()).idle_wait(Duration::from_millis(500));
+    if listen {
+        relay = relay.wake_on_commit(db.url());
+    }
+    let task = relay.spawn_task(pool, publisher, |_| {});
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let url = db.url().to_owned();
+    let subject = subject.to_owned();
+    let committed = tokio::task::spawn_blocking(move || {
+        let mut conn = diesel::PgConnection::establish(&url).expect("PG");
+        let mut committed = Vec::new();
+        let start = Instant::now();
+        let mut n: u64 = 0;
+        while start.elapsed() < Duration::from_secs(10) {
+            let payload = format!("latency-{}", uuid::Uuid::now_v7()).into_bytes();
+            conn.transaction(|conn| {
+                outbox::send(conn, &OutgoingMessage::new(&subject, payload.clone()))
+            })
+            .expect("record");
+            committed.push((payload, Instant::now()));
+            n += 1;
+            let next = start + Duration::from_millis(5 * n);
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+        committed
+    })
+    .await
+    .expect("the producer");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    task.stop().await.expect("the relay");
+    let confirmed = confirmed.lock().unwrap();
+    committed
+        .iter()
+        .filter_map(|(payload, at)| {
+            confirmed
+                .get(payload)
+                .map(|done| done.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+        })
+        .collect()
+}
+
+fn print_latency(what: &str, samples: &mut [f64]) {
+    samples.sort_by(f64::total_cmp);
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize];
+    println!(
+        "  {what:28} {} messages: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        samples.len(),
+        at(0.5),
+        at(0.99),
+        at(1.0)
+    );
+}
