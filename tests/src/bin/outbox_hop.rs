@@ -1,5 +1,5 @@
 //! The processes of the outbox's two-service chaos test
-//! (`tests/brokers/outbox_hop.rs`): service A's outbox relay, and service
+//! (`tests/outbox_hop/`): service A's outbox relay, and service
 //! B, which records the receipts A's relay publishes.
 //!
 //! ```text

@@ -33,12 +33,8 @@
 //! messages published, kills by kind, redeliveries, duplicates absorbed,
 //! dead letters, effects counted against expected.
 //!
-//! `outbox_hop` (feature `outbox-brokers`) carries the chain one hop
-//! further: service A's receipts, recorded through the outbox, relayed to
-//! NATS JetStream by relay processes killed at random and between the
-//! broker's confirmation and their mark, recorded by service B's processes
-//! (killed, their connections cut) with an inbox of their own: every
-//! receipt once in B, none for a rejected payment.
+//! The suite `outbox_hop` (feature `outbox-brokers`) carries the chain one
+//! hop further, with the receipts this consumer records through the outbox.
 //!
 //! Each run has queues or streams of its own (named after the run) and a
 //! PostgreSQL schema of its own, removed at the end; everything is on
@@ -60,6 +56,4 @@
 
 mod chaos;
 mod nats;
-#[cfg(feature = "outbox-brokers")]
-mod outbox_hop;
 mod rabbitmq;

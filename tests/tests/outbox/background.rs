@@ -29,20 +29,24 @@ pub fn a_relay_thread_drains_then_follows_new_commits<B: TestBackend>() {
     let relay = BackgroundRelay::new(Relay::new().batch_size(7))
         .idle_wait(Duration::from_secs(3600))
         .spawn(db.pool(2), broker.clone(), move |round| {
+            let idle = matches!(round, RelayRound::Done(report) if report.is_idle());
             seen.lock()
                 .unwrap()
-                .push(matches!(round, RelayRound::Done(_)));
+                .push((matches!(round, RelayRound::Done(_)), idle));
         })
         .unwrap();
     eventually("the backlog", || broker.payloads().len() == 30);
-    // Idle now, for an hour unless woken.
+    // Once a round found nothing, idle for an hour unless told.
+    eventually("an idle round", || {
+        rounds.lock().unwrap().last().is_some_and(|(_, idle)| *idle)
+    });
     send_all(&mut conn, &[OutgoingMessage::new("receipts", "late")]);
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(broker.payloads().len(), 30, "an idle relay waits");
     relay.run_now();
     eventually("the round run now", || broker.payloads().len() == 31);
     relay.stop().unwrap();
-    assert!(rounds.lock().unwrap().iter().all(|done| *done));
+    assert!(rounds.lock().unwrap().iter().all(|(done, _)| *done));
     assert_keys_in_order(&broker.payloads());
 }
 

@@ -16,6 +16,16 @@
 //! window is short (200 ms), so a relay's re-publish after its lease
 //! reaches B, whose inbox absorbs it: the report counts the re-publishes
 //! and B's duplicates.
+//!
+//! A suite of its own, so that its processes never share the CPUs with the
+//! ledger chaos runs of `tests/brokers/` (whose timing checks they would
+//! disturb). Needs NATS with JetStream (`INBOX_TEST_NATS_URL`, default
+//! `nats://127.0.0.1:4222`) and PostgreSQL; an unreachable broker skips
+//! the test, or fails it with `INBOX_TEST_REQUIRE_BROKERS=1`.
+//!
+//! Run: `cargo test -p inbox-tests --features brokers,outbox-brokers --test outbox_hop -- --nocapture`
+#![cfg(all(feature = "brokers", feature = "outbox-brokers"))]
+#![allow(missing_docs)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;
