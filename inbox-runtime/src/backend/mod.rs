@@ -292,10 +292,12 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     where
         C: diesel_async::AsyncConnection<Backend = Self>;
 
-    /// Runs `sql` (one of [`FAILURE_SQL`](Self::FAILURE_SQL)'s statements)
-    /// with `binds` bound in order: the affected rows.
+    /// Runs `sql` (one of [`FAILURE_SQL`](Self::FAILURE_SQL)'s or
+    /// [`OUTBOX_SQL`](Self::OUTBOX_SQL)'s statements, the latter perhaps
+    /// with positions appended) with `binds` bound in order: the affected
+    /// rows. Never a cached prepared statement.
     #[doc(hidden)]
-    fn execute_bound<C>(conn: &mut C, sql: &'static str, binds: &[Bind<'_>]) -> QueryResult<usize>
+    fn execute_bound<C>(conn: &mut C, sql: &str, binds: &[Bind<'_>]) -> QueryResult<usize>
     where
         C: diesel::Connection<Backend = Self>;
 
@@ -303,25 +305,6 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     #[cfg(feature = "async")]
     #[doc(hidden)]
     fn execute_bound_async<'c, C>(
-        conn: &'c mut C,
-        sql: &'static str,
-        binds: &'c [Bind<'c>],
-    ) -> impl std::future::Future<Output = QueryResult<usize>> + Send + 'c
-    where
-        C: diesel_async::AsyncConnection<Backend = Self>;
-
-    /// Runs `sql` (one of [`OUTBOX_SQL`](Self::OUTBOX_SQL)'s statements,
-    /// perhaps with positions appended) with `binds` bound in order: the
-    /// affected rows.
-    #[doc(hidden)]
-    fn execute_text<C>(conn: &mut C, sql: &str, binds: &[Bind<'_>]) -> QueryResult<usize>
-    where
-        C: diesel::Connection<Backend = Self>;
-
-    /// [`execute_text`](Self::execute_text) on a diesel-async connection.
-    #[cfg(feature = "async")]
-    #[doc(hidden)]
-    fn execute_text_async<'c, C>(
         conn: &'c mut C,
         sql: &'c str,
         binds: &'c [Bind<'c>],
@@ -617,33 +600,6 @@ macro_rules! bound_statement_fn {
     () => {
         fn execute_bound<C>(
             conn: &mut C,
-            sql: &'static str,
-            binds: &[crate::backend::Bind<'_>],
-        ) -> QueryResult<usize>
-        where
-            C: diesel::Connection<Backend = Self>,
-        {
-            use diesel::RunQueryDsl;
-            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds)
-                .execute(conn)
-        }
-
-        #[cfg(feature = "async")]
-        fn execute_bound_async<'c, C>(
-            conn: &'c mut C,
-            sql: &'static str,
-            binds: &'c [crate::backend::Bind<'c>],
-        ) -> impl std::future::Future<Output = QueryResult<usize>> + Send + 'c
-        where
-            C: diesel_async::AsyncConnection<Backend = Self>,
-        {
-            use diesel_async::RunQueryDsl;
-            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds)
-                .execute(conn)
-        }
-
-        fn execute_text<C>(
-            conn: &mut C,
             sql: &str,
             binds: &[crate::backend::Bind<'_>],
         ) -> QueryResult<usize>
@@ -656,7 +612,7 @@ macro_rules! bound_statement_fn {
         }
 
         #[cfg(feature = "async")]
-        fn execute_text_async<'c, C>(
+        fn execute_bound_async<'c, C>(
             conn: &'c mut C,
             sql: &'c str,
             binds: &'c [crate::backend::Bind<'c>],

@@ -19,4 +19,6 @@ pub(crate) use ready::{block_ready, caught};
 pub use retry::CLAIM_ATTEMPTS;
 pub(crate) use retry::RetryPolicy;
 #[cfg_attr(not(any(feature = "r2d2", feature = "tokio")), allow(unused_imports))]
-pub(crate) use signals::{Signals, Waited};
+pub(crate) use signals::Signals;
+#[cfg(all(feature = "postgres", any(feature = "r2d2", feature = "tokio")))]
+pub(crate) use signals::Waited;

@@ -165,6 +165,6 @@ where
 {
     let id = id.map(OutboxId::as_str);
     let rows =
-        C::Backend::execute_text(conn, sql, &[Bind::OptionalText(id), Bind::OptionalText(id)])?;
+        C::Backend::execute_bound(conn, sql, &[Bind::OptionalText(id), Bind::OptionalText(id)])?;
     Ok(rows as u64)
 }

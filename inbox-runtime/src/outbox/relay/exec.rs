@@ -84,7 +84,7 @@ where
     }
 
     fn execute(&mut self, sql: &str, binds: &[Bind<'_>]) -> Ready<QueryResult<usize>> {
-        ready(C::Backend::execute_text(self.conn, sql, binds))
+        ready(C::Backend::execute_bound(self.conn, sql, binds))
     }
 }
 
@@ -147,6 +147,6 @@ where
         binds: &[Bind<'_>],
     ) -> impl Future<Output = QueryResult<usize>> + Send {
         let conn = &mut *self.conn;
-        async move { C::Backend::execute_text_async(conn, sql, binds).await }
+        async move { C::Backend::execute_bound_async(conn, sql, binds).await }
     }
 }

@@ -13,7 +13,7 @@ use super::relay::{Relay, RelayReport};
 use crate::backoff::Backoff;
 use crate::error::InboxError;
 use crate::execution::{Signals, caught};
-use crate::text::panic_text;
+use crate::text::{error_chain_text, panic_text};
 
 /// A relay run in the background: a thread over an r2d2 pool
 /// ([`spawn`](Self::spawn), feature `r2d2`) or a tokio task over a
@@ -235,7 +235,9 @@ impl fmt::Display for RelayRoundError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RelayRoundError::Checkout(reason) => write!(f, "no connection from the pool: {reason}"),
-            RelayRoundError::Relay(error) => error.fmt(f),
+            // With its causes: "the inbox's database operation failed:
+            // database is locked".
+            RelayRoundError::Relay(error) => f.write_str(&error_chain_text(error)),
             RelayRoundError::Panicked(message) => write!(f, "panicked: {message}"),
         }
     }
