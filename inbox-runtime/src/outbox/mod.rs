@@ -74,6 +74,8 @@ pub use publisher::{BlockingPublisher, OutboxMessage, PublishError, Publisher};
 pub use publishers::JetStreamPublisher;
 #[cfg(feature = "outbox-lapin")]
 pub use publishers::LapinPublisher;
+#[doc(hidden)]
+pub use relay::lease_statement;
 pub use relay::{MAX_RELAY_BATCH, Relay, RelayReport};
 pub use runner::{BackgroundRelay, RelayRound, RelayRoundError};
 pub use write::send;

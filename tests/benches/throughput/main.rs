@@ -223,6 +223,7 @@ impl Variant {
 
     /// Whether it runs on blocking connections only (`payload.rs`'s and
     /// `outbox.rs`'s variants).
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
     fn blocking_only(self) -> bool {
         self.is_payload() || matches!(self, Variant::Outbox | Variant::OutboxKeyed)
     }

@@ -29,6 +29,12 @@ CREATE TABLE IF NOT EXISTS inbox_outbox (
 );
 -- The relay's scan (unsent messages in position order) and pruning (sent ones, oldest first).
 CREATE INDEX IF NOT EXISTS inbox_outbox_sent_at_idx ON inbox_outbox (sent_at, position);
+-- The relay's lease: the pending messages in position order. Without it the
+-- planner walks the primary key from the oldest position through every sent
+-- message (LIMIT with a filter it cannot estimate: 30,000 sent rows cost a
+-- lease of 100 about 4 ms, against 0.07 ms with this index).
+CREATE INDEX IF NOT EXISTS inbox_outbox_pending_idx ON inbox_outbox (position)
+    WHERE sent_at IS NULL AND dead_at IS NULL;
 -- A key's earlier unsent messages (the order check).
 CREATE INDEX IF NOT EXISTS inbox_outbox_key_unsent_idx ON inbox_outbox (ordering_key, sent_at, key_seq);
 CREATE TABLE IF NOT EXISTS inbox_outbox_keys (

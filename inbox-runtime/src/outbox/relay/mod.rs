@@ -265,3 +265,15 @@ impl RelayReport {
         self.leased == 0
     }
 }
+
+/// The statement that leases a round's messages on `B`, when it is one
+/// statement (PostgreSQL's; MariaDB and SQLite lock, then lease): binds
+/// `$1` the relay's owner id, `$2` the lease in milliseconds, `$3` the
+/// batch size. For the suite's plan checks.
+#[doc(hidden)]
+pub fn lease_statement<B: InboxBackend>() -> Option<&'static str> {
+    match B::OUTBOX_SQL.lease {
+        crate::backend::Lease::Returning(sql) => Some(sql),
+        crate::backend::Lease::LockThenLease { .. } => None,
+    }
+}
