@@ -42,6 +42,9 @@ use crate::error::InboxError;
 /// an index, and on PostgreSQL the `received_at` default, each only when
 /// missing; on SQLite a rebuild of a table whose length checks count bytes
 /// in the database's encoding, once). Running it again changes nothing.
+/// Setups started at once take turns (PostgreSQL: a transaction-scoped
+/// advisory lock per schema; MySQL/MariaDB: a named lock per database), so
+/// services starting together can each call it.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -58,8 +61,10 @@ where
     C: Connection,
     C::Backend: InboxBackend,
 {
-    conn.batch_execute(<C::Backend as InboxBackend>::CREATE_SCHEMA_SQL)?;
-    <C::Backend as InboxBackend>::upgrade_schema(conn)?;
+    <C::Backend as InboxBackend>::setup_in_turn(conn, |conn| {
+        conn.batch_execute(<C::Backend as InboxBackend>::CREATE_SCHEMA_SQL)?;
+        <C::Backend as InboxBackend>::upgrade_schema(conn)
+    })?;
     Ok(())
 }
 

@@ -110,6 +110,19 @@ pub trait InboxBackend: Backend + sealed::Sealed {
         Ok(())
     }
 
+    /// Runs `create` ([`setup`](crate::setup)'s statements) so that setups
+    /// started at once (services starting together) take turns: two
+    /// creations of one catalog entry would race and one would fail. SQLite
+    /// has one writer at a time already.
+    #[doc(hidden)]
+    fn setup_in_turn<C, F>(conn: &mut C, create: F) -> QueryResult<()>
+    where
+        C: diesel::Connection<Backend = Self>,
+        F: FnOnce(&mut C) -> QueryResult<()>,
+    {
+        create(conn)
+    }
+
     /// Begins a handler's outermost transaction. On MySQL/MariaDB InnoDB
     /// rolls the whole transaction back on a deadlock (or a lock wait
     /// timeout with `innodb_rollback_on_timeout`), claim included; a body

@@ -473,6 +473,22 @@ mod imp {
 
         crate::backend::next_prune_handler_fns!();
         crate::backend::bound_statement_fn!();
+
+        /// Under a named lock of the database's (DDL commits as it goes, so
+        /// a transaction would not hold a lock): a concurrent setup waits up
+        /// to ten minutes for it, then finds everything created. Released
+        /// whatever `create` returned.
+        fn setup_in_turn<C, F>(conn: &mut C, create: F) -> QueryResult<()>
+        where
+            C: diesel::Connection<Backend = Self>,
+            F: FnOnce(&mut C) -> QueryResult<()>,
+        {
+            conn.batch_execute("DO GET_LOCK(CONCAT('inbox_runtime.setup ', DATABASE()), 600)")?;
+            let created = create(conn);
+            let released =
+                conn.batch_execute("DO RELEASE_LOCK(CONCAT('inbox_runtime.setup ', DATABASE()))");
+            created.and(released)
+        }
     }
 
     #[cfg(test)]

@@ -482,6 +482,22 @@ mod imp {
 
         crate::backend::next_prune_handler_fns!();
         crate::backend::bound_statement_fn!();
+
+        /// In one transaction that first takes an advisory lock of the
+        /// schema's: a concurrent setup waits for it, then finds everything
+        /// created (DDL is transactional here).
+        fn setup_in_turn<C, F>(conn: &mut C, create: F) -> QueryResult<()>
+        where
+            C: diesel::Connection<Backend = Self>,
+            F: FnOnce(&mut C) -> QueryResult<()>,
+        {
+            conn.transaction(|conn| {
+                conn.batch_execute(
+                    "SELECT pg_advisory_xact_lock(hashtext('inbox_runtime.setup ' || current_schema()))",
+                )?;
+                create(conn)
+            })
+        }
     }
 
     #[cfg(test)]
