@@ -483,10 +483,13 @@ mod imp {
             C: diesel::Connection<Backend = Self>,
             F: FnOnce(&mut C) -> QueryResult<()>,
         {
-            conn.batch_execute("DO GET_LOCK(CONCAT('inbox_runtime.setup ', DATABASE()), 600)")?;
+            // Lock names are at most 64 characters: the database's name hashed.
+            conn.batch_execute(
+                "DO GET_LOCK(CONCAT('inbox_runtime.setup ', MD5(DATABASE())), 600)",
+            )?;
             let created = create(conn);
-            let released =
-                conn.batch_execute("DO RELEASE_LOCK(CONCAT('inbox_runtime.setup ', DATABASE()))");
+            let released = conn
+                .batch_execute("DO RELEASE_LOCK(CONCAT('inbox_runtime.setup ', MD5(DATABASE())))");
             created.and(released)
         }
     }

@@ -1,6 +1,7 @@
 //! [`LapinPublisher`]: the relay's messages to RabbitMQ (any AMQP 0-9-1
 //! broker) through lapin, confirmed by the broker.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
@@ -9,10 +10,11 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ErrorKin
 
 use crate::outbox::publisher::{OutboxMessage, PublishError, Publisher};
 
-/// AMQP reply codes that refuse a message for good: the exchange does not
-/// exist (404 NOT_FOUND), the user may not publish to it (403
-/// ACCESS_REFUSED).
-const REFUSING_CODES: [u16; 2] = [404, 403];
+/// AMQP reply codes of a publish that refuse a message for good: the
+/// exchange does not exist (404 NOT_FOUND), the user may not publish there
+/// (403 ACCESS_REFUSED), the message is over the broker's size limit (406
+/// PRECONDITION_FAILED).
+const REFUSING_CODES: [u16; 3] = [404, 403, 406];
 
 /// A [`Publisher`] for RabbitMQ (any AMQP 0-9-1 broker) through lapin
 /// (feature `outbox-lapin`).
@@ -32,13 +34,17 @@ const REFUSING_CODES: [u16; 2] = [404, 403];
 ///
 /// A round's messages are published on one channel in confirm mode, then
 /// their confirms awaited together. `Ok` only for a message the broker
-/// acknowledged and did not return. A message returned as unroutable (no
-/// queue bound for its routing key), or refused by the broker for good (no
-/// such exchange: 404, not allowed: 403) is [refused](PublishError::refused):
-/// counted, retried, then dead. Anything else (no connection, a channel or
-/// connection closed under it, a negative acknowledgement: the broker could
-/// not store it) is [unavailable](PublishError::unavailable): the messages
-/// come back uncounted and the relay backs off. The publisher connects
+/// acknowledged and did not return (returns are matched to messages by
+/// `message_id`). A message returned as unroutable (no queue bound for its
+/// routing key) is [refused](PublishError::refused): counted, retried, then
+/// dead. A publish the broker answers by closing the channel (no such
+/// exchange: 404, not allowed: 403, too large: 406) refuses the round's
+/// first message to fail so; the channel's other pending messages come back
+/// uncounted (the broker does not say which message it closed the channel
+/// for). Anything else (no connection, a refused login, a channel or
+/// connection closed under it, a negative acknowledgement: the broker
+/// could not store it) is [unavailable](PublishError::unavailable): the
+/// messages come back uncounted and the relay backs off. The publisher connects
 /// when it first publishes and reconnects (a new connection, or a new
 /// channel on the same one) in the round after one failed.
 ///
@@ -123,38 +129,22 @@ impl LapinPublisher {
         Ok(channel)
     }
 
-    /// The answer for a publish that failed with `error`; the channel is
-    /// given up (the next round opens another).
-    fn failed(&mut self, error: &lapin::Error) -> PublishError {
+    /// The answer for a publish that failed with `error`, `blamed` when it
+    /// is the first of the round to fail so: the channel is given up (the
+    /// next round opens another). A channel error fails every publish
+    /// pending on the channel, whichever message caused it, so only the
+    /// first is refused (counted); the others are given back uncounted and
+    /// go again in the next round.
+    fn failed(&mut self, error: &lapin::Error, blamed: &mut bool) -> PublishError {
         self.channel = None;
         match error.kind() {
-            ErrorKind::ProtocolError(amqp) if REFUSING_CODES.contains(&amqp.get_id()) => {
+            ErrorKind::ProtocolError(amqp)
+                if REFUSING_CODES.contains(&amqp.get_id()) && !*blamed =>
+            {
+                *blamed = true;
                 PublishError::refused(format!("{amqp} (exchange `{}`)", self.exchange))
             }
             _ => PublishError::unavailable(error.to_string()),
-        }
-    }
-
-    /// The answer for a publish of `message` the broker confirmed: `nacked`,
-    /// or acknowledged and `returned` (its reply code and text) or not.
-    /// (Confirmation is named differently in lapin 3.x and 4.x.)
-    fn confirmed(
-        &self,
-        message: &OutboxMessage,
-        nacked: bool,
-        returned: Option<(u16, String)>,
-    ) -> Result<(), PublishError> {
-        if nacked {
-            return Err(PublishError::unavailable(
-                "negatively acknowledged: the broker could not take it",
-            ));
-        }
-        match returned {
-            None => Ok(()),
-            Some((code, text)) => Err(PublishError::refused(format!(
-                "returned {code} {text}: no queue bound for routing key `{}` on exchange `{}`",
-                message.destination, self.exchange
-            ))),
         }
     }
 }
@@ -172,8 +162,11 @@ impl Publisher for LapinPublisher {
     async fn publish(&mut self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let channel = match self.channel().await {
             Ok(channel) => channel,
+            // No connection or channel: the broker's trouble, never the
+            // messages' (a refused login included).
             Err(error) => {
-                let answer = self.failed(&error);
+                self.channel = None;
+                let answer = PublishError::unavailable(error.to_string());
                 return messages.iter().map(|_| Err(answer.clone())).collect();
             }
         };
@@ -192,22 +185,47 @@ impl Publisher for LapinPublisher {
             );
             sent.push(publish.await);
         }
+        // lapin hands a returned message to whichever confirm completes
+        // next (a `multiple` ack covers several): the returns are matched
+        // to the round's messages by their `message_id`, not by the confirm
+        // they came with.
         let mut answers = Vec::with_capacity(messages.len());
-        for (message, publish) in messages.iter().zip(sent) {
+        let mut returned: HashMap<String, (u16, String)> = HashMap::new();
+        let mut blamed = false;
+        for publish in sent {
             let answer = match publish {
                 Ok(confirm) => match confirm.await {
                     Ok(confirmation) => {
                         let nacked = confirmation.is_nack();
-                        let returned = confirmation
-                            .take_message()
-                            .map(|r| (r.reply_code, r.reply_text.to_string()));
-                        self.confirmed(message, nacked, returned)
+                        if let Some(message) = confirmation.take_message() {
+                            if let Some(id) = message.delivery.properties.message_id() {
+                                returned.insert(
+                                    id.to_string(),
+                                    (message.reply_code, message.reply_text.to_string()),
+                                );
+                            }
+                        }
+                        if nacked {
+                            Err(PublishError::unavailable(
+                                "negatively acknowledged: the broker could not take it",
+                            ))
+                        } else {
+                            Ok(())
+                        }
                     }
-                    Err(error) => Err(self.failed(&error)),
+                    Err(error) => Err(self.failed(&error, &mut blamed)),
                 },
-                Err(error) => Err(self.failed(&error)),
+                Err(error) => Err(self.failed(&error, &mut blamed)),
             };
             answers.push(answer);
+        }
+        for (message, answer) in messages.iter().zip(&mut answers) {
+            if let Some((code, text)) = returned.get(message.id.as_str()) {
+                *answer = Err(PublishError::refused(format!(
+                    "returned {code} {text}: no queue bound for routing key `{}` on exchange `{}`",
+                    message.destination, self.exchange
+                )));
+            }
         }
         answers
     }

@@ -20,13 +20,15 @@ use crate::outbox::publisher::{OutboxMessage, PublishError, Publisher};
 ///
 /// A round's messages are published together, then their acks awaited. `Ok`
 /// for a message its stream acknowledged (a duplicate the stream dropped
-/// too: it holds the first copy). No stream for the subject, a message
-/// over the server's size limit or any error the stream answers is
-/// [refused](PublishError::refused): counted, retried, then dead. No ack in
-/// time, a broken connection or too many acks pending is
-/// [unavailable](PublishError::unavailable): the messages come back
-/// uncounted and the relay backs off. The async-nats client reconnects on
-/// its own.
+/// too: it holds the first copy). No stream for the subject (no responders:
+/// also seen for a moment while a stream elects a leader) and a message
+/// over the server's size limit are [refused](PublishError::refused):
+/// counted, retried with a backoff, dead after the relay's
+/// `max_attempts`. No ack in time, a broken connection, too many acks
+/// pending and the stream's other errors (insufficient resources, a full
+/// store) are [unavailable](PublishError::unavailable): the messages come
+/// back uncounted and the relay backs off. The async-nats client
+/// reconnects on its own.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

@@ -28,7 +28,9 @@ use crate::text::{error_chain_text, panic_text};
 /// handle's `run_now`, after a commit you know of); after a failed round
 /// (the database, a connection checkout, a panicking publisher) or one in
 /// which the broker was unavailable, a wait by [`backoff`](Self::backoff),
-/// growing with the failures in a row. Every round is reported to the
+/// growing with the failures in a row, which neither `run_now` nor a
+/// commit cuts short (a relay retrying a broker that is down as fast as
+/// commits come would hammer it). Every round is reported to the
 /// callback.
 ///
 /// ```
@@ -259,7 +261,12 @@ trait RelayFront {
     fn round(&mut self) -> impl Future<Output = Result<RelayReport, RelayRoundError>>;
 
     /// Waits `delay` (or until woken): `false` once a stop was requested.
-    fn wait(&mut self, delay: Duration) -> impl Future<Output = bool>;
+    ///
+    /// `wakeable`: whether a run-now request or a commit notification ends
+    /// the wait early. The backoff after a failed round is not: a relay
+    /// woken by every commit would otherwise retry a broker that is down
+    /// as fast as the commits come.
+    fn wait(&mut self, delay: Duration, wakeable: bool) -> impl Future<Output = bool>;
 }
 
 /// Rounds until a stop is requested: the one loop of every front end.
@@ -292,7 +299,7 @@ async fn relay_loop<E, F>(
         }
         let _ = caught(async { on_round(&round) }).await;
         let wait = settings.next_wait(&round, &mut failures);
-        if !wait.is_zero() && !front.wait(wait).await {
+        if !wait.is_zero() && !front.wait(wait, failures == 0).await {
             break;
         }
     }

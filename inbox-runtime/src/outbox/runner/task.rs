@@ -96,9 +96,9 @@ impl<P: AsyncPool, B: Publisher> RelayFront for TaskFront<P, B> {
             .map_err(RelayRoundError::Relay)
     }
 
-    async fn wait(&mut self, delay: Duration) -> bool {
+    async fn wait(&mut self, delay: Duration, wakeable: bool) -> bool {
         #[cfg(feature = "postgres")]
-        if let Some(listener) = self.listener.as_mut() {
+        if let Some(listener) = self.listener.as_mut().filter(|_| wakeable) {
             let signals = &self.signals;
             return super::listen::wait_listening(
                 listener,
@@ -113,6 +113,6 @@ impl<P: AsyncPool, B: Publisher> RelayFront for TaskFront<P, B> {
             )
             .await;
         }
-        self.signals.wait_async(delay, true).await
+        self.signals.wait_async(delay, wakeable).await
     }
 }

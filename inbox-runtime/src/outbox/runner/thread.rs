@@ -101,9 +101,9 @@ where
             .map_err(RelayRoundError::Relay)
     }
 
-    fn wait(&mut self, delay: Duration) -> Ready<bool> {
+    fn wait(&mut self, delay: Duration, wakeable: bool) -> Ready<bool> {
         #[cfg(feature = "postgres")]
-        if let Some(listener) = self.listener.as_mut() {
+        if let Some(listener) = self.listener.as_mut().filter(|_| wakeable) {
             let signals = &self.signals;
             return ready(block_ready(super::listen::wait_listening(
                 listener,
@@ -112,6 +112,6 @@ where
                 |url| ready(super::listen::connect(&url)),
             )));
         }
-        ready(self.signals.wait(delay, true))
+        ready(self.signals.wait(delay, wakeable))
     }
 }
