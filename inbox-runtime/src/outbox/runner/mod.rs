@@ -156,8 +156,7 @@ impl BackgroundRelay {
     }
 
     /// A listener for the front end, if the relay wakes on commits.
-    #[cfg(feature = "postgres")]
-    #[cfg_attr(not(any(feature = "r2d2", feature = "tokio")), allow(dead_code))]
+    #[cfg(all(feature = "postgres", any(feature = "r2d2", feature = "tokio")))]
     fn listener(&self) -> Option<listen::CommitListener> {
         self.wake_on_commit.clone().map(listen::CommitListener::new)
     }
@@ -305,7 +304,7 @@ async fn relay_loop<E, F>(
     }
 }
 
-#[cfg(feature = "postgres")]
+#[cfg(all(feature = "postgres", any(feature = "r2d2", feature = "tokio")))]
 mod listen;
 #[cfg(feature = "tokio")]
 mod task;
