@@ -93,6 +93,45 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
 #[cfg(all(feature = "postgres", feature = "migrations"))]
 pub(crate) use imp::MIGRATIONS;
 
+/// Makes a transaction that recorded outgoing messages notify the channel
+/// `inbox_outbox` when it commits (none on a rollback; one per inserting
+/// statement, folded by PostgreSQL into one per transaction), for relays
+/// that wake on commit. Not part of the schema by default: a transaction
+/// that notifies takes a lock shared by the whole cluster while it commits,
+/// so notifying commits take turns; only deployments with a listening
+/// relay should pay for it. Created only when missing (no lock on the table
+/// when it exists); the function names nothing of the schema's, so its
+/// search_path is pinned to the catalog.
+pub(crate) const ENABLE_OUTBOX_NOTIFY_SQL: &str = "\
+DO $outer$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_proc
+        WHERE proname = 'inbox_outbox_notify' AND pronamespace = current_schema()::regnamespace
+    ) THEN
+        CREATE FUNCTION inbox_outbox_notify() RETURNS trigger LANGUAGE plpgsql
+        SET search_path = pg_catalog, pg_temp AS $body$
+        BEGIN
+            PERFORM pg_notify('inbox_outbox', TG_TABLE_SCHEMA);
+            RETURN NULL;
+        END
+        $body$;
+    END IF;
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_trigger
+        WHERE tgname = 'inbox_outbox_notify' AND tgrelid = 'inbox_outbox'::regclass
+    ) THEN
+        CREATE TRIGGER inbox_outbox_notify AFTER INSERT ON inbox_outbox
+            FOR EACH STATEMENT EXECUTE FUNCTION inbox_outbox_notify();
+    END IF;
+END
+$outer$";
+
+/// Undoes [`ENABLE_OUTBOX_NOTIFY_SQL`].
+pub(crate) const DISABLE_OUTBOX_NOTIFY_SQL: &str = "\
+DROP TRIGGER IF EXISTS inbox_outbox_notify ON inbox_outbox;
+DROP FUNCTION IF EXISTS inbox_outbox_notify();";
+
 #[cfg(feature = "postgres")]
 /// The inbox table for PostgreSQL queries of your own (re-exported as
 /// `inbox_runtime::schema::postgres`).

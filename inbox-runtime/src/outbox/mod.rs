@@ -60,6 +60,8 @@ mod dead;
 mod headers;
 mod id;
 mod message;
+#[cfg(feature = "postgres")]
+mod notify;
 mod publisher;
 mod publishers;
 mod relay;
@@ -69,6 +71,8 @@ mod write;
 pub use dead::{Backlog, DeadMessage, backlog, dead, discard, revive};
 pub use id::OutboxId;
 pub use message::{MAX_HEADER_VALUE_BYTES, MAX_NAME_BYTES, OutgoingMessage};
+#[cfg(feature = "postgres")]
+pub use notify::{disable_commit_notifications, enable_commit_notifications};
 pub use publisher::{BlockingPublisher, OutboxMessage, PublishError, Publisher};
 #[cfg(feature = "outbox-nats")]
 pub use publishers::JetStreamPublisher;

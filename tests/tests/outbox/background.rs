@@ -9,7 +9,7 @@ use std::time::Duration;
 use inbox_runtime::Backoff;
 use inbox_runtime::outbox::{BackgroundRelay, OutgoingMessage, Relay, RelayRound, RelayRoundError};
 use inbox_tests::terminate;
-use inbox_tests::{ServerBackend, TestBackend};
+use inbox_tests::{ServerBackend, SqlRows, TestBackend};
 
 use crate::support::*;
 
@@ -118,12 +118,26 @@ pub fn a_listening_relay_thread_wakes_on_commit_and_listens_again_after_a_kill<B
     let mut conn = db.connect();
     let tag = "outbox-listening-thread";
     let broker = Broker::default();
+    assert_eq!(
+        conn.bigint(
+            "SELECT count(*) AS value FROM pg_trigger WHERE tgname = 'inbox_outbox_notify'"
+        ),
+        0,
+        "commits notify nobody by default"
+    );
     let relay = BackgroundRelay::new(Relay::new())
         .idle_wait(Duration::from_secs(3600))
         .wake_on_commit(db.tagged_url(tag))
         .spawn(db.pool(2), broker.clone(), |_| {})
         .unwrap();
     let first = listener_pid(&mut conn, tag, None);
+    assert_eq!(
+        conn.bigint(
+            "SELECT count(*) AS value FROM pg_trigger WHERE tgname = 'inbox_outbox_notify'"
+        ),
+        1,
+        "the listening relay enabled the commit notifications"
+    );
     send_all(&mut conn, &[OutgoingMessage::new("receipts", "first")]);
     eventually("the commit's wake-up", || broker.payloads() == ["first"]);
 

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use inbox_runtime::outbox::{BackgroundRelay, OutgoingMessage, Relay};
-use inbox_tests::ServerBackend;
 use inbox_tests::terminate;
+use inbox_tests::{ServerBackend, SqlRows};
 
 use crate::support::*;
 
@@ -79,11 +79,25 @@ pub async fn a_listening_relay_task_wakes_on_commit_and_listens_again_after_a_ki
     let mut conn = db.connect();
     let tag = "outbox-listening-task";
     let broker = Broker::default();
+    assert_eq!(
+        conn.bigint(
+            "SELECT count(*) AS value FROM pg_trigger WHERE tgname = 'inbox_outbox_notify'"
+        ),
+        0,
+        "commits notify nobody by default"
+    );
     let relay = BackgroundRelay::new(Relay::new())
         .idle_wait(Duration::from_secs(3600))
         .wake_on_commit(db.tagged_url(tag))
         .spawn_task(B::deadpool(db.url(), 2), broker.clone(), |_| {});
     let first = listener_pid(&mut conn, tag, None);
+    assert_eq!(
+        conn.bigint(
+            "SELECT count(*) AS value FROM pg_trigger WHERE tgname = 'inbox_outbox_notify'"
+        ),
+        1,
+        "the listening relay enabled the commit notifications"
+    );
     send_all(&mut conn, &[OutgoingMessage::new("receipts", "first")]);
     eventually_async("the commit's wake-up", || broker.payloads() == ["first"]).await;
 

@@ -41,28 +41,3 @@ CREATE TABLE IF NOT EXISTS inbox_outbox_keys (
     ordering_key TEXT   PRIMARY KEY CHECK (octet_length(ordering_key) BETWEEN 1 AND 255),
     last_seq     BIGINT NOT NULL
 );
--- A relay waiting for work (`BackgroundRelay::wake_on_commit`) LISTENs on
--- the channel `inbox_outbox`: a transaction that recorded messages notifies
--- it when it commits (one notification per inserting statement, which
--- PostgreSQL folds into one per transaction; none for a rollback). The
--- payload is the table's schema. Created only when missing, so that running
--- this file again takes no lock on the table. The function names nothing of
--- the schema's, so its search_path is pinned to the catalog.
-CREATE OR REPLACE FUNCTION inbox_outbox_notify() RETURNS trigger LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM pg_notify('inbox_outbox', TG_TABLE_SCHEMA);
-    RETURN NULL;
-END
-$$;
-DO $$
-BEGIN
-    IF NOT EXISTS (
-        SELECT 1 FROM pg_trigger
-        WHERE tgname = 'inbox_outbox_notify' AND tgrelid = 'inbox_outbox'::regclass
-    ) THEN
-        CREATE TRIGGER inbox_outbox_notify AFTER INSERT ON inbox_outbox
-            FOR EACH STATEMENT EXECUTE FUNCTION inbox_outbox_notify();
-    END IF;
-END
-$$;

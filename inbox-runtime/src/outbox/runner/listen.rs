@@ -1,6 +1,7 @@
 //! Waking the relay when a transaction that recorded messages commits, on
 //! PostgreSQL: `LISTEN inbox_outbox` on a connection of the relay's own
-//! (the outbox's trigger notifies the channel at commit). Between rounds
+//! (the trigger of [`enable_commit_notifications`], which the listener
+//! creates when it connects, notifies the channel at commit). Between rounds
 //! the relay checks that connection for notifications every
 //! [`LISTEN_POLL`]: a read of what the server already sent, no round trip.
 //! A listener that cannot connect, or loses its connection, costs nothing
@@ -14,6 +15,7 @@ use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
 
 use crate::execution::Waited;
+use crate::outbox::enable_commit_notifications;
 
 /// How often an idle relay checks its listening connection.
 pub(super) const LISTEN_POLL: Duration = Duration::from_millis(10);
@@ -84,9 +86,20 @@ impl CommitListener {
     }
 }
 
-/// A listening connection to `url` (blocking).
+/// A listening connection to `url` (blocking), with the commit
+/// notifications enabled ([`enable_commit_notifications`]). A role that
+/// may not create the trigger listens all the same (someone else may have
+/// created it).
 pub(super) fn connect(url: &str) -> Result<PgConnection, String> {
     let mut conn = PgConnection::establish(url).map_err(|error| error.to_string())?;
+    if let Err(_error) = enable_commit_notifications(&mut conn) {
+        #[cfg(feature = "log")]
+        log::warn!(
+            target: "inbox_runtime::outbox",
+            "the relay could not enable commit notifications (run \
+             outbox::enable_commit_notifications as the table's owner): {_error}"
+        );
+    }
     conn.batch_execute("LISTEN inbox_outbox")
         .map_err(|error| error.to_string())?;
     Ok(conn)

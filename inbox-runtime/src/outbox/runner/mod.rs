@@ -132,11 +132,11 @@ impl BackgroundRelay {
 
     /// On PostgreSQL: runs a round as soon as a transaction that recorded
     /// messages commits, instead of at the end of the idle wait. The relay
-    /// opens a connection of its own to `database_url` and `LISTEN`s on the
-    /// channel `inbox_outbox`, which the outbox's trigger notifies at
-    /// commit (from [`setup`](crate::setup) or the migrations); while idle
-    /// it checks that connection every 10 ms (a read of what the server
-    /// sent, no round trip). Give it a direct URL, not one through a
+    /// opens a connection of its own to `database_url`, enables the commit
+    /// notifications ([`enable_commit_notifications`](crate::outbox::enable_commit_notifications):
+    /// a trigger, created if missing; read its price there) and `LISTEN`s
+    /// on the channel `inbox_outbox`; while idle it checks that connection
+    /// every 10 ms (a read of what the server sent, no round trip). Give it a direct URL, not one through a
     /// transaction-pooling PgBouncer (which does not carry `LISTEN`). If it
     /// cannot connect or loses its connection, the relay falls back to the
     /// idle wait and tries again once a second. Keep the idle wait as the
