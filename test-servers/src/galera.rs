@@ -86,6 +86,21 @@ impl GaleraCluster {
     /// ```
     pub fn start() -> Result<Self, String> {
         Self::installed()?;
+        // As the single servers do: the ports are free when picked, and
+        // another process can bind one before a node does ("Address already
+        // in use"); a new try picks new ones.
+        let mut last_error = String::new();
+        for _ in 0..3 {
+            match Self::try_start() {
+                Ok(cluster) => return Ok(cluster),
+                Err(error) => last_error = error,
+            }
+        }
+        Err(last_error)
+    }
+
+    /// One try of [`start`](Self::start): new ports, a new directory.
+    fn try_start() -> Result<Self, String> {
         let as_mysql = running_as_root();
         // Dropped (killed and removed) on every early return below.
         let mut cluster = GaleraCluster {

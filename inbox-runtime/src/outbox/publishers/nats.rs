@@ -80,15 +80,20 @@ impl Publisher for JetStreamPublisher {
             );
             sent.push(publish.await);
         }
-        let mut answers = Vec::with_capacity(messages.len());
-        for (message, publish) in messages.iter().zip(sent) {
-            let acked = match publish {
+        // The acks awaited together: a stream that stops answering costs a
+        // round one ack timeout, not one per message.
+        let acked = futures_util::future::join_all(sent.into_iter().map(|publish| async {
+            match publish {
                 Ok(ack) => ack.await.map(|_| ()),
                 Err(error) => Err(error),
-            };
-            answers.push(acked.map_err(|error| answer(message, &error)));
-        }
-        answers
+            }
+        }))
+        .await;
+        messages
+            .iter()
+            .zip(acked)
+            .map(|(message, acked)| acked.map_err(|error| answer(message, &error)))
+            .collect()
     }
 }
 

@@ -137,9 +137,12 @@ impl BackgroundRelay {
     /// a trigger, created if missing; read its price there) and `LISTEN`s
     /// on the channel `inbox_outbox`; while idle it checks that connection
     /// every 10 ms (a read of what the server sent, no round trip). Give it a direct URL, not one through a
-    /// transaction-pooling PgBouncer (which does not carry `LISTEN`). If it
-    /// cannot connect or loses its connection, the relay falls back to the
-    /// idle wait and tries again once a second. Keep the idle wait as the
+    /// transaction-pooling PgBouncer (which does not carry `LISTEN`), and
+    /// with a `connect_timeout`: the listener connects on the relay's thread
+    /// (a task's: on tokio's blocking pool), and a stop waits for a
+    /// connection attempt in progress. If it cannot connect or loses its
+    /// connection, the relay falls back to the idle wait and tries again
+    /// once a second. Keep the idle wait as the
     /// bound for commits the listener misses.
     ///
     /// ```
