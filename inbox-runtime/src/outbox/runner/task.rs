@@ -9,7 +9,7 @@ use super::{BackgroundRelay, RelayFront, RelayRound, RelayRoundError, relay_loop
 use crate::background::{AsyncPool, WorkerTask, checkout};
 use crate::execution::Signals;
 use crate::outbox::publisher::Publisher;
-use crate::outbox::relay::RelayReport;
+use crate::outbox::relay::{Relay, RelayReport};
 
 impl BackgroundRelay {
     /// Starts the relay as a task on the current tokio runtime, checking a
@@ -61,7 +61,8 @@ impl BackgroundRelay {
     {
         WorkerTask::spawn(move |signals| async move {
             let mut front = TaskFront {
-                settings: self.clone(),
+                relay: self.relay.clone(),
+                checkout_timeout: self.checkout_timeout,
                 pool,
                 publisher,
                 signals: Arc::clone(&signals),
@@ -76,7 +77,8 @@ impl BackgroundRelay {
 /// The task's front end: a connection from the async pool per round, and
 /// an async wait on the signals.
 struct TaskFront<P, B> {
-    settings: BackgroundRelay,
+    relay: Relay,
+    checkout_timeout: Duration,
     pool: P,
     publisher: B,
     signals: Arc<Signals>,
@@ -86,11 +88,10 @@ struct TaskFront<P, B> {
 
 impl<P: AsyncPool, B: Publisher> RelayFront for TaskFront<P, B> {
     async fn round(&mut self) -> Result<RelayReport, RelayRoundError> {
-        let mut conn = checkout(&self.pool, self.settings.checkout_timeout)
+        let mut conn = checkout(&self.pool, self.checkout_timeout)
             .await
             .map_err(|error| RelayRoundError::Checkout(error.to_string()))?;
-        self.settings
-            .relay
+        self.relay
             .run_once_async(&mut *conn, &mut self.publisher)
             .await
             .map_err(RelayRoundError::Relay)

@@ -13,7 +13,7 @@ use crate::backend::InboxBackend;
 use crate::background::WorkerThread;
 use crate::execution::{Signals, block_ready};
 use crate::outbox::publisher::BlockingPublisher;
-use crate::outbox::relay::RelayReport;
+use crate::outbox::relay::{Relay, RelayReport};
 
 impl BackgroundRelay {
     /// Starts the relay on a thread of its own, checking a connection out
@@ -56,7 +56,8 @@ impl BackgroundRelay {
     {
         WorkerThread::spawn(self.thread_name.clone(), move |signals| {
             let mut front = ThreadFront {
-                settings: self.clone(),
+                relay: self.relay.clone(),
+                checkout_timeout: self.checkout_timeout,
                 pool,
                 publisher,
                 signals: Arc::clone(&signals),
@@ -71,7 +72,8 @@ impl BackgroundRelay {
 /// The thread's front end: a connection from the pool per round, and a
 /// blocking wait on the signals.
 struct ThreadFront<M: ManageConnection, P> {
-    settings: BackgroundRelay,
+    relay: Relay,
+    checkout_timeout: Duration,
     pool: Pool<M>,
     publisher: P,
     signals: Arc<Signals>,
@@ -93,10 +95,9 @@ where
     async fn round(&mut self) -> Result<RelayReport, RelayRoundError> {
         let mut conn = self
             .pool
-            .get_timeout(self.settings.checkout_timeout)
+            .get_timeout(self.checkout_timeout)
             .map_err(|error| RelayRoundError::Checkout(error.to_string()))?;
-        self.settings
-            .relay
+        self.relay
             .run_once(&mut *conn, &mut self.publisher)
             .map_err(RelayRoundError::Relay)
     }
