@@ -102,6 +102,7 @@ pub(crate) use imp::MIGRATIONS;
 /// relay should pay for it. Created only when missing (no lock on the table
 /// when it exists); the function names nothing of the schema's, so its
 /// search_path is pinned to the catalog.
+#[cfg(feature = "postgres")]
 pub(crate) const ENABLE_OUTBOX_NOTIFY_SQL: &str = "\
 DO $outer$
 BEGIN
@@ -128,6 +129,7 @@ END
 $outer$";
 
 /// Undoes [`ENABLE_OUTBOX_NOTIFY_SQL`].
+#[cfg(feature = "postgres")]
 pub(crate) const DISABLE_OUTBOX_NOTIFY_SQL: &str = "\
 DROP TRIGGER IF EXISTS inbox_outbox_notify ON inbox_outbox;
 DROP FUNCTION IF EXISTS inbox_outbox_notify();";
