@@ -27,6 +27,8 @@ use crate::fingerprint::Fingerprint;
 use crate::key::ClaimKey;
 
 mod batch_claim;
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) mod cached;
 mod failure_rows;
 pub(crate) mod mysql;
 mod outbox_sql;
@@ -95,6 +97,21 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// The outbox's statements (see [`OutboxSql`]).
     #[doc(hidden)]
     const OUTBOX_SQL: OutboxSql;
+
+    /// [`OUTBOX_SQL`](Self::OUTBOX_SQL)'s unkeyed insert with its values
+    /// written into the text, for a backend that sends it in the commit's
+    /// round trip (a multi-statement text): `None` where it would save
+    /// nothing (SQLite runs in process; MySQL/MariaDB send each statement
+    /// of a commit as a cached prepared statement of its own).
+    #[doc(hidden)]
+    fn outbox_insert_text(
+        _id: &str,
+        _destination: &str,
+        _headers: &[u8],
+        _payload: &[u8],
+    ) -> Option<String> {
+        None
+    }
 
     /// Brings an inbox that [`CREATE_SCHEMA_SQL`](Self::CREATE_SCHEMA_SQL)
     /// found in place up to date, where SQL that is safe to run again cannot
@@ -320,6 +337,27 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     fn execute_bound_async<'c, C>(
         conn: &'c mut C,
         sql: &'c str,
+        binds: &'c [Bind<'c>],
+    ) -> impl std::future::Future<Output = QueryResult<usize>> + Send + 'c
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>;
+
+    /// Runs `sql`, one of the backend's fixed statements, with `binds` as a
+    /// prepared statement the connection caches (see
+    /// [`cached`](crate::backend::cached)): the affected rows. What the
+    /// statements of a delivery run as.
+    #[doc(hidden)]
+    fn execute_cached<C>(conn: &mut C, sql: &'static str, binds: &[Bind<'_>]) -> QueryResult<usize>
+    where
+        C: diesel::Connection<Backend = Self>;
+
+    /// [`execute_cached`](Self::execute_cached) on a diesel-async
+    /// connection.
+    #[cfg(feature = "async")]
+    #[doc(hidden)]
+    fn execute_cached_async<'c, C>(
+        conn: &'c mut C,
+        sql: &'static str,
         binds: &'c [Bind<'c>],
     ) -> impl std::future::Future<Output = QueryResult<usize>> + Send + 'c
     where
@@ -636,6 +674,31 @@ macro_rules! bound_statement_fn {
             use diesel_async::RunQueryDsl;
             crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds)
                 .execute(conn)
+        }
+
+        fn execute_cached<C>(
+            conn: &mut C,
+            sql: &'static str,
+            binds: &[crate::backend::Bind<'_>],
+        ) -> QueryResult<usize>
+        where
+            C: diesel::Connection<Backend = Self>,
+        {
+            use diesel::RunQueryDsl;
+            crate::backend::cached::CachedStatement::new(sql, binds).execute(conn)
+        }
+
+        #[cfg(feature = "async")]
+        fn execute_cached_async<'c, C>(
+            conn: &'c mut C,
+            sql: &'static str,
+            binds: &'c [crate::backend::Bind<'c>],
+        ) -> impl std::future::Future<Output = QueryResult<usize>> + Send + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            use diesel_async::RunQueryDsl;
+            crate::backend::cached::CachedStatement::new(sql, binds).execute(conn)
         }
 
         fn load_outbox_rows<C>(

@@ -386,6 +386,49 @@ mod imp {
         );
         const FAILURE_SQL: FailureSql = FAILURES;
         const OUTBOX_SQL: OutboxSql = OUTBOX;
+
+        /// The values as literals that read the same whatever
+        /// `standard_conforming_strings` says: text as `E'…'` (backslashes
+        /// and quotes doubled; the outbox refuses NUL), bytes as hex.
+        fn outbox_insert_text(
+            id: &str,
+            destination: &str,
+            headers: &[u8],
+            payload: &[u8],
+        ) -> Option<String> {
+            use std::fmt::Write;
+            let text = |sql: &mut String, value: &str| {
+                sql.push_str("E'");
+                for character in value.chars() {
+                    match character {
+                        '\\' => sql.push_str("\\\\"),
+                        '\'' => sql.push_str("''"),
+                        other => sql.push(other),
+                    }
+                }
+                sql.push('\'');
+            };
+            let bytes = |sql: &mut String, value: &[u8]| {
+                sql.push_str("decode('");
+                for byte in value {
+                    let _ = write!(sql, "{byte:02x}");
+                }
+                sql.push_str("', 'hex')");
+            };
+            let mut sql = String::with_capacity(
+                120 + id.len() + destination.len() + 2 * (headers.len() + payload.len()),
+            );
+            sql.push_str("INSERT INTO inbox_outbox (id, destination, headers, payload) VALUES (");
+            text(&mut sql, id);
+            sql.push_str(", ");
+            text(&mut sql, destination);
+            sql.push_str(", ");
+            bytes(&mut sql, headers);
+            sql.push_str(", ");
+            bytes(&mut sql, payload);
+            sql.push(')');
+            Some(sql)
+        }
         const STORED_CLAIM_SQL: StoredClaimSql = STORED_CLAIMS;
         const OUTERMOST_BEGIN_SQL: &'static str = "BEGIN";
         const OUTERMOST_ROLLBACK_SQL: &'static str = "ROLLBACK";

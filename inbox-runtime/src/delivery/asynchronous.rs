@@ -418,7 +418,7 @@ where
         binds: &[Bind<'_>],
     ) -> impl Future<Output = QueryResult<usize>> + Send {
         let conn = self.guard.conn();
-        async move { C::Backend::execute_bound_async(conn, sql, binds).await }
+        async move { C::Backend::execute_cached_async(conn, sql, binds).await }
     }
 
     fn load_stored_claim(

@@ -329,7 +329,7 @@ where
         sql: &'static str,
         binds: &[Bind<'_>],
     ) -> Ready<QueryResult<usize>> {
-        ready(C::Backend::execute_bound(self.conn, sql, binds))
+        ready(C::Backend::execute_cached(self.conn, sql, binds))
     }
 
     fn load_stored_claim(

@@ -59,7 +59,8 @@ pub(crate) trait Executor {
         bound: Option<ClaimBound>,
     ) -> impl Future<Output = QueryResult<usize>> + Send;
 
-    /// One of the backend's bound statements: the rows it affected.
+    /// One of the backend's fixed statements with its values, as a
+    /// prepared statement the connection caches: the rows it affected.
     fn execute_bound(
         &mut self,
         sql: &'static str,

@@ -54,10 +54,27 @@ impl Level {
     /// Commits the level; on failure, rolls it back and says why it did not
     /// commit.
     pub(crate) async fn commit<X: Executor>(&self, exec: &mut X) -> Result<(), InboxError> {
+        self.commit_with(exec, "").await
+    }
+
+    /// [`commit`](Self::commit), sending `statements` (each ending with
+    /// `;`, see [`deferred`](super::deferred)) before the commit in the
+    /// same round trip: one that fails fails the commit, and nothing
+    /// commits.
+    pub(crate) async fn commit_with<X: Executor>(
+        &self,
+        exec: &mut X,
+        statements: &str,
+    ) -> Result<(), InboxError> {
         if !self.scope.is_open(exec.status())? {
             return Err(self.ended_by_body(exec));
         }
-        let Err(commit_error) = exec.level_sql(&self.scope, &self.scope.commit_sql()).await else {
+        let commit_sql = self.scope.commit_sql();
+        let sql = match statements {
+            "" => commit_sql,
+            statements => std::borrow::Cow::Owned(format!("{statements}{commit_sql}")),
+        };
+        let Err(commit_error) = exec.level_sql(&self.scope, &sql).await else {
             exec.set_open(false);
             return self.scope.left(exec.status()).map_err(Into::into);
         };
@@ -70,7 +87,10 @@ impl Level {
             return Err(self.scope.failed_commit(false, commit_error));
         }
         let mut aborted = false;
-        if recovery(&commit_error) != Recovery::Reconnect {
+        // A statement sent before the commit reports its own failure (an
+        // aborted transaction's included): the probe would take it for one
+        // the body ignored.
+        if statements.is_empty() && recovery(&commit_error) != Recovery::Reconnect {
             if let Some(probe) = self.scope.aborted_probe_sql() {
                 aborted = exec.level_sql(&self.scope, probe).await.is_err();
             }

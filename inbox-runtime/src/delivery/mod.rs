@@ -19,6 +19,7 @@
 
 pub(crate) mod blocking;
 pub(crate) mod current;
+pub(crate) mod deferred;
 pub(crate) mod executor;
 pub(crate) mod level;
 pub(crate) mod single;

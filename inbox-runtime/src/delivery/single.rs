@@ -7,6 +7,7 @@
 use std::any::Any;
 use std::time::Duration;
 
+use super::deferred::{Collector, collecting};
 use super::executor::Executor;
 use super::level::Level;
 use super::steps::{record_failure, store_result, take};
@@ -41,18 +42,28 @@ where
     X: Executor,
     F: AsyncFnOnce(&mut X::Conn) -> Result<R, E>,
 {
-    let claimed = match begin::<P, R, X>(exec, key, options).await {
+    let mut claimed = match begin::<P, R, X>(exec, key, options).await {
         Ok(Begun::Claimed(claimed)) => claimed,
         Ok(Begun::Answered(answer)) => return Ok(answer),
         Err(error) => return Err(into_handler_error(error)),
     };
+    // The statements the body leaves for the commit (an outgoing message)
+    // go in the commit's round trip, when this delivery commits.
+    let collector = claimed
+        .level
+        .is_outermost()
+        .then(|| Collector::for_level(exec));
     // The call is inside the watch too: a closure that panics before it
     // returns its future is the body's panic.
     let conn = exec.conn();
-    let result = claimed
+    let (result, collected) = claimed
         .observed()
-        .instrument(caught(async move { body(conn).await }))
+        .instrument(collecting(
+            collector,
+            caught(async move { body(conn).await }),
+        ))
         .await;
+    claimed.with_commit = collected.into_sql();
     claimed.finish_replying::<P, R, E, X>(exec, result).await
 }
 
@@ -116,6 +127,7 @@ where
                 key,
                 max_attempts: options.resolved_max_attempts(),
                 delivery: Some(delivery),
+                with_commit: String::new(),
             }))
         }
         Ok(Some(answer)) => {
@@ -185,6 +197,9 @@ pub(crate) struct Claimed {
     max_attempts: MaxAttempts,
     /// Reported when the delivery ends (once).
     delivery: Option<Delivery>,
+    /// Statements the body left to be sent with the commit (see
+    /// [`deferred`](super::deferred)): dropped unless it commits.
+    with_commit: String,
 }
 
 impl Claimed {
@@ -359,7 +374,7 @@ impl Claimed {
         match result {
             Ok(value) => match self
                 .level
-                .commit(exec)
+                .commit_with(exec, &std::mem::take(&mut self.with_commit))
                 .await
                 .map_err(NotCommitted::of_commit)
             {

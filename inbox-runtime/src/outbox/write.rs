@@ -9,6 +9,7 @@ use super::headers;
 use super::id::OutboxId;
 use crate::backend::{Bind, InboxBackend, KeyedInsert};
 use crate::delivery::blocking::Blocking;
+use crate::delivery::deferred;
 use crate::delivery::executor::Executor;
 use crate::error::InboxError;
 use crate::execution::{block_ready, depth};
@@ -16,8 +17,18 @@ use crate::execution::{block_ready, depth};
 /// What [`InboxError::OutsideTransaction`] names.
 const RECORDING: &str = "recording an outgoing message";
 
+/// The largest payload sent with the handler's commit: a larger one, whose
+/// transfer outweighs a round trip, is inserted at once with its bytes
+/// bound rather than written out in hex.
+const DEFERRED_PAYLOAD_BYTES: usize = 16 * 1024;
+
 /// Records `message` on `exec`'s connection, inside the transaction open
-/// there: its id.
+/// there: its id. Inside an `#[idempotent]` handler's own transaction, on
+/// PostgreSQL, an unkeyed message (of up to 16 KiB) is written by a
+/// statement sent with the handler's `COMMIT`, in its round trip
+/// ([`deferred`]); anywhere else, and for a keyed message (whose number
+/// in its key must follow the order the body wrote them in, also across
+/// savepoints), at once.
 pub(crate) async fn record<X: Executor>(
     exec: &mut X,
     message: &OutgoingMessage,
@@ -30,6 +41,19 @@ pub(crate) async fn record<X: Executor>(
     }
     let id = OutboxId::generate();
     let headers = headers::encode(message.headers());
+    if message.key().is_none() && message.payload().len() <= DEFERRED_PAYLOAD_BYTES {
+        let deferred = deferred::defer(exec, || {
+            <X::Backend as InboxBackend>::outbox_insert_text(
+                id.as_str(),
+                message.destination(),
+                &headers,
+                message.payload(),
+            )
+        });
+        if deferred {
+            return Ok(id);
+        }
+    }
     let mut binds = vec![
         Bind::Text(id.as_str()),
         Bind::Text(message.destination()),

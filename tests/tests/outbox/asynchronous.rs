@@ -11,6 +11,7 @@ use crate::support::*;
 inbox_tests::backend_tests!(
     async recorded_in_an_async_handler_once_and_relayed_in_key_order,
     refused_outside_an_async_transaction,
+    an_async_handlers_unkeyed_message_is_written_with_its_commit_as_sent,
 );
 
 #[idempotent(id = id, handler = "outbox.announce_async")]
@@ -84,5 +85,61 @@ pub async fn refused_outside_an_async_transaction<B: TestBackend>() {
         conn.bigint("SELECT COUNT(*) AS value FROM inbox_outbox")
             .await,
         1
+    );
+}
+
+/// Text and bytes a message written into the commit's SQL text must keep.
+const AWKWARD: &str = r#"it's a \ "test"; -- $1 $$ é"#;
+
+#[idempotent(id = id, handler = "outbox.unkeyed_async")]
+async fn unkeyed<C>(conn: &mut C, id: &str, fail: bool) -> Result<(), AppError>
+where
+    C: AsyncConnection,
+    C::Backend: inbox_runtime::InboxBackend,
+{
+    let payload: Vec<u8> = (0..=255_u8).collect();
+    let message = OutgoingMessage::new(AWKWARD, payload).header("x-awkward", AWKWARD);
+    outbox::send_async(conn, &message).await?;
+    // A later poll of the body: the message is still the delivery's.
+    tokio::task::yield_now().await;
+    outbox::send_async(conn, &OutgoingMessage::new("receipts", id.to_owned())).await?;
+    if fail {
+        return Err(AppError::Failed("after recording its messages"));
+    }
+    Ok(())
+}
+
+pub async fn an_async_handlers_unkeyed_message_is_written_with_its_commit_as_sent<
+    B: TestBackend,
+>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect_async().await;
+    assert!(unkeyed(&mut conn, "m-1", true).await.is_err());
+    assert_eq!(
+        conn.bigint("SELECT COUNT(*) AS value FROM inbox_outbox")
+            .await,
+        0,
+        "the failed attempt wrote nothing"
+    );
+    unkeyed(&mut conn, "m-1", false).await.unwrap();
+    unkeyed(&mut conn, "m-1", false).await.unwrap();
+    let relay = Relay::new();
+    let mut broker = Broker::default();
+    while !relay
+        .run_once_async(&mut conn, &mut broker)
+        .await
+        .unwrap()
+        .is_idle()
+    {}
+    let confirmed = broker.confirmed.lock().unwrap().clone();
+    assert_eq!(confirmed.len(), 2, "once, the duplicate wrote nothing");
+    let awkward = confirmed
+        .iter()
+        .find(|message| message.destination == AWKWARD)
+        .expect("the awkward message");
+    assert_eq!(awkward.payload, (0..=255_u8).collect::<Vec<u8>>());
+    assert_eq!(
+        awkward.headers,
+        [("x-awkward".to_owned(), AWKWARD.to_owned())]
     );
 }

@@ -42,4 +42,5 @@ mod background_task;
 mod brokers;
 mod pruning;
 mod relay;
+mod with_commit;
 mod write;
