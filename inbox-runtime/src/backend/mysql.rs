@@ -210,7 +210,7 @@ mod imp {
             insert: "INSERT INTO inbox_outbox (id, destination, ordering_key, key_seq, headers, payload) \
                  SELECT ?, ?, ordering_key, last_seq, ?, ? FROM inbox_outbox_keys WHERE ordering_key = ?",
         },
-        lease: Lease::LockThenLease {
+        lease: Lease::LockThenWrite {
             select: concat!(
                 "SELECT o.position, o.id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts, ",
                 micros!("o.created_at"),
@@ -224,6 +224,7 @@ mod imp {
         },
         mark_sent: "UPDATE inbox_outbox SET sent_at = UTC_TIMESTAMP(6), lease_owner = NULL, \
              leased_until = NULL WHERE sent_at IS NULL AND position IN (",
+        delete_sent: "DELETE FROM inbox_outbox WHERE sent_at IS NULL AND position IN (",
         release: "UPDATE inbox_outbox SET lease_owner = NULL, leased_until = NULL \
              WHERE lease_owner = ? AND sent_at IS NULL AND position IN (",
         // MySQL assigns left to right, each assignment seeing the ones

@@ -22,14 +22,20 @@ pub struct OutboxSql {
     pub(crate) insert_keyed: KeyedInsert,
     /// Leases the next messages a relay may publish.
     pub(crate) lease: Lease,
-    /// Marks messages sent (no binds; positions appended).
+    /// Marks messages sent, kept for their retention (no binds; positions
+    /// appended): a relay that [keeps sent
+    /// messages](crate::outbox::Relay::keep_sent).
     pub(crate) mark_sent: &'static str,
+    /// Deletes messages the broker confirmed (no binds; positions
+    /// appended): what a relay does with them by default.
+    pub(crate) delete_sent: &'static str,
     /// Gives leased messages back unpublished: `(owner)`, positions
     /// appended.
     pub(crate) release: &'static str,
     /// Counts a refused publish and sets the next try, or marks the message
     /// dead at the limit: `(limit, backoff_millis, last_error, position,
-    /// owner)`.
+    /// owner)` (a backend whose round holds its rows locked,
+    /// [`Lease::HeldLock`], need not check the owner).
     pub(crate) record_refusal: &'static str,
     /// One page of dead messages, oldest position first: `(after_position,
     /// limit)`.
@@ -78,12 +84,19 @@ pub enum Lease {
     /// In one transaction: `select` picks and locks them, skipping rows
     /// another relay has locked (`(limit)`), then `lease` (`(owner,
     /// lease_millis)`, positions appended) leases them.
-    LockThenLease {
+    LockThenWrite {
         /// The locking select.
         select: &'static str,
         /// The lease update.
         lease: &'static str,
     },
+    /// One statement picks and locks them, skipping rows another relay has
+    /// locked, in a transaction the round holds open while it publishes
+    /// and ends after recording what the broker answered: the row locks
+    /// are the lease, written nowhere, released the moment the relay's
+    /// connection ends, and the statement bounds how long the transaction
+    /// may sit idle (`(lease_millis as text, limit)`).
+    HeldLock(&'static str),
 }
 
 /// The condition a message meets to be leased (the table is `o`), with the

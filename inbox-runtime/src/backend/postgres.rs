@@ -266,11 +266,12 @@ mod imp {
     pub(crate) const MIGRATIONS: diesel_migrations::EmbeddedMigrations =
         diesel_migrations::embed_migrations!("migrations/postgres");
 
-    /// The outbox's statements (see [`OutboxSql`]): one statement leases
-    /// the next messages (`UPDATE … WHERE position IN (SELECT … FOR UPDATE
-    /// SKIP LOCKED) RETURNING …`), and one records a keyed message (a CTE
-    /// upserts the key's counter, whose row lock makes writers of one key
-    /// take turns until they commit).
+    /// The outbox's statements (see [`OutboxSql`]): a round locks the next
+    /// messages (`SELECT … FOR UPDATE SKIP LOCKED`) in a transaction it
+    /// holds while publishing, so its lease is written nowhere and a
+    /// confirmed message costs one delete; one statement records a keyed
+    /// message (a CTE upserts the key's counter, whose row lock makes
+    /// writers of one key take turns until they commit).
     const OUTBOX: OutboxSql = OutboxSql {
         insert: "INSERT INTO inbox_outbox (id, destination, headers, payload) VALUES ($1, $2, $3, $4)",
         insert_keyed: KeyedInsert::OneStatement(
@@ -280,25 +281,28 @@ mod imp {
              INSERT INTO inbox_outbox (id, destination, ordering_key, key_seq, headers, payload) \
              SELECT $1, $2, seq.ordering_key, seq.last_seq, $3, $4 FROM seq",
         ),
-        lease: Lease::Returning(concat!(
-            "UPDATE inbox_outbox SET lease_owner = $1, ",
-            "leased_until = statement_timestamp() + $2 * INTERVAL '1 millisecond' ",
-            "WHERE position IN (SELECT o.position FROM inbox_outbox o WHERE ",
+        // The session ends (and its locks go) once the transaction sits
+        // idle for longer than the lease: `set_config(…, true)` lasts as long
+        // as the transaction, in a CTE the select joins (a volatile function:
+        // evaluated once, not inlined).
+        lease: Lease::HeldLock(concat!(
+            "WITH bound AS (SELECT set_config('idle_in_transaction_session_timeout', $1, true) AS lease) ",
+            "SELECT o.position, o.id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts, ",
+            micros!("o.created_at"),
+            " AS created_micros FROM inbox_outbox o, bound WHERE ",
             outbox_leasable!("statement_timestamp()"),
-            " ORDER BY o.position LIMIT $3 FOR UPDATE SKIP LOCKED) ",
-            "RETURNING position, id, destination, ordering_key, headers, payload, attempts, ",
-            micros!("created_at"),
-            " AS created_micros"
+            " ORDER BY o.position LIMIT $2 FOR UPDATE OF o SKIP LOCKED"
         )),
         mark_sent: "UPDATE inbox_outbox SET sent_at = statement_timestamp(), lease_owner = NULL, \
              leased_until = NULL WHERE sent_at IS NULL AND position IN (",
+        delete_sent: "DELETE FROM inbox_outbox WHERE sent_at IS NULL AND position IN (",
         release: "UPDATE inbox_outbox SET lease_owner = NULL, leased_until = NULL \
              WHERE lease_owner = $1 AND sent_at IS NULL AND position IN (",
         record_refusal: "UPDATE inbox_outbox SET \
              dead_at = CASE WHEN attempts + 1 >= $1 THEN statement_timestamp() END, \
              retry_at = statement_timestamp() + $2 * INTERVAL '1 millisecond', \
              attempts = attempts + 1, last_error = $3, lease_owner = NULL, leased_until = NULL \
-             WHERE position = $4 AND lease_owner = $5 AND sent_at IS NULL",
+             WHERE position = $4 AND sent_at IS NULL",
         list_dead: concat!(
             "SELECT position, id, destination, ordering_key, attempts, last_error, ",
             micros!("created_at"),

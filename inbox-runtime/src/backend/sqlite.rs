@@ -216,6 +216,7 @@ mod imp {
         )),
         mark_sent: "UPDATE inbox_outbox SET sent_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), \
              lease_owner = NULL, leased_until = NULL WHERE sent_at IS NULL AND position IN (",
+        delete_sent: "DELETE FROM inbox_outbox WHERE sent_at IS NULL AND position IN (",
         release: "UPDATE inbox_outbox SET lease_owner = NULL, leased_until = NULL \
              WHERE lease_owner = ? AND sent_at IS NULL AND position IN (",
         record_refusal: "UPDATE inbox_outbox SET \

@@ -639,7 +639,12 @@ async fn relay(database_url: &str, nats_url: &str, prefix: &str) -> Result<(), B
         prefix: prefix.to_owned(),
         hold,
     };
-    let relay = Relay::new().batch_size(20).lease(Duration::from_secs(2));
+    // Sent receipts are kept: the ledger's check compares what A recorded
+    // with what B received.
+    let relay = Relay::new()
+        .batch_size(20)
+        .lease(Duration::from_secs(2))
+        .keep_sent(true);
     let _task = BackgroundRelay::new(relay)
         .idle_wait(Duration::from_millis(200))
         .backoff(Backoff {

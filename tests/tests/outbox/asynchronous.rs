@@ -1,8 +1,13 @@
 //! The outbox on diesel-async connections: recorded in an async
 //! transaction (an async handler's), relayed by `run_once_async`.
 
+use std::future::pending;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
 use diesel_async::AsyncConnection;
-use inbox_runtime::outbox::{self, OutgoingMessage, Relay};
+use inbox_runtime::outbox::{self, OutboxMessage, OutgoingMessage, PublishError, Publisher, Relay};
 use inbox_runtime::{InboxError, idempotent};
 use inbox_tests::{AppError, AsyncSqlRows, TestBackend};
 
@@ -12,6 +17,7 @@ inbox_tests::backend_tests!(
     async recorded_in_an_async_handler_once_and_relayed_in_key_order,
     refused_outside_an_async_transaction,
     an_async_handlers_unkeyed_message_is_written_with_its_commit_as_sent,
+    a_dropped_async_round_gives_its_messages_back,
 );
 
 #[idempotent(id = id, handler = "outbox.announce_async")]
@@ -55,9 +61,10 @@ pub async fn recorded_in_an_async_handler_once_and_relayed_in_key_order<B: TestB
     assert_eq!(rounds, 3, "one message of the key per round");
     assert_eq!(broker.payloads(), ["m-1", "m-2", "m-3"]);
     assert_eq!(
-        conn.bigint("SELECT COUNT(*) AS value FROM inbox_outbox WHERE sent_at IS NOT NULL")
+        conn.bigint("SELECT COUNT(*) AS value FROM inbox_outbox")
             .await,
-        3
+        0,
+        "confirmed messages are deleted"
     );
 }
 
@@ -142,4 +149,87 @@ pub async fn an_async_handlers_unkeyed_message_is_written_with_its_commit_as_sen
         awkward.headers,
         [("x-awkward".to_owned(), AWKWARD.to_owned())]
     );
+}
+
+/// Takes messages and never answers: a round waiting on it is dropped by
+/// its caller (a timeout, a shutdown).
+struct NeverAnswers(Arc<AtomicUsize>);
+
+impl Publisher for NeverAnswers {
+    fn publish(
+        &mut self,
+        messages: &[OutboxMessage],
+    ) -> impl Future<Output = Vec<Result<(), PublishError>>> + Send {
+        self.0.fetch_add(messages.len(), Ordering::SeqCst);
+        pending()
+    }
+}
+
+pub async fn a_dropped_async_round_gives_its_messages_back<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect_async().await;
+    let sent: Result<_, InboxError> = conn
+        .transaction(async |conn| {
+            outbox::send_async(conn, &OutgoingMessage::new("receipts", "m1")).await
+        })
+        .await;
+    let id = sent.unwrap();
+    let relay = Relay::new().lease(Duration::from_secs(1));
+    let started = Arc::new(AtomicUsize::new(0));
+    let mut abandoned = db.connect_async().await;
+    let mut never = NeverAnswers(Arc::clone(&started));
+    let round = relay.run_once_async(&mut abandoned, &mut never);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), round)
+            .await
+            .is_err(),
+        "the round waits for the broker"
+    );
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        1,
+        "dropped while publishing m1"
+    );
+
+    let mut broker = Broker::default();
+    assert!(
+        relay
+            .run_once_async(&mut conn, &mut broker)
+            .await
+            .unwrap()
+            .is_idle(),
+        "m1 is still held by the dropped round"
+    );
+    if rounds_hold_locks::<B>() {
+        // Dropped inside its transaction: the connection is broken, not
+        // reused inside the abandoned transaction; closing it gives m1 back.
+        let error = relay
+            .run_once_async(&mut abandoned, &mut broker)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                InboxError::Database(diesel::result::Error::BrokenTransactionManager)
+            ),
+            "{error:?}"
+        );
+        drop(abandoned);
+    } else {
+        // The lease was committed before publishing: the connection is fine,
+        // and m1 comes back when the lease runs out.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        drop(abandoned);
+    }
+    let mut published = Vec::new();
+    for _ in 0..50 {
+        relay.run_once_async(&mut conn, &mut broker).await.unwrap();
+        published = broker.payloads();
+        if !published.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(published, ["m1"]);
+    assert_eq!(broker.confirmed.lock().unwrap()[0].id, id);
 }

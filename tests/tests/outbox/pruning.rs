@@ -22,10 +22,14 @@ pub fn sent_messages_are_pruned_by_the_window_and_no_others<B: TestBackend>() {
             OutgoingMessage::new("nowhere", "dead"),
         ],
     );
-    let relay = Relay::new().max_attempts(1).backoff(Backoff {
-        first: std::time::Duration::ZERO,
-        max: std::time::Duration::ZERO,
-    });
+    // Kept once sent, for the pruner's window.
+    let relay = Relay::new()
+        .keep_sent(true)
+        .max_attempts(1)
+        .backoff(Backoff {
+            first: std::time::Duration::ZERO,
+            max: std::time::Duration::ZERO,
+        });
     let mut broker = Broker {
         refuse_destination: Some("nowhere"),
         ..Broker::default()

@@ -82,6 +82,13 @@ pub fn keyed(key: &str, text: &str) -> OutgoingMessage {
     OutgoingMessage::new("receipts", text).ordering_key(key)
 }
 
+/// Whether the backend's relay rounds hold their rows locked in a
+/// transaction (PostgreSQL) rather than lease them for a time (a lease
+/// written and committed before publishing).
+pub fn rounds_hold_locks<B: inbox_tests::TestBackend>() -> bool {
+    inbox_runtime::outbox::lease_statement::<inbox_tests::DieselBackend<B>>().is_some()
+}
+
 /// Rows of the outbox table.
 pub fn rows(conn: &mut impl SqlRows) -> i64 {
     conn.bigint("SELECT COUNT(*) AS value FROM inbox_outbox")

@@ -158,7 +158,7 @@ pub fn run(scenario: &Scenario) -> Option<Run> {
         js.create_stream(stream::Config {
             name: stream.clone(),
             subjects: vec![format!("{run}.>")],
-            // Short: a relay's re-publish after its lease reaches B.
+            // Short: a stalled relay's re-publish reaches B.
             duplicate_window: Duration::from_millis(200),
             ..Default::default()
         })
@@ -426,6 +426,10 @@ impl<'a> Chaos<'a> {
             "holding ",
         )
         .await;
+        // Stalled past JetStream's duplicate window, then killed: its
+        // messages are taken over at once (the round's locks go with its
+        // connection), and the re-publish reaches B's inbox.
+        tokio::time::sleep(Duration::from_millis(400)).await;
         self.fleet.kill(Role::Relay, slot).await;
         self.fleet.spawn(Role::Relay, slot, self.deadline).await;
     }

@@ -8,6 +8,8 @@ use diesel::QueryResult;
 use diesel::connection::{LoadConnection, TransactionManager, TransactionManagerStatus};
 
 use crate::backend::{Bind, InboxBackend, OutboxRow};
+#[cfg(feature = "async")]
+use crate::execution::OpenTransactionGuard;
 
 /// A relay's statements, on one connection.
 pub(crate) trait RelayExec {
@@ -88,16 +90,23 @@ where
     }
 }
 
-/// A diesel-async connection.
+/// A diesel-async connection, guarded so that a round's future dropped
+/// inside one of its transactions marks the connection broken: pools then
+/// discard it (which rolls the transaction back on the server), and the
+/// next round on a connection held by hand fails with
+/// `BrokenTransactionManager` instead of nesting inside the abandoned
+/// transaction.
 #[cfg(feature = "async")]
-pub(crate) struct Async<'c, C> {
-    conn: &'c mut C,
+pub(crate) struct Async<'c, C: diesel_async::AsyncConnection> {
+    guard: OpenTransactionGuard<'c, C>,
 }
 
 #[cfg(feature = "async")]
-impl<'c, C> Async<'c, C> {
+impl<'c, C: diesel_async::AsyncConnection> Async<'c, C> {
     pub(crate) fn new(conn: &'c mut C) -> Self {
-        Async { conn }
+        Async {
+            guard: OpenTransactionGuard::new(conn),
+        }
     }
 }
 
@@ -111,7 +120,7 @@ where
 
     fn status(&mut self) -> &mut TransactionManagerStatus {
         use diesel_async::TransactionManager;
-        C::TransactionManager::transaction_manager_status_mut(self.conn)
+        C::TransactionManager::transaction_manager_status_mut(self.guard.conn())
     }
 
     fn transaction(
@@ -120,15 +129,27 @@ where
     ) -> impl Future<Output = QueryResult<()>> + Send {
         use diesel_async::TransactionManager;
         async move {
-            match step {
-                TransactionStep::Begin => C::TransactionManager::begin_transaction(self.conn).await,
+            // Open from before BEGIN is sent until COMMIT or ROLLBACK has
+            // completed; a failed BEGIN opened nothing.
+            self.guard.set_open(true);
+            let result = match step {
+                TransactionStep::Begin => {
+                    C::TransactionManager::begin_transaction(self.guard.conn()).await
+                }
                 TransactionStep::Commit => {
-                    C::TransactionManager::commit_transaction(self.conn).await
+                    C::TransactionManager::commit_transaction(self.guard.conn()).await
                 }
                 TransactionStep::Rollback => {
-                    C::TransactionManager::rollback_transaction(self.conn).await
+                    C::TransactionManager::rollback_transaction(self.guard.conn()).await
                 }
-            }
+            };
+            // A failed COMMIT still has its ROLLBACK to come.
+            let open = match step {
+                TransactionStep::Begin => result.is_ok(),
+                TransactionStep::Commit | TransactionStep::Rollback => result.is_err(),
+            };
+            self.guard.set_open(open);
+            result
         }
     }
 
@@ -137,7 +158,7 @@ where
         sql: &str,
         binds: &[Bind<'_>],
     ) -> impl Future<Output = QueryResult<Vec<OutboxRow>>> + Send {
-        let conn = &mut *self.conn;
+        let conn = self.guard.conn();
         async move { C::Backend::load_outbox_rows_async(conn, sql, binds).await }
     }
 
@@ -146,7 +167,7 @@ where
         sql: &str,
         binds: &[Bind<'_>],
     ) -> impl Future<Output = QueryResult<usize>> + Send {
-        let conn = &mut *self.conn;
+        let conn = self.guard.conn();
         async move { C::Backend::execute_bound_async(conn, sql, binds).await }
     }
 }

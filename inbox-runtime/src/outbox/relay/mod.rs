@@ -1,5 +1,5 @@
-//! The relay: publishes committed outgoing messages and marks them sent
-//! once the broker confirmed them.
+//! The relay: publishes committed outgoing messages and deletes them (or
+//! marks them sent) once the broker confirmed them.
 
 mod exec;
 mod round;
@@ -22,18 +22,30 @@ pub const MAX_RELAY_BATCH: u32 = 1000;
 /// Publishes the outbox's committed messages, round by round.
 ///
 /// A round ([`run_once`](Self::run_once)):
-/// 1. **leases** up to [`batch_size`](Self::batch_size) messages in a short
-///    transaction of its own: the oldest pending messages that no other
-///    relay holds, that are not waiting for a retry, and that are the first
-///    unsent message of their ordering key (so a round holds at most one
-///    message per key). On PostgreSQL and MySQL/MariaDB the lease skips the
-///    rows another relay is leasing (`FOR UPDATE SKIP LOCKED`), so several
-///    relays share the work and never lease the same message at once; a
-///    lease lasts [`lease`](Self::lease), after which another relay may
-///    take the message over (the relay holding it was killed or stalled);
+/// 1. **leases** up to [`batch_size`](Self::batch_size) messages: the
+///    oldest pending messages that no other relay holds, that are not
+///    waiting for a retry, and that are the first unsent message of their
+///    ordering key (so a round holds at most one message per key).
+///    - On PostgreSQL the round locks them (`FOR UPDATE SKIP LOCKED`) in a
+///      transaction it keeps open while it publishes, and the locks are the
+///      lease: other relays skip the rows, nothing is written to take them,
+///      and they are free again the moment the round ends or its
+///      connection does. For that transaction only, the server is told to
+///      end the session if it sits idle for longer than
+///      [`lease`](Self::lease) (`idle_in_transaction_session_timeout`), so
+///      a relay stalled mid-round gives its messages up after the lease.
+///    - On MySQL/MariaDB (`FOR UPDATE SKIP LOCKED`) and SQLite, a short
+///      transaction of its own writes the lease into the rows: it lasts
+///      [`lease`](Self::lease), after which another relay may take the
+///      messages over (the relay holding them was killed or stalled).
+///
+///    Either way several relays share the work and never lease the same
+///    message at once;
 /// 2. **publishes** them through the publisher, which answers once the
 ///    broker confirmed each one;
-/// 3. **marks** the confirmed ones sent. A refused one
+/// 3. **records** the answers: the confirmed ones are deleted (one delete
+///    per round), or marked sent and kept for the pruner when the relay
+///    [keeps sent messages](Self::keep_sent). A refused one
 ///    ([`PublishError::refused`](super::PublishError::refused)) counts a
 ///    failed attempt and waits for its retry by [`backoff`](Self::backoff);
 ///    at [`max_attempts`](Self::max_attempts) it is dead (see
@@ -43,14 +55,15 @@ pub const MAX_RELAY_BATCH: u32 = 1000;
 ///    ([`RelayReport::unavailable`]).
 ///
 /// What it promises:
-/// - **nothing lost**: a message is marked sent only after the broker
-///   confirmed it; a relay killed at any point leaves its messages pending
-///   (leased until the lease runs out);
+/// - **nothing lost**: a message is deleted (or marked sent) only after the
+///   broker confirmed it; a relay killed at any point leaves its messages
+///   pending (on MySQL/MariaDB and SQLite, leased until the lease runs
+///   out);
 /// - **at least once, with a stable id**: a relay killed between the
-///   broker's confirmation and the mark (or whose mark fails) publishes
-///   the message again when the lease has run out, under the same id, for
-///   the consumer's inbox to absorb. Without kills, a message is published
-///   once;
+///   broker's confirmation and the record (or whose record fails) leaves
+///   the message to be published again, under the same id, for the
+///   consumer's inbox to absorb: at once on PostgreSQL, once the lease has
+///   run out elsewhere. Without kills, a message is published once;
 /// - **per-key order**: messages with the same ordering key are published
 ///   in commit order, each only after the one before it was confirmed,
 ///   whichever relay publishes them; a key whose message waits for a retry
@@ -94,6 +107,7 @@ pub struct Relay {
     lease: Duration,
     max_attempts: u32,
     backoff: Backoff,
+    keep_sent: bool,
 }
 
 impl Default for Relay {
@@ -118,6 +132,7 @@ impl Relay {
                 first: Duration::from_secs(1),
                 max: Duration::from_secs(300),
             },
+            keep_sent: false,
         }
     }
 
@@ -134,10 +149,13 @@ impl Relay {
     }
 
     /// How long a round holds its messages before another relay may take
-    /// them over (at least 1 s). Longer than the publisher's longest wait
-    /// for confirmations: a lease that runs out while its round still
-    /// publishes lets a second relay publish the same messages (absorbed
-    /// downstream by their id, but published twice).
+    /// them over (at least 1 s; on PostgreSQL, how long the round's
+    /// transaction may sit idle before the server ends its session). Longer
+    /// than the publisher's longest wait for confirmations: a lease that
+    /// runs out while its round still publishes lets a second relay publish
+    /// the same messages (absorbed downstream by their id, but published
+    /// twice; on PostgreSQL the stalled round then fails with a database
+    /// error and records nothing).
     ///
     /// ```
     /// let relay = inbox_runtime::outbox::Relay::new().lease(std::time::Duration::from_secs(60));
@@ -173,17 +191,35 @@ impl Relay {
         self
     }
 
+    /// Whether a message the broker confirmed is kept, marked with the time
+    /// it was sent, for the pruner to delete once it is older than the
+    /// [`Retention`](crate::Retention)'s default window, instead of deleted
+    /// at once (the default). Kept messages are an audit trail of what was
+    /// sent; they cost the relay an update per message (the mark: a new
+    /// row version and its index entries) and the pruner a delete later,
+    /// where the default costs one delete.
+    ///
+    /// ```
+    /// let relay = inbox_runtime::outbox::Relay::new().keep_sent(true);
+    /// # let _ = relay;
+    /// ```
+    pub fn keep_sent(mut self, keep: bool) -> Relay {
+        self.keep_sent = keep;
+        self
+    }
+
     /// One round on a blocking connection, publishing through `publisher`
     /// (see [`Relay`]). Run it in a loop: at once again while rounds are
     /// full, after a pause when [`RelayReport::is_idle`], after a backoff
     /// when [`RelayReport::unavailable`] is not zero.
     ///
     /// Errors: [`InboxError::InsideTransaction`] when `conn` has a
-    /// transaction open (a lease must commit on its own); database errors
-    /// as [`InboxError::Database`] (see
-    /// [`recovery`](crate::InboxError::recovery)). If marking fails after
-    /// the broker confirmed, the messages stay leased and are published
-    /// again, under the same ids, when the lease runs out.
+    /// transaction open (a round's transactions are its own); database
+    /// errors as [`InboxError::Database`] (see
+    /// [`recovery`](crate::InboxError::recovery)). If recording fails after
+    /// the broker confirmed, the messages are published again, under the
+    /// same ids: at once on PostgreSQL (the round's transaction rolled
+    /// back), when the lease runs out elsewhere.
     pub fn run_once<C, P>(&self, conn: &mut C, publisher: &mut P) -> Result<RelayReport, InboxError>
     where
         C: LoadConnection,
@@ -199,8 +235,11 @@ impl Relay {
 
     /// [`run_once`](Self::run_once) on a diesel-async connection with an
     /// async [`Publisher`] (feature `async`). Dropping the future between
-    /// the lease and the mark leaves the messages leased: they are
-    /// published again when the lease runs out.
+    /// the lease and the record leaves the messages to be published again:
+    /// on PostgreSQL once the connection's open transaction is rolled back
+    /// (diesel-async does so on the connection's next use, a pool on
+    /// checkout) or the server ends it after the lease, elsewhere when the
+    /// lease runs out.
     #[cfg(feature = "async")]
     pub async fn run_once_async<C, P>(
         &self,
@@ -227,7 +266,7 @@ impl Relay {
 pub struct RelayReport {
     /// Messages the round leased.
     pub leased: usize,
-    /// Messages the broker confirmed, now marked sent.
+    /// Messages the broker confirmed, now deleted (or marked sent).
     pub published: usize,
     /// Messages the broker refused (counted, to be retried or dead).
     pub refused: usize,
@@ -266,14 +305,13 @@ impl RelayReport {
     }
 }
 
-/// The statement that leases a round's messages on `B`, when it is one
-/// statement (PostgreSQL's; MariaDB and SQLite lock, then lease): binds
-/// `$1` the relay's owner id, `$2` the lease in milliseconds, `$3` the
-/// batch size. For the suite's plan checks.
+/// The statement that locks a round's messages on `B`, when the round holds
+/// them locked (PostgreSQL's): binds `$1` the lease in milliseconds as
+/// text, `$2` the batch size. For the suite's plan checks.
 #[doc(hidden)]
 pub fn lease_statement<B: InboxBackend>() -> Option<&'static str> {
     match B::OUTBOX_SQL.lease {
-        crate::backend::Lease::Returning(sql) => Some(sql),
-        crate::backend::Lease::LockThenLease { .. } => None,
+        crate::backend::Lease::HeldLock(sql) => Some(sql),
+        crate::backend::Lease::Returning(_) | crate::backend::Lease::LockThenWrite { .. } => None,
     }
 }

@@ -7,7 +7,7 @@ use super::exec::{RelayExec, TransactionStep};
 use super::{Relay, RelayReport};
 use crate::backend::{Bind, InboxBackend, Lease, OutboxRow};
 use crate::error::InboxError;
-use crate::execution::depth;
+use crate::execution::{caught, depth};
 use crate::observe::{self, Relayed};
 use crate::outbox::headers;
 use crate::outbox::id::OutboxId;
@@ -66,7 +66,69 @@ where
         return Err(InboxError::InsideTransaction { operation: ROUND });
     }
     let owner = OutboxId::generate();
-    let mut rows = lease(relay, exec, owner.as_str()).await?;
+    let select = match <X::Backend as InboxBackend>::OUTBOX_SQL.lease {
+        Lease::HeldLock(select) => select,
+        Lease::Returning(sql) => {
+            let rows = lease_returning(relay, exec, owner.as_str(), sql).await?;
+            return settle(relay, exec, owner.as_str(), rows, publisher, false).await;
+        }
+        Lease::LockThenWrite { select, lease } => {
+            let rows = lock_then_lease(relay, exec, owner.as_str(), select, lease).await?;
+            return settle(relay, exec, owner.as_str(), rows, publisher, false).await;
+        }
+    };
+    // The rows stay locked by this transaction while they are published:
+    // it ends after what the broker answered is recorded.
+    exec.transaction(TransactionStep::Begin).await?;
+    let settled = caught(async {
+        let (lease_millis, limit) = lease_binds(relay);
+        let lease_millis = lease_millis.to_string();
+        let rows = exec
+            .load(select, &[Bind::Text(&lease_millis), Bind::BigInt(limit)])
+            .await?;
+        settle(relay, exec, owner.as_str(), rows, publisher, true).await
+    })
+    .await;
+    match settled {
+        Ok(Ok(report)) => match exec.transaction(TransactionStep::Commit).await {
+            Ok(()) => Ok(report),
+            Err(error) => {
+                // Nothing of the round is recorded: its messages are
+                // published again (the error says so).
+                let _ = exec.transaction(TransactionStep::Rollback).await;
+                Err(error.into())
+            }
+        },
+        Ok(Err(error)) => {
+            // The round's error is the one to report; a failed rollback
+            // leaves the connection's manager broken, which its next use
+            // (or its pool) reports.
+            let _ = exec.transaction(TransactionStep::Rollback).await;
+            Err(error)
+        }
+        Err(panic) => {
+            let _ = exec.transaction(TransactionStep::Rollback).await;
+            std::panic::resume_unwind(panic)
+        }
+    }
+}
+
+/// Publishes `rows` (leased for `owner`, or locked by the round's
+/// transaction when `held`) and records what the broker answered: the
+/// confirmed ones sent (deleted, or marked when the relay keeps them), the
+/// refused ones counted, the others given back.
+async fn settle<X, P>(
+    relay: &Relay,
+    exec: &mut X,
+    owner: &str,
+    mut rows: Vec<OutboxRow>,
+    publisher: &mut P,
+    held: bool,
+) -> Result<RelayReport, InboxError>
+where
+    X: RelayExec,
+    P: Publish,
+{
     rows.sort_by_key(|row| row.position);
     let mut report = RelayReport {
         leased: rows.len(),
@@ -136,8 +198,12 @@ where
 
     let sql = &<X::Backend as InboxBackend>::OUTBOX_SQL;
     if !sent.is_empty() {
-        exec.execute(&with_positions(sql.mark_sent, &sent), &[])
-            .await?;
+        let done = if relay.keep_sent {
+            sql.mark_sent
+        } else {
+            sql.delete_sent
+        };
+        exec.execute(&with_positions(done, &sent), &[]).await?;
         report.published = sent.len();
         for message in published {
             let created_micros = message.created_micros;
@@ -168,7 +234,7 @@ where
                     Bind::BigInt(i64::try_from(retry_in.as_millis()).unwrap_or(i64::MAX)),
                     Bind::Text(&reason),
                     Bind::BigInt(position),
-                    Bind::Text(owner.as_str()),
+                    Bind::Text(owner),
                 ],
             )
             .await?;
@@ -188,11 +254,14 @@ where
         }
     }
     if !unavailable.is_empty() {
-        exec.execute(
-            &with_positions(sql.release, &unavailable),
-            &[Bind::Text(owner.as_str())],
-        )
-        .await?;
+        // Held rows are given back as the round's transaction ends.
+        if !held {
+            exec.execute(
+                &with_positions(sql.release, &unavailable),
+                &[Bind::Text(owner)],
+            )
+            .await?;
+        }
         report.unavailable = unavailable.len();
         for message in given_back {
             observe::relayed(&message.destination, Relayed::Unavailable);
@@ -211,53 +280,64 @@ struct Refusal {
     destination: String,
 }
 
-/// Leases the next messages for `owner` (see [`Lease`]).
-async fn lease<X: RelayExec>(
+/// The lease's length in milliseconds and the round's limit, as bound.
+fn lease_binds(relay: &Relay) -> (i64, i64) {
+    let lease_millis = i64::try_from(relay.lease.as_millis()).unwrap_or(i64::MAX);
+    (lease_millis, i64::from(relay.batch_size))
+}
+
+/// Leases the next messages for `owner` in one statement
+/// ([`Lease::Returning`]).
+async fn lease_returning<X: RelayExec>(
     relay: &Relay,
     exec: &mut X,
     owner: &str,
+    sql: &'static str,
 ) -> Result<Vec<OutboxRow>, InboxError> {
-    let lease_millis = i64::try_from(relay.lease.as_millis()).unwrap_or(i64::MAX);
-    let limit = i64::from(relay.batch_size);
-    match <X::Backend as InboxBackend>::OUTBOX_SQL.lease {
-        Lease::Returning(sql) => Ok(exec
-            .load(
-                sql,
-                &[
-                    Bind::Text(owner),
-                    Bind::BigInt(lease_millis),
-                    Bind::BigInt(limit),
-                ],
+    let (lease_millis, limit) = lease_binds(relay);
+    let binds = [
+        Bind::Text(owner),
+        Bind::BigInt(lease_millis),
+        Bind::BigInt(limit),
+    ];
+    Ok(exec.load(sql, &binds).await?)
+}
+
+/// Leases the next messages for `owner` in a short transaction of its own
+/// ([`Lease::LockThenWrite`]).
+async fn lock_then_lease<X: RelayExec>(
+    relay: &Relay,
+    exec: &mut X,
+    owner: &str,
+    select: &'static str,
+    lease: &'static str,
+) -> Result<Vec<OutboxRow>, InboxError> {
+    let (lease_millis, limit) = lease_binds(relay);
+    exec.transaction(TransactionStep::Begin).await?;
+    let leased = async {
+        let rows = exec.load(select, &[Bind::BigInt(limit)]).await?;
+        if !rows.is_empty() {
+            let positions: Vec<i64> = rows.iter().map(|row| row.position).collect();
+            exec.execute(
+                &with_positions(lease, &positions),
+                &[Bind::Text(owner), Bind::BigInt(lease_millis)],
             )
-            .await?),
-        Lease::LockThenLease { select, lease } => {
-            exec.transaction(TransactionStep::Begin).await?;
-            let leased = async {
-                let rows = exec.load(select, &[Bind::BigInt(limit)]).await?;
-                if !rows.is_empty() {
-                    let positions: Vec<i64> = rows.iter().map(|row| row.position).collect();
-                    exec.execute(
-                        &with_positions(lease, &positions),
-                        &[Bind::Text(owner), Bind::BigInt(lease_millis)],
-                    )
-                    .await?;
-                }
-                Ok::<_, diesel::result::Error>(rows)
-            }
-            .await;
-            match leased {
-                Ok(rows) => {
-                    exec.transaction(TransactionStep::Commit).await?;
-                    Ok(rows)
-                }
-                Err(error) => {
-                    // The lease's error is the one to report; a failed
-                    // rollback leaves the connection's manager broken,
-                    // which its next use reports.
-                    let _ = exec.transaction(TransactionStep::Rollback).await;
-                    Err(error.into())
-                }
-            }
+            .await?;
+        }
+        Ok::<_, diesel::result::Error>(rows)
+    }
+    .await;
+    match leased {
+        Ok(rows) => {
+            exec.transaction(TransactionStep::Commit).await?;
+            Ok(rows)
+        }
+        Err(error) => {
+            // The lease's error is the one to report; a failed rollback
+            // leaves the connection's manager broken, which its next use
+            // reports.
+            let _ = exec.transaction(TransactionStep::Rollback).await;
+            Err(error.into())
         }
     }
 }
