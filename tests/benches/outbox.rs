@@ -11,7 +11,7 @@
 //!    confirmations awaited: JetStream publish acks, RabbitMQ publisher
 //!    confirms), and drains as many from the outbox with `Relay::run_once_async`
 //!    (batches of 100: lease, publish through `JetStreamPublisher` /
-//!    `LapinPublisher`, mark sent) after recording them, untimed. It prints
+//!    `LapinPublisher`, delete the confirmed) after recording them, untimed. It prints
 //!    both throughputs and the median of the per-round ratios relay ÷ loop.
 //! 2. **Commit-to-publish latency at a steady load**: a producer commits
 //!    one message every 5 ms (200/s) through `outbox::send`; a
@@ -77,28 +77,36 @@ fn main() {
         })
         .await
         .expect("a stream");
-        let messages = env_number("INBOX_BENCH_MESSAGES", 2_000) as usize;
-        let rounds = env_number("INBOX_BENCH_ROUNDS", 6) as usize;
+        let messages = env_number("INBOX_BENCH_MESSAGES", 10_000) as usize;
+        let rounds = env_number("INBOX_BENCH_ROUNDS", 4) as usize;
         println!(
             "{} CPUs; {rounds} rounds of {messages} messages of {} bytes, batches of {BATCH}\n",
             std::thread::available_parallelism().map_or(0, |n| n.get()),
             PAYLOAD.len()
         );
 
-        let mut conn = diesel_async::AsyncPgConnection::establish(db.url())
-            .await
-            .expect("PG");
-        let subject = format!("{run}.receipts");
-        let mut loop_rates = Vec::new();
-        let mut relay_rates = Vec::new();
-        let mut nats = JetStreamPublisher::new(js.clone());
+        let mut discard = Vec::new();
         for _ in 0..rounds {
-            loop_rates.push(nats_loop(&js, &subject, messages).await);
-            relay_rates.push(
-                relay_drain(&mut conn, &mut db.connect(), &subject, messages, &mut nats).await,
+            discard.push(relay_drain(&db, "nowhere", messages, vec![Confirms]).await);
+        }
+        println!(
+            "no broker       1 relay  {:7.0} msg/s, {:5.1} µs CPU/msg (a publisher that confirms at once: the database's share)",
+            median(&mut discard.iter().map(|s| s.per_second).collect::<Vec<_>>()),
+            median(&mut discard.iter().map(|s| s.cpu_micros).collect::<Vec<_>>()),
+        );
+        let subject = format!("{run}.receipts");
+        let nats = JetStreamPublisher::new(js.clone());
+        let mut rates = Rates::default();
+        for _ in 0..rounds {
+            rates.plain.push(nats_loop(&js, &subject, messages).await);
+            rates
+                .one
+                .push(relay_drain(&db, &subject, messages, vec![nats.clone()]).await);
+            rates.two.push(
+                relay_drain(&db, &subject, messages, vec![nats.clone(), nats.clone()]).await,
             );
         }
-        print_ratio("NATS JetStream", &loop_rates, &relay_rates);
+        rates.print("NATS JetStream");
 
         let amqp = lapin::Connection::connect(&amqp_url, ConnectionProperties::default())
             .await
@@ -119,18 +127,22 @@ fn main() {
             )
             .await
             .expect("a queue");
-        let mut rabbit = LapinPublisher::new(&amqp_url, ConnectionProperties::default());
-        let (mut loop_rates, mut relay_rates) = (Vec::new(), Vec::new());
+        let rabbit = || LapinPublisher::new(&amqp_url, ConnectionProperties::default());
+        let mut rates = Rates::default();
         for _ in 0..rounds {
-            loop_rates.push(amqp_loop(&channel, &run, messages).await);
-            relay_rates
-                .push(relay_drain(&mut conn, &mut db.connect(), &run, messages, &mut rabbit).await);
+            rates.plain.push(amqp_loop(&channel, &run, messages).await);
+            rates
+                .one
+                .push(relay_drain(&db, &run, messages, vec![rabbit()]).await);
+            rates
+                .two
+                .push(relay_drain(&db, &run, messages, vec![rabbit(), rabbit()]).await);
             channel
                 .queue_purge(run.as_str().into(), Default::default())
                 .await
                 .expect("purge");
         }
-        print_ratio("RabbitMQ", &loop_rates, &relay_rates);
+        rates.print("RabbitMQ");
 
         println!("\ncommit-to-publish latency, 200 messages/s, 10 s per mode, alternated twice:");
         let mut woken = Vec::new();
@@ -147,8 +159,8 @@ fn main() {
 
 /// Messages per second publishing `count` messages to `subject` in
 /// batches: published together, then their acks awaited.
-async fn nats_loop(js: &jetstream::Context, subject: &str, count: usize) -> f64 {
-    let start = Instant::now();
+async fn nats_loop(js: &jetstream::Context, subject: &str, count: usize) -> Sample {
+    let clock = Clock::start();
     for chunk in (0..count).collect::<Vec<_>>().chunks(BATCH) {
         let mut acks = Vec::with_capacity(chunk.len());
         for n in chunk {
@@ -165,12 +177,12 @@ async fn nats_loop(js: &jetstream::Context, subject: &str, count: usize) -> f64 
             ack.await.expect("an ack");
         }
     }
-    count as f64 / start.elapsed().as_secs_f64()
+    clock.sample(count)
 }
 
 /// The same with RabbitMQ publisher confirms, to `queue`.
-async fn amqp_loop(channel: &lapin::Channel, queue: &str, count: usize) -> f64 {
-    let start = Instant::now();
+async fn amqp_loop(channel: &lapin::Channel, queue: &str, count: usize) -> Sample {
+    let clock = Clock::start();
     for chunk in (0..count).collect::<Vec<_>>().chunks(BATCH) {
         let mut confirms = Vec::with_capacity(chunk.len());
         for _ in chunk {
@@ -197,19 +209,19 @@ async fn amqp_loop(channel: &lapin::Channel, queue: &str, count: usize) -> f64 {
             assert!(confirm.await.expect("a confirm").is_ack());
         }
     }
-    count as f64 / start.elapsed().as_secs_f64()
+    clock.sample(count)
 }
 
 /// Records `count` messages to `destination` (untimed), then drains them
-/// with a relay: messages per second.
+/// with one relay per publisher, each on a connection of its own, side by
+/// side.
 async fn relay_drain<P: Publisher>(
-    conn: &mut diesel_async::AsyncPgConnection,
-    writer: &mut diesel::PgConnection,
+    db: &Postgres,
     destination: &str,
     count: usize,
-    publisher: &mut P,
-) -> f64 {
-    writer
+    publishers: Vec<P>,
+) -> Sample {
+    db.connect()
         .transaction(|conn| {
             for _ in 0..count {
                 outbox::send(conn, &OutgoingMessage::new(destination, &PAYLOAD[..]))?;
@@ -217,22 +229,50 @@ async fn relay_drain<P: Publisher>(
             Ok::<_, inbox_runtime::InboxError>(())
         })
         .expect("record the messages");
-    let relay = Relay::new().batch_size(BATCH as u32);
-    let start = Instant::now();
-    let mut published = 0;
-    loop {
-        let report = relay
-            .run_once_async(conn, publisher)
+    // What autovacuum does to a queue table between drains (this machine's
+    // server runs without it): otherwise each lease walks past every row
+    // the earlier drains deleted.
+    diesel::connection::SimpleConnection::batch_execute(&mut db.connect(), "VACUUM inbox_outbox")
+        .expect("vacuum");
+    let mut relays = Vec::new();
+    for publisher in publishers {
+        let conn = diesel_async::AsyncPgConnection::establish(db.url())
             .await
-            .expect("a round");
-        assert_eq!(report.published, report.leased, "{report}");
-        published += report.published;
-        if report.is_idle() {
-            break;
-        }
+            .expect("PG");
+        relays.push((conn, publisher));
     }
-    assert_eq!(published, count);
-    count as f64 / start.elapsed().as_secs_f64()
+    let relay = Relay::new().batch_size(BATCH as u32);
+    let clock = Clock::start();
+    let published: Vec<usize> =
+        futures_util::future::join_all(relays.iter_mut().map(|(conn, publisher)| {
+            let relay = &relay;
+            async move {
+                let mut published = 0;
+                loop {
+                    let report = relay
+                        .run_once_async(conn, publisher)
+                        .await
+                        .expect("a round");
+                    assert_eq!(report.published, report.leased, "{report}");
+                    published += report.published;
+                    if report.is_idle() {
+                        return published;
+                    }
+                }
+            }
+        }))
+        .await;
+    assert_eq!(published.iter().sum::<usize>(), count);
+    clock.sample(count)
+}
+
+/// Confirms every message at once, publishing nothing.
+struct Confirms;
+
+impl Publisher for Confirms {
+    async fn publish(&mut self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        messages.iter().map(|_| Ok(())).collect()
+    }
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -240,22 +280,96 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-fn print_ratio(broker: &str, loop_rates: &[f64], relay_rates: &[f64]) {
-    let mut ratios: Vec<f64> = relay_rates
-        .iter()
-        .zip(loop_rates)
-        .map(|(r, l)| r / l)
-        .collect();
-    let (low, high) = (
-        ratios.iter().copied().fold(f64::MAX, f64::min),
-        ratios.iter().copied().fold(0.0, f64::max),
-    );
-    println!(
-        "{broker:15} plain loop {:7.0} msg/s   relay {:7.0} msg/s   relay ÷ loop {:.2} ({low:.2}–{high:.2})",
-        median(&mut loop_rates.to_vec()),
-        median(&mut relay_rates.to_vec()),
-        median(&mut ratios),
-    );
+/// When a measurement started: the wall clock and the machine's busy CPU
+/// time (every process's, the database's and the broker's included).
+struct Clock {
+    start: Instant,
+    busy_ticks: u64,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock {
+            start: Instant::now(),
+            busy_ticks: busy_ticks(),
+        }
+    }
+
+    /// What `count` messages since the start cost.
+    fn sample(&self, count: usize) -> Sample {
+        let seconds = self.start.elapsed().as_secs_f64();
+        let ticks = busy_ticks().saturating_sub(self.busy_ticks);
+        Sample {
+            per_second: count as f64 / seconds,
+            // Kernel ticks are 10 ms (USER_HZ 100).
+            cpu_micros: ticks as f64 * 10_000.0 / count as f64,
+        }
+    }
+}
+
+/// The machine's busy CPU time so far, in ticks (`/proc/stat`: all but idle
+/// and iowait); 0 where there is no `/proc/stat`.
+fn busy_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(cpu) = stat.lines().next() else {
+        return 0;
+    };
+    cpu.split_whitespace()
+        .skip(1)
+        .enumerate()
+        .filter(|(index, _)| *index != 3 && *index != 4)
+        .filter_map(|(_, value)| value.parse::<u64>().ok())
+        .sum()
+}
+
+/// One measured drain or loop.
+#[derive(Clone, Copy)]
+struct Sample {
+    per_second: f64,
+    /// The machine's CPU time per message, in microseconds.
+    cpu_micros: f64,
+}
+
+/// Each round's samples, by what published them.
+#[derive(Default)]
+struct Rates {
+    plain: Vec<Sample>,
+    one: Vec<Sample>,
+    two: Vec<Sample>,
+}
+
+impl Rates {
+    fn print(&self, broker: &str) {
+        let rate = |samples: &[Sample]| {
+            median(&mut samples.iter().map(|s| s.per_second).collect::<Vec<_>>())
+        };
+        let cpu = |samples: &[Sample]| {
+            median(&mut samples.iter().map(|s| s.cpu_micros).collect::<Vec<_>>())
+        };
+        println!(
+            "{broker:15} plain loop {:7.0} msg/s, {:5.1} µs CPU/msg",
+            rate(&self.plain),
+            cpu(&self.plain)
+        );
+        for (relays, samples) in [("1 relay ", &self.one), ("2 relays", &self.two)] {
+            let mut ratios: Vec<f64> = samples
+                .iter()
+                .zip(&self.plain)
+                .map(|(r, l)| r.per_second / l.per_second)
+                .collect();
+            let (low, high) = (
+                ratios.iter().copied().fold(f64::MAX, f64::min),
+                ratios.iter().copied().fold(0.0, f64::max),
+            );
+            println!(
+                "{:15} {relays} {:7.0} msg/s, {:5.1} µs CPU/msg   ÷ plain loop {:.2} ({low:.2}–{high:.2})",
+                "",
+                rate(samples),
+                cpu(samples),
+                median(&mut ratios),
+            );
+        }
+    }
 }
 
 /// Forwards to JetStream, noting when each message was confirmed.

@@ -107,6 +107,12 @@ where
     }
 }
 
+/// Rows read by column name ([`QueryableByName`](diesel::QueryableByName)),
+/// as from `sql_query`.
+impl diesel::query_builder::Query for CachedStatement<'_> {
+    type SqlType = diesel::sql_types::Untyped;
+}
+
 impl<C> diesel::RunQueryDsl<C> for CachedStatement<'_> {}
 
 #[cfg(test)]

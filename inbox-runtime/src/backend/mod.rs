@@ -364,11 +364,12 @@ pub trait InboxBackend: Backend + sealed::Sealed {
         C: diesel_async::AsyncConnection<Backend = Self>;
 
     /// The outbox rows `sql` (one of [`OUTBOX_SQL`](Self::OUTBOX_SQL)'s
-    /// leases) returns with `binds` bound in order.
+    /// leases) returns with `binds`, as a cached prepared statement (see
+    /// [`execute_cached`](Self::execute_cached)).
     #[doc(hidden)]
     fn load_outbox_rows<C>(
         conn: &mut C,
-        sql: &str,
+        sql: &'static str,
         binds: &[Bind<'_>],
     ) -> QueryResult<Vec<OutboxRow>>
     where
@@ -380,7 +381,7 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     #[doc(hidden)]
     fn load_outbox_rows_async<'c, C>(
         conn: &'c mut C,
-        sql: &'c str,
+        sql: &'static str,
         binds: &'c [Bind<'c>],
     ) -> impl std::future::Future<Output = QueryResult<Vec<OutboxRow>>> + Send + 'c
     where
@@ -703,20 +704,20 @@ macro_rules! bound_statement_fn {
 
         fn load_outbox_rows<C>(
             conn: &mut C,
-            sql: &str,
+            sql: &'static str,
             binds: &[crate::backend::Bind<'_>],
         ) -> QueryResult<Vec<crate::backend::OutboxRow>>
         where
             C: diesel::connection::LoadConnection<Backend = Self>,
         {
             use diesel::RunQueryDsl;
-            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds).load(conn)
+            crate::backend::cached::CachedStatement::new(sql, binds).load(conn)
         }
 
         #[cfg(feature = "async")]
         fn load_outbox_rows_async<'c, C>(
             conn: &'c mut C,
-            sql: &'c str,
+            sql: &'static str,
             binds: &'c [crate::backend::Bind<'c>],
         ) -> impl std::future::Future<Output = QueryResult<Vec<crate::backend::OutboxRow>>>
         + Send
@@ -725,7 +726,7 @@ macro_rules! bound_statement_fn {
             C: diesel_async::AsyncConnection<Backend = Self>,
         {
             use diesel_async::RunQueryDsl;
-            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds).load(conn)
+            crate::backend::cached::CachedStatement::new(sql, binds).load(conn)
         }
 
         fn load_dead_outbox<C>(

@@ -282,11 +282,15 @@ mod imp {
              SELECT $1, $2, seq.ordering_key, seq.last_seq, $3, $4 FROM seq",
         ),
         // The session ends (and its locks go) once the transaction sits
-        // idle for longer than the lease: `set_config(…, true)` lasts as long
-        // as the transaction, in a CTE the select joins (a volatile function:
+        // idle for longer than the lease, and its commit does not wait for
+        // the WAL flush: a commit lost to a server crash leaves its messages
+        // pending, published again under the same ids (at least once, as
+        // promised) or a refusal uncounted. `set_config(…, true)` lasts as
+        // long as the transaction, in a CTE the select joins (volatile:
         // evaluated once, not inlined).
         lease: Lease::HeldLock(concat!(
-            "WITH bound AS (SELECT set_config('idle_in_transaction_session_timeout', $1, true) AS lease) ",
+            "WITH bound AS (SELECT set_config('idle_in_transaction_session_timeout', $1, true) AS lease, ",
+            "set_config('synchronous_commit', 'off', true) AS durability) ",
             "SELECT o.position, o.id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts, ",
             micros!("o.created_at"),
             " AS created_micros FROM inbox_outbox o, bound WHERE ",

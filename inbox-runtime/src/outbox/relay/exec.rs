@@ -26,17 +26,27 @@ pub(crate) trait RelayExec {
         step: TransactionStep,
     ) -> impl Future<Output = QueryResult<()>> + Send;
 
-    /// The outbox rows `sql` returns with `binds`.
+    /// The outbox rows `sql` (a fixed statement, prepared once per
+    /// connection) returns with `binds`.
     fn load(
         &mut self,
-        sql: &str,
+        sql: &'static str,
         binds: &[Bind<'_>],
     ) -> impl Future<Output = QueryResult<Vec<OutboxRow>>> + Send;
 
-    /// Runs `sql` with `binds`: the rows it affected.
+    /// Runs `sql` (built for this round: its text is parsed each time) with
+    /// `binds`: the rows it affected.
     fn execute(
         &mut self,
         sql: &str,
+        binds: &[Bind<'_>],
+    ) -> impl Future<Output = QueryResult<usize>> + Send;
+
+    /// Runs `sql` (a fixed statement, prepared once per connection) with
+    /// `binds`: the rows it affected.
+    fn execute_cached(
+        &mut self,
+        sql: &'static str,
         binds: &[Bind<'_>],
     ) -> impl Future<Output = QueryResult<usize>> + Send;
 }
@@ -81,12 +91,24 @@ where
         })
     }
 
-    fn load(&mut self, sql: &str, binds: &[Bind<'_>]) -> Ready<QueryResult<Vec<OutboxRow>>> {
+    fn load(
+        &mut self,
+        sql: &'static str,
+        binds: &[Bind<'_>],
+    ) -> Ready<QueryResult<Vec<OutboxRow>>> {
         ready(C::Backend::load_outbox_rows(self.conn, sql, binds))
     }
 
     fn execute(&mut self, sql: &str, binds: &[Bind<'_>]) -> Ready<QueryResult<usize>> {
         ready(C::Backend::execute_bound(self.conn, sql, binds))
+    }
+
+    fn execute_cached(
+        &mut self,
+        sql: &'static str,
+        binds: &[Bind<'_>],
+    ) -> Ready<QueryResult<usize>> {
+        ready(C::Backend::execute_cached(self.conn, sql, binds))
     }
 }
 
@@ -155,11 +177,20 @@ where
 
     fn load(
         &mut self,
-        sql: &str,
+        sql: &'static str,
         binds: &[Bind<'_>],
     ) -> impl Future<Output = QueryResult<Vec<OutboxRow>>> + Send {
         let conn = self.guard.conn();
         async move { C::Backend::load_outbox_rows_async(conn, sql, binds).await }
+    }
+
+    fn execute_cached(
+        &mut self,
+        sql: &'static str,
+        binds: &[Bind<'_>],
+    ) -> impl Future<Output = QueryResult<usize>> + Send {
+        let conn = self.guard.conn();
+        async move { C::Backend::execute_cached_async(conn, sql, binds).await }
     }
 
     fn execute(

@@ -203,7 +203,7 @@ where
         } else {
             sql.delete_sent
         };
-        exec.execute(&with_positions(done, &sent), &[]).await?;
+        on_positions(exec, done, &[], &sent).await?;
         report.published = sent.len();
         for message in published {
             let created_micros = message.created_micros;
@@ -227,7 +227,7 @@ where
         let retry_in = relay.backoff.after(attempts);
         let reason = bounded(reason);
         let counted = exec
-            .execute(
+            .execute_cached(
                 sql.record_refusal,
                 &[
                     Bind::Integer(i32::try_from(limit).unwrap_or(i32::MAX)),
@@ -256,11 +256,7 @@ where
     if !unavailable.is_empty() {
         // Held rows are given back as the round's transaction ends.
         if !held {
-            exec.execute(
-                &with_positions(sql.release, &unavailable),
-                &[Bind::Text(owner)],
-            )
-            .await?;
+            on_positions(exec, sql.release, &[Bind::Text(owner)], &unavailable).await?;
         }
         report.unavailable = unavailable.len();
         for message in given_back {
@@ -318,9 +314,11 @@ async fn lock_then_lease<X: RelayExec>(
         let rows = exec.load(select, &[Bind::BigInt(limit)]).await?;
         if !rows.is_empty() {
             let positions: Vec<i64> = rows.iter().map(|row| row.position).collect();
-            exec.execute(
-                &with_positions(lease, &positions),
+            on_positions(
+                exec,
+                lease,
                 &[Bind::Text(owner), Bind::BigInt(lease_millis)],
+                &positions,
             )
             .await?;
         }
@@ -340,6 +338,17 @@ async fn lock_then_lease<X: RelayExec>(
             Err(error.into())
         }
     }
+}
+
+/// Runs `sql` (ending with an open `IN (`) over the messages at
+/// `positions`, after `binds`: the rows it affected.
+async fn on_positions<X: RelayExec>(
+    exec: &mut X,
+    sql: &'static str,
+    binds: &[Bind<'_>],
+    positions: &[i64],
+) -> diesel::QueryResult<usize> {
+    exec.execute(&with_positions(sql, positions), binds).await
 }
 
 /// `sql` (ending with an open `IN (`) with `positions` and the closing
