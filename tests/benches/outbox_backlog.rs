@@ -46,9 +46,9 @@
 //!    `INBOX_BENCH_RELAY_SESSION`: SQL each relay connection runs once
 //!    connected (`SET synchronous_commit = off`, say), to try a setting
 //!    on the relay's sessions alone; `INBOX_BENCH_RELAY_RATE`: at most so
-//!    many messages a second per relay (its publisher sleeps after a
-//!    round that got ahead; 0, the default: as fast as it goes), to see
-//!    what a paced relay costs the claim path.
+//!    many messages a second per relay (`BackgroundRelay::max_rate`; 0, the
+//!    default: as fast as it goes), to see what a paced relay costs the
+//!    claim path.
 //!
 //! It prints, per window, the claim path's p50/p99/max, the messages
 //! published, the WAL written, the checkpoints and how busy the machine's
@@ -369,7 +369,8 @@ fn main() {
     let start_relays = || -> Vec<WorkerTask> {
         (0..config.relays)
             .map(|_| {
-                let relay = BackgroundRelay::new(Relay::new().batch_size(config.batch));
+                let relay = BackgroundRelay::new(Relay::new().batch_size(config.batch))
+                    .max_rate(u32::try_from(config.relay_rate).unwrap_or(u32::MAX));
                 let on_round = {
                     let shared = Arc::clone(&shared);
                     move |round: &RelayRound| on_round(&shared, round)
@@ -377,18 +378,10 @@ fn main() {
                 match &js {
                     Some(js) => relay.spawn_task(
                         pool.clone(),
-                        Timed::new(
-                            JetStreamPublisher::new(js.clone()),
-                            &shared,
-                            config.relay_rate,
-                        ),
+                        Timed::new(JetStreamPublisher::new(js.clone()), &shared),
                         on_round,
                     ),
-                    None => relay.spawn_task(
-                        pool.clone(),
-                        Timed::new(Discard, &shared, config.relay_rate),
-                        on_round,
-                    ),
+                    None => relay.spawn_task(pool.clone(), Timed::new(Discard, &shared), on_round),
                 }
             })
             .collect()
@@ -930,22 +923,14 @@ struct Timed<P> {
     inner: P,
     shared: Arc<Shared>,
     last_end: Option<Instant>,
-    /// At most this many messages a second (0: no bound), counted since
-    /// `started`.
-    rate: u64,
-    started: Instant,
-    published: u64,
 }
 
 impl<P> Timed<P> {
-    fn new(inner: P, shared: &Arc<Shared>, rate: u64) -> Timed<P> {
+    fn new(inner: P, shared: &Arc<Shared>) -> Timed<P> {
         Timed {
             inner,
             shared: Arc::clone(shared),
             last_end: None,
-            rate,
-            started: Instant::now(),
-            published: 0,
         }
     }
 }
@@ -954,7 +939,7 @@ impl<P: Publisher> Publisher for Timed<P> {
     async fn publish(&mut self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let start = Instant::now();
         let answers = self.inner.publish(messages).await;
-        let mut end = Instant::now();
+        let end = Instant::now();
         let times = RoundTimes {
             window: self.shared.window.load(Ordering::Relaxed),
             between: self
@@ -964,15 +949,6 @@ impl<P: Publisher> Publisher for Timed<P> {
         };
         if times.window != GAP {
             self.shared.rounds.lock().unwrap().push(times);
-        }
-        if self.rate > 0 {
-            self.published += messages.len() as u64;
-            let due =
-                self.started + Duration::from_secs_f64(self.published as f64 / self.rate as f64);
-            if due > end {
-                tokio::time::sleep(due - end).await;
-                end = Instant::now();
-            }
         }
         self.last_end = Some(end);
         answers

@@ -15,6 +15,7 @@ use crate::support::*;
 
 inbox_tests::backend_tests! {
     a_relay_thread_drains_then_follows_new_commits,
+    a_rate_limited_relay_thread_paces_its_rounds_and_run_now_does_not_skip_the_pace,
     a_relay_thread_backs_off_while_the_broker_is_unavailable_and_survives_a_panic;
     only [postgres]: a_listening_relay_thread_wakes_on_commit_and_listens_again_after_a_kill;
 }
@@ -48,6 +49,36 @@ pub fn a_relay_thread_drains_then_follows_new_commits<B: TestBackend>() {
     relay.stop().unwrap();
     assert!(rounds.lock().unwrap().iter().all(|(done, _)| *done));
     assert_keys_in_order(&broker.payloads());
+}
+
+pub fn a_rate_limited_relay_thread_paces_its_rounds_and_run_now_does_not_skip_the_pace<
+    B: TestBackend,
+>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    let messages: Vec<OutgoingMessage> = (0..40)
+        .map(|n| OutgoingMessage::new("receipts", format!("m{n}")))
+        .collect();
+    send_all(&mut conn, &messages);
+    let broker = Broker::default();
+    let started = std::time::Instant::now();
+    // 40 messages in rounds of 10 at 50 a second: rounds start 200 ms apart.
+    let relay = BackgroundRelay::new(Relay::new().batch_size(10))
+        .max_rate(50)
+        .idle_wait(Duration::from_secs(3600))
+        .spawn(db.pool(2), broker.clone(), |_| {})
+        .unwrap();
+    for _ in 0..20 {
+        relay.run_now();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    eventually("the backlog", || broker.payloads().len() == 40);
+    let took = started.elapsed();
+    relay.stop().unwrap();
+    assert!(
+        took >= Duration::from_millis(600),
+        "4 rounds, each at least 200 ms after the one before: {took:?}"
+    );
 }
 
 pub fn a_relay_thread_backs_off_while_the_broker_is_unavailable_and_survives_a_panic<

@@ -33,6 +33,7 @@ inbox_tests::backend_tests!(
     rabbitmq_gets_confirmed_messages_and_refuses_unroutable_ones,
     rabbitmq_refuses_a_missing_exchange_and_the_publisher_reopens_its_channel,
     jetstream_gets_each_id_once_and_refuses_a_subject_without_stream,
+    a_full_jetstream_stream_is_unavailable_and_a_message_it_can_never_take_refused,
     an_unreachable_broker_is_unavailable_not_refused,
 );
 
@@ -341,6 +342,89 @@ pub async fn jetstream_gets_each_id_once_and_refuses_a_subject_without_stream<B:
         dead[0].last_error
     );
     js.delete_stream(&name).await.unwrap();
+}
+
+/// What JetStream's own answers mean: a stream that is full (its limits
+/// reached, discarding new messages) takes the message later, once its
+/// consumers catch up: unavailable, given back uncounted. A message over
+/// the stream's size limit, and a destination that is no subject at all,
+/// can never go: refused, counted towards dead.
+pub async fn a_full_jetstream_stream_is_unavailable_and_a_message_it_can_never_take_refused<
+    B: TestBackend,
+>() {
+    let Some(db) = B::open() else { return };
+    let Some(client) = nats().await else { return };
+    let js = jetstream::new(client);
+    let name = run_name("full");
+    js.create_stream(stream::Config {
+        name: name.clone(),
+        subjects: vec![format!("{name}.>")],
+        max_messages: 1,
+        max_message_size: 256,
+        discard: stream::DiscardPolicy::New,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let subject = format!("{name}.receipts");
+    let mut conn = db.connect_async().await;
+    send_all(
+        &mut conn,
+        &[
+            OutgoingMessage::new(subject.clone(), "first"),
+            OutgoingMessage::new(subject.clone(), "second"),
+            OutgoingMessage::new(subject.clone(), vec![b'x'; 1000]),
+            OutgoingMessage::new("not a subject", "spaces"),
+        ],
+    )
+    .await;
+    let mut publisher = Answers {
+        inner: JetStreamPublisher::new(js.clone()),
+        answers: Vec::new(),
+    };
+    let report = impatient_relay()
+        .run_once_async(&mut conn, &mut publisher)
+        .await
+        .unwrap();
+    let by_payload: Vec<(&[u8], &Result<(), PublishError>)> = publisher
+        .answers
+        .iter()
+        .map(|(message, answer)| (&message.payload[..3], answer))
+        .collect();
+    assert!(matches!(by_payload[0], (b"fir", Ok(()))), "{by_payload:?}");
+    assert!(
+        matches!(by_payload[1], (b"sec", Err(full)) if !full.is_refused()),
+        "a full stream is unavailable: {by_payload:?}"
+    );
+    assert!(
+        matches!(by_payload[2], (b"xxx", Err(too_big)) if too_big.is_refused()),
+        "over the stream's size limit is refused: {by_payload:?}"
+    );
+    assert!(
+        matches!(by_payload[3], (b"spa", Err(no_subject)) if no_subject.is_refused()),
+        "not a subject is refused: {by_payload:?}"
+    );
+    assert_eq!(
+        (report.published, report.refused, report.unavailable),
+        (1, 2, 1),
+        "{report}"
+    );
+    js.delete_stream(&name).await.unwrap();
+}
+
+/// Forwards to `inner`, keeping each message with its answer.
+struct Answers<P> {
+    inner: P,
+    answers: Vec<(OutboxMessage, Result<(), PublishError>)>,
+}
+
+impl<P: Publisher> Publisher for Answers<P> {
+    async fn publish(&mut self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        let answers = self.inner.publish(messages).await;
+        self.answers
+            .extend(messages.iter().cloned().zip(answers.iter().cloned()));
+        answers
+    }
 }
 
 /// Forwards to `inner`, keeping what it was given.

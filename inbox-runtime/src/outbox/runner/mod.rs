@@ -51,6 +51,7 @@ pub struct BackgroundRelay {
     backoff: Backoff,
     checkout_timeout: Duration,
     thread_name: String,
+    max_rate: Option<std::num::NonZeroU32>,
     /// The database to listen on for commits (PostgreSQL).
     #[cfg(feature = "postgres")]
     wake_on_commit: Option<String>,
@@ -72,9 +73,31 @@ impl BackgroundRelay {
             backoff: Backoff::DEFAULT,
             checkout_timeout: Duration::from_secs(5),
             thread_name: "inbox-outbox-relay".to_owned(),
+            max_rate: None,
             #[cfg(feature = "postgres")]
             wake_on_commit: None,
         }
+    }
+
+    /// The most messages a second the relay takes (0, the default: no
+    /// limit). After a round of `n` messages, the next starts no sooner
+    /// than `n / per_second` after the round began. A backlog drains at
+    /// full speed otherwise, and on a machine the database shares with the
+    /// handlers, the drain's CPU makes the handlers' deliveries wait
+    /// (BENCHMARKS.md, "Draining a backlog"): a limit trades drain time for
+    /// their latency. Set it above the rate messages are written, or the
+    /// backlog grows.
+    ///
+    /// ```
+    /// use inbox_runtime::outbox::{BackgroundRelay, Relay};
+    ///
+    /// // Batches of 100, at most 50 rounds a second.
+    /// let relay = BackgroundRelay::new(Relay::new()).max_rate(5_000);
+    /// # let _ = relay;
+    /// ```
+    pub fn max_rate(mut self, per_second: u32) -> BackgroundRelay {
+        self.max_rate = std::num::NonZeroU32::new(per_second);
+        self
     }
 
     /// The wait after a round that found nothing: the longest a message
@@ -164,10 +187,10 @@ impl BackgroundRelay {
         self.wake_on_commit.clone().map(listen::CommitListener::new)
     }
 
-    /// The wait before the next round after `round`, with `failures` failed
-    /// rounds in a row so far (updated).
+    /// The wait before the next round after `round`, which took `took`,
+    /// with `failures` failed rounds in a row so far (updated).
     #[cfg_attr(not(any(feature = "r2d2", feature = "tokio")), allow(dead_code))]
-    fn next_wait(&self, round: &RelayRound, failures: &mut u32) -> Duration {
+    fn next_wait(&self, round: &RelayRound, took: Duration, failures: &mut u32) -> Duration {
         match round {
             RelayRound::Done(report) if report.unavailable > 0 => {
                 *failures = failures.saturating_add(1);
@@ -178,7 +201,7 @@ impl BackgroundRelay {
                 if report.is_idle() {
                     self.idle_wait
                 } else {
-                    Duration::ZERO
+                    self.pace(report.leased, took)
                 }
             }
             RelayRound::Failed(_) => {
@@ -186,6 +209,19 @@ impl BackgroundRelay {
                 self.backoff.after(*failures)
             }
         }
+    }
+}
+
+impl BackgroundRelay {
+    /// What is left of the time `messages` take at the rate limit, once a
+    /// round took `took`.
+    #[cfg_attr(not(any(feature = "r2d2", feature = "tokio")), allow(dead_code))]
+    fn pace(&self, messages: usize, took: Duration) -> Duration {
+        let Some(rate) = self.max_rate else {
+            return Duration::ZERO;
+        };
+        let allowed = Duration::from_secs_f64(messages as f64 / f64::from(rate.get()));
+        allowed.saturating_sub(took)
     }
 }
 
@@ -284,6 +320,7 @@ async fn relay_loop<E, F>(
 {
     let mut failures = 0;
     while !signals.stop_requested() {
+        let started = std::time::Instant::now();
         let round = match caught(front.round()).await {
             Ok(Ok(report)) => RelayRound::Done(report),
             Ok(Err(error)) => RelayRound::Failed(error),
@@ -300,8 +337,11 @@ async fn relay_loop<E, F>(
             _ => log::warn!(target: "inbox_runtime::outbox", "{round}"),
         }
         let _ = caught(async { on_round(&round) }).await;
-        let wait = settings.next_wait(&round, &mut failures);
-        if !wait.is_zero() && !front.wait(wait, failures == 0).await {
+        let wait = settings.next_wait(&round, started.elapsed(), &mut failures);
+        // Only an idle wait ends early: a backoff's or the rate limit's
+        // does not.
+        let wakeable = matches!(&round, RelayRound::Done(report) if report.is_idle());
+        if !wait.is_zero() && !front.wait(wait, wakeable && failures == 0).await {
             break;
         }
     }
