@@ -1,5 +1,6 @@
 //! What a handler sends: [`OutgoingMessage`], checked before it is written.
 
+use super::trace::Trace;
 use crate::error::{InboxError, OutgoingProblem};
 
 /// The longest destination, ordering key or header name, in bytes.
@@ -46,6 +47,7 @@ pub struct OutgoingMessage {
     headers: Vec<(String, String)>,
     payload: Vec<u8>,
     problem: Option<OutgoingProblem>,
+    trace: Option<Trace>,
 }
 
 impl OutgoingMessage {
@@ -62,6 +64,7 @@ impl OutgoingMessage {
             headers: Vec::new(),
             payload: payload.into(),
             problem: None,
+            trace: None,
         }
     }
 
@@ -104,6 +107,49 @@ impl OutgoingMessage {
     pub fn ordering_key(mut self, key: impl Into<String>) -> OutgoingMessage {
         self.ordering_key = Some(key.into());
         self
+    }
+
+    /// Continues the trace of the delivery this message is sent from:
+    /// `traceparent` is the incoming message's W3C trace context header.
+    /// The message is published with a `traceparent` of the same trace id
+    /// and flags, whose parent is a span id derived from the message's own
+    /// [`OutboxId`](super::OutboxId) (the same on every publish of it), so
+    /// a trace follows the message across services. It replaces a
+    /// `traceparent` header added before. A value that is not a valid
+    /// `traceparent` adds none (as the W3C recommendation asks of a
+    /// receiver that cannot read it: the next service starts a trace of
+    /// its own); a message is never refused for it.
+    ///
+    /// ```
+    /// use inbox_runtime::outbox::OutgoingMessage;
+    ///
+    /// let incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    /// let receipt = OutgoingMessage::new("billing.receipts", "p-1").continue_trace(incoming);
+    /// assert!(receipt.continues_trace());
+    /// assert!(!OutgoingMessage::new("q", "x").continue_trace("garbage").continues_trace());
+    /// ```
+    pub fn continue_trace(mut self, traceparent: &str) -> OutgoingMessage {
+        self.trace = Trace::parse(traceparent);
+        if self.trace.is_some() {
+            self.headers
+                .retain(|(name, _)| !name.eq_ignore_ascii_case("traceparent"));
+        }
+        self
+    }
+
+    /// Whether the message continues a trace ([`continue_trace`](Self::continue_trace)
+    /// was given a valid `traceparent`).
+    ///
+    /// ```
+    /// assert!(!inbox_runtime::outbox::OutgoingMessage::new("q", "x").continues_trace());
+    /// ```
+    pub fn continues_trace(&self) -> bool {
+        self.trace.is_some()
+    }
+
+    /// The trace the message continues.
+    pub(crate) fn trace(&self) -> Option<&Trace> {
+        self.trace.as_ref()
     }
 
     /// Adds a header (a name given twice is sent twice, in order).

@@ -66,6 +66,7 @@ mod publisher;
 mod publishers;
 mod relay;
 mod runner;
+mod trace;
 mod write;
 
 pub use dead::{Backlog, DeadMessage, backlog, dead, discard, revive};

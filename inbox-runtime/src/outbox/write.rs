@@ -40,7 +40,14 @@ pub(crate) async fn record<X: Executor>(
         });
     }
     let id = OutboxId::generate();
-    let headers = headers::encode(message.headers());
+    let headers = match message.trace() {
+        None => headers::encode(message.headers()),
+        Some(trace) => {
+            let mut all = message.headers().to_vec();
+            all.push(("traceparent".to_owned(), trace.child_of(&id)));
+            headers::encode(&all)
+        }
+    };
     if message.key().is_none() && message.payload().len() <= DEFERRED_PAYLOAD_BYTES {
         let deferred = deferred::defer(exec, || {
             <X::Backend as InboxBackend>::outbox_insert_text(

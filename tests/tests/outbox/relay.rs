@@ -24,7 +24,8 @@ inbox_tests::backend_tests! {
     an_unavailable_broker_gets_the_messages_back_uncounted,
     a_relay_killed_mid_round_leaves_its_lease_then_another_publishes_the_same_ids,
     three_relays_publish_every_message_once_each_key_in_order,
-    a_relay_refuses_to_run_inside_a_transaction;
+    a_relay_refuses_to_run_inside_a_transaction,
+    a_message_continues_the_trace_it_was_sent_from;
     only [postgres]:
     a_killed_relay_connection_gives_its_messages_back_at_once,
     a_round_stuck_past_its_lease_loses_its_messages_to_another_relay;
@@ -464,6 +465,66 @@ pub fn three_relays_publish_every_message_once_each_key_in_order<B: TestBackend>
         );
     }
     assert_eq!(outbox::backlog(&mut conn).unwrap().pending, 0);
+}
+
+pub fn a_message_continues_the_trace_it_was_sent_from<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    let incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let ids = send_all(
+        &mut conn,
+        &[
+            OutgoingMessage::new("receipts", "a")
+                .header("traceparent", "00-stale")
+                .header("kind", "receipt")
+                .continue_trace(incoming),
+            OutgoingMessage::new("receipts", "b").continue_trace(incoming),
+            OutgoingMessage::new("receipts", "c")
+                .header("traceparent", "kept as given")
+                .continue_trace("not a traceparent"),
+        ],
+    );
+    let mut broker = Broker::default();
+    drain(&Relay::new(), &mut conn, &mut broker);
+    let confirmed = broker.confirmed.lock().unwrap().clone();
+    let traceparents: Vec<Vec<&str>> = confirmed
+        .iter()
+        .map(|m| {
+            m.headers
+                .iter()
+                .filter(|(name, _)| name == "traceparent")
+                .map(|(_, value)| value.as_str())
+                .collect()
+        })
+        .collect();
+    let span = |id: &outbox::OutboxId| {
+        let digits: String = id.as_str().chars().filter(|c| *c != '-').collect();
+        digits[digits.len() - 16..].to_owned()
+    };
+    assert_eq!(
+        traceparents[0],
+        [format!(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-{}-01",
+            span(&ids[0])
+        )]
+    );
+    assert_eq!(
+        traceparents[1],
+        [format!(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-{}-01",
+            span(&ids[1])
+        )]
+    );
+    assert_ne!(traceparents[0], traceparents[1], "a span per message");
+    assert_eq!(
+        traceparents[2],
+        ["kept as given"],
+        "an invalid trace adds nothing"
+    );
+    assert_eq!(
+        confirmed[0].headers[0],
+        ("kind".to_owned(), "receipt".to_owned())
+    );
 }
 
 pub fn a_relay_refuses_to_run_inside_a_transaction<B: TestBackend>() {

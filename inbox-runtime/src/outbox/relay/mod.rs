@@ -193,7 +193,7 @@ impl Relay {
 
     /// Whether a message the broker confirmed is kept, marked with the time
     /// it was sent, for the pruner to delete once it is older than the
-    /// [`Retention`](crate::Retention)'s default window, instead of deleted
+    /// [`RetentionPolicy`](crate::RetentionPolicy)'s default window, instead of deleted
     /// at once (the default). Kept messages are an audit trail of what was
     /// sent; they cost the relay an update per message (the mark: a new
     /// row version and its index entries) and the pruner a delete later,
