@@ -237,11 +237,13 @@ mod imp {
              AND (? IS NULL OR id = ?)",
         discard: "DELETE FROM inbox_outbox WHERE dead_at IS NOT NULL AND sent_at IS NULL \
              AND (? IS NULL OR id = ?)",
+        // Two scans, each of a partial index's rows (pending, dead): one
+        // scan of both would read the kept sent messages as well.
         backlog: concat!(
-            "SELECT COUNT(CASE WHEN dead_at IS NULL THEN 1 END) AS pending, ",
-            "COUNT(dead_at) AS dead, MIN(CASE WHEN dead_at IS NULL THEN ",
-            micros!("created_at"),
-            " END) AS oldest_micros FROM inbox_outbox WHERE sent_at IS NULL"
+            "SELECT p.pending, d.dead, p.oldest_micros FROM (SELECT COUNT(*) AS pending, ",
+            micros!("MIN(created_at)"),
+            " AS oldest_micros FROM inbox_outbox WHERE sent_at IS NULL AND dead_at IS NULL) p, ",
+            "(SELECT COUNT(*) AS dead FROM inbox_outbox WHERE dead_at IS NOT NULL AND sent_at IS NULL) d"
         ),
     };
 

@@ -27,6 +27,7 @@ pub const BODY_BYTES: usize = 1024;
 pub struct Payloads {
     body: Vec<u8>,
     fingerprinted: Vec<u64>,
+    #[cfg(feature = "serde")]
     stored: Vec<u64>,
     next: usize,
 }
@@ -36,6 +37,7 @@ impl Payloads {
         Payloads {
             body: (0..BODY_BYTES).map(|n| (n % 251) as u8).collect(),
             fingerprinted: Vec::new(),
+            #[cfg(feature = "serde")]
             stored: Vec::new(),
             next: 0,
         }
@@ -115,6 +117,7 @@ struct Receipt {
 impl<C: BenchConnection> Worker<C> {
     /// One delivery of a payload variant.
     pub(super) fn deliver_payload(&mut self, variant: Variant) {
+        #[cfg(feature = "serde")]
         let account = self.account;
         let handler = self.handler.clone();
         match variant {

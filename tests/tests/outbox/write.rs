@@ -20,6 +20,8 @@ inbox_tests::backend_tests! {
     a_handler_records_once_and_its_failed_attempt_records_nothing,
     a_key_is_numbered_densely_in_commit_order;
     only [postgres, mysql]: writers_of_one_key_take_turns_until_commit;
+    only [postgres]: an_unkeyed_message_enters_the_position_id_and_pending_indexes_only;
+    only [sqlite]: every_outbox_index_but_the_ids_is_partial;
 }
 
 pub fn recorded_with_the_transaction_and_gone_with_its_rollback<B: TestBackend>() {
@@ -226,4 +228,58 @@ pub fn writers_of_one_key_take_turns_until_commit<B: TestBackend>() {
         .is_idle()
     {}
     assert_eq!(broker.payloads(), ["first", "second", "second"]);
+}
+
+/// A handler pays for every index entry its message makes: on PostgreSQL
+/// an unkeyed message enters three (an index no row entered is its
+/// metapage alone, one page), and a keyed one the key's two as well.
+pub fn an_unkeyed_message_enters_the_position_id_and_pending_indexes_only<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    let entered = |conn: &mut B::Connection| -> Vec<String> {
+        conn.texts(
+            "SELECT c.relname AS value FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+             WHERE i.indrelid = 'inbox_outbox'::regclass \
+             AND pg_relation_size(c.oid) > current_setting('block_size')::int ORDER BY 1",
+        )
+    };
+    assert!(entered(&mut conn).is_empty(), "a new outbox's indexes are empty");
+    let unkeyed: Vec<OutgoingMessage> = (0..50)
+        .map(|n| OutgoingMessage::new("receipts", format!("m{n}")).header("kind", "receipt"))
+        .collect();
+    send_all(&mut conn, &unkeyed);
+    assert_eq!(
+        entered(&mut conn),
+        ["inbox_outbox_id_key", "inbox_outbox_pending_idx", "inbox_outbox_pkey"]
+    );
+    send_all(&mut conn, &[keyed("account-1", "k1")]);
+    assert_eq!(
+        entered(&mut conn),
+        [
+            "inbox_outbox_id_key",
+            "inbox_outbox_key_seq_unique",
+            "inbox_outbox_key_unsent_idx",
+            "inbox_outbox_pending_idx",
+            "inbox_outbox_pkey"
+        ]
+    );
+}
+
+/// SQLite's counterpart of the check above, on the schema: apart from the
+/// id's (a `UNIQUE` column, an index without SQL), every index of the
+/// outbox names the rows it holds, so an unkeyed message enters the id's
+/// and the pending one only.
+pub fn every_outbox_index_but_the_ids_is_partial<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    let whole = conn.texts(
+        "SELECT name AS value FROM sqlite_master WHERE type = 'index' \
+         AND tbl_name = 'inbox_outbox' AND (sql IS NULL OR sql NOT LIKE '%WHERE%') ORDER BY 1",
+    );
+    assert_eq!(whole, ["sqlite_autoindex_inbox_outbox_1"], "the id's only");
+    let partial = conn.bigint(
+        "SELECT COUNT(*) AS value FROM sqlite_master WHERE type = 'index' \
+         AND tbl_name = 'inbox_outbox' AND sql LIKE '%WHERE%'",
+    );
+    assert_eq!(partial, 5);
 }

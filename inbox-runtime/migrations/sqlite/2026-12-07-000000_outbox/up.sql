@@ -26,11 +26,29 @@ CREATE TABLE IF NOT EXISTS inbox_outbox (
     leased_until TEXT    NULL,
     sent_at      TEXT    NULL,
     dead_at      TEXT    NULL,
-    CHECK ((ordering_key IS NULL) = (key_seq IS NULL)),
-    UNIQUE (ordering_key, key_seq)
+    CHECK ((ordering_key IS NULL) = (key_seq IS NULL))
 );
-CREATE INDEX IF NOT EXISTS inbox_outbox_sent_at_idx ON inbox_outbox (sent_at, position);
-CREATE INDEX IF NOT EXISTS inbox_outbox_key_unsent_idx ON inbox_outbox (ordering_key, sent_at, key_seq);
+-- Every index below but the id's is partial, so that a message without an
+-- ordering key, as written, enters two indexes (the id and the pending one)
+-- and no more: a commit writes every page it changed to the WAL, and each
+-- index an insert enters is another page.
+--
+-- A key's numbers, each given once.
+CREATE UNIQUE INDEX IF NOT EXISTS inbox_outbox_key_seq_unique ON inbox_outbox (ordering_key, key_seq)
+    WHERE ordering_key IS NOT NULL;
+-- The relay's lease: the pending messages in position order.
+CREATE INDEX IF NOT EXISTS inbox_outbox_pending_idx ON inbox_outbox (position)
+    WHERE sent_at IS NULL AND dead_at IS NULL;
+-- The dead messages in position order: the operator's list, revive and
+-- discard, and the backlog's count of them.
+CREATE INDEX IF NOT EXISTS inbox_outbox_dead_idx ON inbox_outbox (position)
+    WHERE dead_at IS NOT NULL AND sent_at IS NULL;
+-- Pruning: the messages kept after they were sent (`Relay::keep_sent`), oldest first.
+CREATE INDEX IF NOT EXISTS inbox_outbox_sent_at_idx ON inbox_outbox (sent_at, position)
+    WHERE sent_at IS NOT NULL;
+-- A key's earlier unsent messages (the order check).
+CREATE INDEX IF NOT EXISTS inbox_outbox_key_unsent_idx ON inbox_outbox (ordering_key, key_seq)
+    WHERE ordering_key IS NOT NULL AND sent_at IS NULL;
 CREATE TABLE IF NOT EXISTS inbox_outbox_keys (
     ordering_key TEXT    PRIMARY KEY CHECK (length(CAST(ordering_key AS BLOB)) BETWEEN 1 AND 255 * length(CAST('x' AS BLOB))),
     last_seq     INTEGER NOT NULL
