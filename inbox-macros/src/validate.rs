@@ -58,6 +58,7 @@ pub(crate) fn handler(
         &classifier,
         &outside::Context {
             connection: conn_ident,
+            detected: args.conn.is_none(),
             claimed: &found.claimed,
             allowed: &args.outside_transaction,
         },

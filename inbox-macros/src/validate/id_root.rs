@@ -13,7 +13,7 @@
 use proc_macro2::Ident;
 use syn::punctuated::Punctuated;
 use syn::visit::Visit;
-use syn::{Expr, ExprMacro, FnArg, Lit, Signature, Token, UnOp};
+use syn::{Expr, ExprMacro, FnArg, Lit, Pat, Signature, Token, Type, UnOp};
 
 use super::Subject;
 use crate::errors::Errors;
@@ -27,6 +27,10 @@ pub(crate) struct Scope {
     has_receiver: bool,
     /// The connection parameter, which is not a message.
     conn: Option<Ident>,
+    /// The first `name: Type` parameter besides the connection, with the
+    /// name of its type (`msg`, `Payment` for `msg: &Payment`): the message
+    /// an id is most likely read from.
+    message: Option<(Ident, String)>,
 }
 
 impl Scope {
@@ -38,10 +42,34 @@ impl Scope {
                 collector.visit_pat(&param.pat);
             }
         }
+        let message = sig.inputs.iter().find_map(|arg| match arg {
+            FnArg::Typed(param) => match &*param.pat {
+                Pat::Ident(binding) if conn != Some(&binding.ident) => {
+                    Some((binding.ident.clone(), type_name(&param.ty)))
+                }
+                _ => None,
+            },
+            FnArg::Receiver(_) => None,
+        });
         Scope {
             params: collector.names,
             has_receiver: sig.receiver().is_some(),
             conn: conn.cloned(),
+            message,
+        }
+    }
+
+    /// For an id the consumer makes up: where the producer's id would be
+    /// read instead, as an example on the handler's own message parameter
+    /// (`; read the id the producer set on the message instead, e.g. `id =
+    /// msg.id` if `Payment` carries it in a field `id``). Empty without one.
+    fn id_example(&self) -> String {
+        match &self.message {
+            Some((name, ty)) => format!(
+                "; read the id the producer set on the message instead, e.g. `id = {name}.id` \
+                 if `{ty}` carries it in a field `id`"
+            ),
+            None => String::new(),
         }
     }
 
@@ -62,6 +90,22 @@ impl Scope {
         } else {
             format!("read it from {}", names.join(", "))
         }
+    }
+}
+
+/// The name a parameter's type reads as: its last path segment behind
+/// references (`Payment` for `&Payment`), or the type as written.
+fn type_name(ty: &Type) -> String {
+    match ty {
+        Type::Reference(reference) => type_name(&reference.elem),
+        Type::Paren(paren) => type_name(&paren.elem),
+        Type::Group(group) => type_name(&group.elem),
+        Type::Path(path) => path
+            .path
+            .segments
+            .last()
+            .map_or_else(|| code(ty), |last| last.ident.to_string()),
+        other => code(other),
     }
 }
 
@@ -167,7 +211,8 @@ impl Check<'_> {
                 Subject::Id => format!(
                     "{prefix}: `{text}` is not rooted in a handler parameter; deduplication must key \
                      on a stable, producer-assigned id, and a value the consumer generates is \
-                     different on every delivery"
+                     different on every delivery{}",
+                    self.scope.id_example()
                 ),
                 Subject::Fingerprint => format!(
                     "{prefix}: `{text}` is not rooted in a handler parameter; a value the consumer \

@@ -54,6 +54,9 @@ const CHECKOUT_METHODS: [&str; 6] = [
 pub(crate) struct Context<'a> {
     /// The handler's connection parameter, if found.
     pub(crate) connection: Option<&'a Ident>,
+    /// Whether the attribute chose the connection itself (the first
+    /// connection parameter), rather than `conn = ...`.
+    pub(crate) detected: bool,
     /// Positions in `sig.inputs` already accounted for (the connection, and
     /// parameters already reported as a wrong connection).
     pub(crate) claimed: &'a [usize],
@@ -107,8 +110,8 @@ pub(crate) fn check(
                 "`{}` is {what} (`{}`): {}",
                 name.map_or_else(|| code(&param.pat), Ident::to_string),
                 code(&param.ty),
-                consequence(kind, context.connection, name)
-            ),
+                consequence(kind, context.connection, name),
+            ) + &other_choice(kind, context, name),
         ));
     }
 
@@ -176,6 +179,34 @@ fn consequence(kind: Kind, connection: Option<&Ident>, name: Option<&Ident>) -> 
          redelivered; write through {through} only, or, if reaching outside the transaction is \
          intended (a read replica, an audit record that must survive a rollback), {opt_out}"
     )
+}
+
+/// When the attribute took the first of two connection parameters as the
+/// handler's and the second is named like the handler's connection while
+/// the first is not (`audit: &mut PgConnection, conn: &mut PgConnection`):
+/// how to name the second instead. Empty otherwise.
+fn other_choice(kind: Kind, context: &Context, name: Option<&Ident>) -> String {
+    match (kind, context.detected, context.connection, name) {
+        (Kind::Connection, true, Some(first), Some(name))
+            if named_like_a_connection(name) && !named_like_a_connection(first) =>
+        {
+            format!(
+                "; the attribute took `{first}`, the first connection parameter, as the \
+                 handler's connection: if `{name}` is the one the handler writes through, \
+                 name it with `#[idempotent(conn = {name}, ..)]` (and list `{first}` in \
+                 `outside_transaction` if it is meant to reach outside)"
+            )
+        }
+        _ => String::new(),
+    }
+}
+
+/// Whether a parameter's name reads as a handler's connection (`conn`,
+/// `db_conn`, `connection`, `db`, `tx`).
+fn named_like_a_connection(name: &Ident) -> bool {
+    let name = name.to_string().to_ascii_lowercase();
+    let name = name.trim_start_matches('_');
+    name.contains("conn") || matches!(name, "db" | "database" | "tx" | "txn")
 }
 
 /// The pool checkouts in a body: `pool.get()` and the like, with the pool's name.

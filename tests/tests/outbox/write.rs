@@ -243,14 +243,21 @@ pub fn an_unkeyed_message_enters_the_position_id_and_pending_indexes_only<B: Tes
              AND pg_relation_size(c.oid) > current_setting('block_size')::int ORDER BY 1",
         )
     };
-    assert!(entered(&mut conn).is_empty(), "a new outbox's indexes are empty");
+    assert!(
+        entered(&mut conn).is_empty(),
+        "a new outbox's indexes are empty"
+    );
     let unkeyed: Vec<OutgoingMessage> = (0..50)
         .map(|n| OutgoingMessage::new("receipts", format!("m{n}")).header("kind", "receipt"))
         .collect();
     send_all(&mut conn, &unkeyed);
     assert_eq!(
         entered(&mut conn),
-        ["inbox_outbox_id_key", "inbox_outbox_pending_idx", "inbox_outbox_pkey"]
+        [
+            "inbox_outbox_id_key",
+            "inbox_outbox_pending_idx",
+            "inbox_outbox_pkey"
+        ]
     );
     send_all(&mut conn, &[keyed("account-1", "k1")]);
     assert_eq!(
