@@ -163,6 +163,15 @@ pub struct Receipt {
 }
 
 impl Receipt {
+    /// The receipt of `payment`, applied as `cents`.
+    pub fn of(payment: &Payment, cents: i64) -> Receipt {
+        Receipt {
+            payment: payment.id.clone(),
+            account: payment.body.account,
+            cents,
+        }
+    }
+
     /// The receipt as an outgoing message to [`RECEIPTS`], keyed by account
     /// (an account's receipts go out in the order they were applied).
     pub fn message(&self) -> OutgoingMessage {
@@ -247,6 +256,22 @@ pub async fn apply_payment<P: Probe>(
     probe: &P,
 ) -> Result<Outcome<()>, LedgerError> {
     let cents = ledger_cents(&payment.body)?;
+    credit(conn, payment, cents).await?;
+    outbox::send_async(conn, &Receipt::of(payment, cents).message()).await?;
+    probe.in_transaction(&payment.id).await;
+    hold(payment).await;
+    record_entry(conn, payment, cents).await?;
+    Ok(Outcome::Processed(()))
+}
+
+/// Adds `cents` to the payment's account; a payment to an account that
+/// does not exist is rejected ([`InboxError::Rejected`]: dead at once, not
+/// retried).
+pub async fn credit(
+    conn: &mut AsyncPgConnection,
+    payment: &Payment,
+    cents: i64,
+) -> Result<(), LedgerError> {
     let credited = diesel::update(ledger_accounts::table.find(payment.body.account))
         .set(ledger_accounts::balance_cents.eq(ledger_accounts::balance_cents + cents))
         .execute(conn)
@@ -258,16 +283,25 @@ pub async fn apply_payment<P: Probe>(
         ))
         .into());
     }
-    let receipt = Receipt {
-        payment: payment.id.clone(),
-        account: payment.body.account,
-        cents,
-    };
-    outbox::send_async(conn, &receipt.message()).await?;
-    probe.in_transaction(&payment.id).await;
+    Ok(())
+}
+
+/// Keeps a slow payment's transaction open for its
+/// [`PaymentBody::hold_ms`].
+pub async fn hold(payment: &Payment) {
     if payment.body.hold_ms > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(payment.body.hold_ms)).await;
     }
+}
+
+/// The payment's ledger entry. The table has no unique key on the message
+/// id, so a payment applied twice shows as two entries (what the chaos
+/// runs' check counts).
+pub async fn record_entry(
+    conn: &mut AsyncPgConnection,
+    payment: &Payment,
+    cents: i64,
+) -> diesel::QueryResult<usize> {
     diesel::insert_into(ledger_entries::table)
         .values((
             ledger_entries::message_id.eq(&payment.id),
@@ -275,8 +309,7 @@ pub async fn apply_payment<P: Probe>(
             ledger_entries::amount_cents.eq(cents),
         ))
         .execute(conn)
-        .await?;
-    Ok(Outcome::Processed(()))
+        .await
 }
 
 /// Whether the inbox holds `message_id` as dead for [`HANDLER`].

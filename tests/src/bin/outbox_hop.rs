@@ -98,16 +98,14 @@ use std::time::Duration;
 
 use async_nats::header::{HeaderMap, NATS_MESSAGE_ID};
 use async_nats::jetstream::{self, consumer::pull};
-use diesel::{ExpressionMethods, QueryDsl};
+use diesel::ExpressionMethods;
 use diesel_async::pooled_connection::AsyncDieselConnectionManager;
 use diesel_async::pooled_connection::deadpool::Pool;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use futures_util::StreamExt;
 use inbox_examples::brokers::BoxError;
 use inbox_examples::brokers::delivery::{Probe, RETRY_BACKOFF};
-use inbox_examples::brokers::ledger::{
-    self, LedgerError, Payment, PaymentBody, Receipt, ledger_accounts, ledger_entries,
-};
+use inbox_examples::brokers::ledger::{self, LedgerError, Payment, PaymentBody, Receipt};
 use inbox_examples::brokers::rabbitmq;
 use inbox_runtime::outbox::{
     BackgroundRelay, JetStreamPublisher, OutboxMessage, PublishError, Publisher, Relay, RelayRound,
@@ -272,15 +270,6 @@ impl From<diesel::result::Error> for MutantError {
     }
 }
 
-/// The receipt of `payment`, as the ledger writes it.
-fn receipt_of(payment: &Payment, cents: i64) -> Receipt {
-    Receipt {
-        payment: payment.id.clone(),
-        account: payment.body.account,
-        cents,
-    }
-}
-
 /// Mutation `publish-in-body`: `ledger::apply_payment` with its receipt
 /// published from the body, first thing, instead of recorded in the outbox.
 #[idempotent(id = payment.id, handler = "hop.mutant.publish_in_body", max_attempts = 3)]
@@ -293,23 +282,13 @@ async fn apply_payment_publishing_in_body<P: Probe>(
     let cents = ledger::ledger_cents(&payment.body)?;
     // THE MUTATION: out to the broker before anything is committed.
     receipts
-        .publish(&receipt_of(payment, cents))
+        .publish(&Receipt::of(payment, cents))
         .await
         .map_err(MutantError::Publish)?;
-    let credited = diesel::update(ledger_accounts::table.find(payment.body.account))
-        .set(ledger_accounts::balance_cents.eq(ledger_accounts::balance_cents + cents))
-        .execute(conn)
-        .await?;
-    if credited == 0 {
-        return Err(InboxError::rejected(format!(
-            "account {} does not exist",
-            payment.body.account
-        ))
-        .into());
-    }
+    ledger::credit(conn, payment, cents).await?;
     probe.in_transaction(&payment.id).await;
-    hold(payment).await;
-    insert_entry(conn, payment, cents).await?;
+    ledger::hold(payment).await;
+    ledger::record_entry(conn, payment, cents).await?;
     Ok(Outcome::Processed(()))
 }
 
@@ -322,43 +301,11 @@ async fn apply_payment_without_receipt<P: Probe>(
     probe: &P,
 ) -> Result<Outcome<()>, LedgerError> {
     let cents = ledger::ledger_cents(&payment.body)?;
-    let credited = diesel::update(ledger_accounts::table.find(payment.body.account))
-        .set(ledger_accounts::balance_cents.eq(ledger_accounts::balance_cents + cents))
-        .execute(conn)
-        .await?;
-    if credited == 0 {
-        return Err(InboxError::rejected(format!(
-            "account {} does not exist",
-            payment.body.account
-        ))
-        .into());
-    }
+    ledger::credit(conn, payment, cents).await?;
     probe.in_transaction(&payment.id).await;
-    hold(payment).await;
-    insert_entry(conn, payment, cents).await?;
+    ledger::hold(payment).await;
+    ledger::record_entry(conn, payment, cents).await?;
     Ok(Outcome::Processed(()))
-}
-
-/// A slow payment's wait, as the real handler's.
-async fn hold(payment: &Payment) {
-    if payment.body.hold_ms > 0 {
-        tokio::time::sleep(Duration::from_millis(payment.body.hold_ms)).await;
-    }
-}
-
-async fn insert_entry(
-    conn: &mut AsyncPgConnection,
-    payment: &Payment,
-    cents: i64,
-) -> diesel::QueryResult<usize> {
-    diesel::insert_into(ledger_entries::table)
-        .values((
-            ledger_entries::message_id.eq(&payment.id),
-            ledger_entries::account_id.eq(payment.body.account),
-            ledger_entries::amount_cents.eq(cents),
-        ))
-        .execute(conn)
-        .await
 }
 
 /// The broker decision for a handler's result, by `ack_decision`, and the
@@ -485,7 +432,7 @@ impl Consumer {
             // THE MUTATION: after the commit, outside any transaction. A
             // failure here can only be logged: the payment is applied.
             let cents = ledger::ledger_cents(&payment.body).unwrap_or_default();
-            if let Err(error) = receipts.publish(&receipt_of(payment, cents)).await {
+            if let Err(error) = receipts.publish(&Receipt::of(payment, cents)).await {
                 eprintln!(
                     "outbox-hop consumer: receipt of {} lost: {error}",
                     payment.id
