@@ -118,7 +118,10 @@ impl OutgoingMessage {
     /// `traceparent` header added before. A value that is not a valid
     /// `traceparent` adds none (as the W3C recommendation asks of a
     /// receiver that cannot read it: the next service starts a trace of
-    /// its own); a message is never refused for it.
+    /// its own); a message is never refused for it. The incoming
+    /// `tracestate`, if any, is vendor data the runtime does not read: copy
+    /// it with [`header`](Self::header) (`.header("tracestate", state)`) to
+    /// pass it on.
     ///
     /// ```
     /// use inbox_runtime::outbox::OutgoingMessage;
