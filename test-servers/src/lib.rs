@@ -1,4 +1,4 @@
-//! Throwaway database servers for the inbox test suite, on this machine
+//! Throwaway database servers and brokers for the inbox test suite, on this machine
 //! only: each one lives in a fresh temporary directory (mode 0700), listens
 //! on 127.0.0.1 on a port the OS picks, and is stopped and removed on drop.
 //!
@@ -7,12 +7,15 @@
 //!   (`pg_basebackup`), synchronous or asynchronous ([`Replication`]);
 //! - [`MariaDbServer`]: a MariaDB server (`mariadb-install-db`, `mariadbd`)
 //!   with a user of its own and a random password;
-//! - [`GaleraCluster`]: a 3-node MariaDB Galera cluster.
+//! - [`GaleraCluster`]: a 3-node MariaDB Galera cluster;
+//! - [`NatsServer`]: a NATS server with JetStream (`nats-server -js`);
+//! - [`RabbitMqNode`]: a RabbitMQ node with its own name, cookie, ports
+//!   and port mapper.
 //!
 //! Standard library only, so that `cargo xtask` builds before any client
 //! library is installed: SQL goes through the servers' own client binaries
 //! (`psql`, `mariadb`). Run as root, the servers run as their system users
-//! (`postgres`, `mysql`), as their binaries require.
+//! (`postgres`, `mysql`, `rabbitmq`), as their binaries require.
 //!
 //! ```no_run
 //! use inbox_test_servers::{MariaDbServer, PgServer};
@@ -28,11 +31,15 @@
 
 pub mod galera;
 mod mariadb;
+mod nats;
 mod postgres;
 mod process;
+mod rabbitmq;
 mod secret;
 
 pub use galera::GaleraCluster;
 pub use mariadb::MariaDbServer;
+pub use nats::NatsServer;
 pub use postgres::{PgServer, Replication};
 pub use process::{free_ports, running_as_root, unique_name};
+pub use rabbitmq::RabbitMqNode;

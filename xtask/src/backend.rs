@@ -17,6 +17,15 @@ impl Backend {
     /// Every backend, which is what `cargo xtask test` runs without `--backend`.
     pub const ALL: [Backend; 3] = [Backend::Postgres, Backend::Mysql, Backend::Sqlite];
 
+    /// Whether `backends` are every backend: the whole suite
+    /// (`--workspace --all-features`), whose chaos and outbox suites also
+    /// need RabbitMQ and NATS.
+    pub fn whole_suite(backends: &[Backend]) -> bool {
+        Backend::ALL
+            .iter()
+            .all(|backend| backends.contains(backend))
+    }
+
     /// The backend named `name` on the command line.
     pub fn parse(name: &str) -> Result<Self, String> {
         match name {

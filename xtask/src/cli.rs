@@ -9,10 +9,11 @@ usage: cargo xtask test [--backend postgres|mysql|sqlite]... [-- <cargo test arg
 
 test   installs what the chosen backends need (apt-get, as root or with sudo -n),
        starts throwaway PostgreSQL and MariaDB servers (unless INBOX_TEST_POSTGRES_URL
-       or INBOX_TEST_MYSQL_URL name servers to use), runs the tests with
-       INBOX_REQUIRE_DATABASES=1 and INBOX_TEST_REQUIRE_BROKERS=1 (the chaos
-       tests need RabbitMQ and NATS with JetStream running on 127.0.0.1),
-       then stops and removes the servers.
+       or INBOX_TEST_MYSQL_URL name servers to use) and, for the whole suite, a
+       RabbitMQ node and a NATS server with JetStream (unless INBOX_TEST_AMQP_URL or
+       INBOX_TEST_NATS_URL name brokers to use), runs the tests with
+       INBOX_REQUIRE_DATABASES=1 and INBOX_TEST_REQUIRE_BROKERS=1, then stops and
+       removes the servers and brokers, also on failure or Ctrl-C.
        No --backend: every backend, `cargo test --workspace --all-features`.
        --backend X: the quick loop, inbox-runtime and the suite with feature X alone.
 deps   only installs (or names) the system packages the chosen backends need.";

@@ -10,13 +10,16 @@
 //! 2. unless `INBOX_TEST_POSTGRES_URL` / `INBOX_TEST_MYSQL_URL` point it at
 //!    existing servers, starts throwaway PostgreSQL and MariaDB servers
 //!    (a temporary directory, a free port on 127.0.0.1, a random password)
-//!    and creates database `test` on each;
+//!    and creates database `test` on each; for the whole suite, unless
+//!    `INBOX_TEST_AMQP_URL` / `INBOX_TEST_NATS_URL` point it at existing
+//!    brokers, also a RabbitMQ node (its own name, cookie, ports and port
+//!    mapper) and a NATS server with JetStream (a temporary store);
 //! 3. runs the suite with `INBOX_REQUIRE_DATABASES=1` and
-//!    `INBOX_TEST_REQUIRE_BROKERS=1` (the chaos tests on RabbitMQ and NATS,
-//!    which must be running: xtask starts no broker): every backend is
+//!    `INBOX_TEST_REQUIRE_BROKERS=1` (a server or broker that cannot be
+//!    reached fails its tests): every backend is
 //!    `cargo test --workspace --all-features`, one backend the quick loop
 //!    of `inbox-runtime` and the suite with that backend's feature alone;
-//! 4. stops and removes the servers, also when the tests fail or on Ctrl-C
+//! 4. stops and removes the servers and brokers, also when the tests fail or on Ctrl-C
 //!    (they live in a guardian process, see [`guard`]), and exits with
 //!    cargo's code.
 //!

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use inbox_test_servers::{GaleraCluster, MariaDbServer, PgServer};
+use inbox_test_servers::{GaleraCluster, MariaDbServer, NatsServer, PgServer, RabbitMqNode};
 
 use crate::backend::Backend;
 
@@ -11,33 +11,50 @@ use crate::backend::Backend;
 /// bring it.
 struct Requirement {
     what: &'static str,
-    backends: &'static [Backend],
+    needed_by: Need,
     packages: &'static [&'static str],
     present: fn() -> bool,
+}
+
+/// Which runs need a [`Requirement`].
+enum Need {
+    /// Any run that tests one of these backends.
+    AnyOf(&'static [Backend]),
+    /// The whole suite only (its brokers, see [`Backend::whole_suite`]).
+    WholeSuite,
+}
+
+impl Need {
+    fn of(&self, backends: &[Backend]) -> bool {
+        match self {
+            Need::AnyOf(needing) => needing.iter().any(|b| backends.contains(b)),
+            Need::WholeSuite => Backend::whole_suite(backends),
+        }
+    }
 }
 
 const REQUIREMENTS: &[Requirement] = &[
     Requirement {
         what: "pkg-config (how Diesel's client libraries are found)",
-        backends: &[Backend::Postgres, Backend::Mysql],
+        needed_by: Need::AnyOf(&[Backend::Postgres, Backend::Mysql]),
         packages: &["pkg-config"],
         present: || program("pkg-config", &["--version"]),
     },
     Requirement {
         what: "libpq, PostgreSQL's client library",
-        backends: &[Backend::Postgres],
+        needed_by: Need::AnyOf(&[Backend::Postgres]),
         packages: &["libpq-dev"],
         present: || program("pkg-config", &["--exists", "libpq"]),
     },
     Requirement {
         what: "the PostgreSQL server binaries (initdb, pg_ctl, psql)",
-        backends: &[Backend::Postgres],
+        needed_by: Need::AnyOf(&[Backend::Postgres]),
         packages: &["postgresql"],
         present: || PgServer::bin_dir().is_ok_and(|bin| bin.join("psql").exists()),
     },
     Requirement {
         what: "the MariaDB client library (libmysqlclient)",
-        backends: &[Backend::Mysql],
+        needed_by: Need::AnyOf(&[Backend::Mysql]),
         packages: &["libmariadb-dev", "libmariadb-dev-compat"],
         present: || {
             program("pkg-config", &["--exists", "mysqlclient"])
@@ -46,15 +63,27 @@ const REQUIREMENTS: &[Requirement] = &[
     },
     Requirement {
         what: "the MariaDB server binaries (mariadbd, mariadb-install-db, mariadb)",
-        backends: &[Backend::Mysql],
+        needed_by: Need::AnyOf(&[Backend::Mysql]),
         packages: &["mariadb-server"],
         present: || MariaDbServer::installed().is_ok(),
     },
     Requirement {
         what: "Galera and rsync, for the 3-node cluster tests",
-        backends: &[Backend::Mysql],
+        needed_by: Need::AnyOf(&[Backend::Mysql]),
         packages: &["mariadb-server", "galera-4", "rsync"],
         present: || GaleraCluster::installed().is_ok(),
+    },
+    Requirement {
+        what: "RabbitMQ, for the broker and outbox suites",
+        needed_by: Need::WholeSuite,
+        packages: &["rabbitmq-server"],
+        present: || RabbitMqNode::installed().is_ok(),
+    },
+    Requirement {
+        what: "nats-server, for the broker and outbox suites",
+        needed_by: Need::WholeSuite,
+        packages: &["nats-server"],
+        present: || NatsServer::binary().is_ok(),
     },
 ];
 
@@ -79,8 +108,9 @@ pub fn ensure(backends: &[Backend]) -> Result<(), String> {
     let Some(sudo) = privilege() else {
         return Err(format!(
             "cannot install them (neither root nor passwordless sudo); run:\n    \
-             sudo apt-get update && sudo {install}\n(or point INBOX_TEST_POSTGRES_URL / \
-             INBOX_TEST_MYSQL_URL at servers of yours; the client libraries are still needed)"
+             sudo apt-get update && sudo {install}\n(or point INBOX_TEST_POSTGRES_URL, \
+             INBOX_TEST_MYSQL_URL, INBOX_TEST_AMQP_URL and INBOX_TEST_NATS_URL at servers of \
+             yours; the client libraries are still needed)"
         ));
     };
     if !program("apt-get", &["--version"]) {
@@ -109,7 +139,7 @@ pub fn ensure(backends: &[Backend]) -> Result<(), String> {
 fn missing(backends: &[Backend]) -> Vec<&'static Requirement> {
     REQUIREMENTS
         .iter()
-        .filter(|r| r.backends.iter().any(|b| backends.contains(b)))
+        .filter(|r| r.needed_by.of(backends))
         .filter(|r| !(r.present)())
         .collect()
 }

@@ -1,8 +1,9 @@
-//! The suite's servers: throwaway ones, or those the environment names.
+//! The suite's servers and brokers: throwaway ones, or those the
+//! environment names.
 
 use std::time::Instant;
 
-use inbox_test_servers::{MariaDbServer, PgServer};
+use inbox_test_servers::{MariaDbServer, NatsServer, PgServer, RabbitMqNode};
 
 use crate::backend::Backend;
 
@@ -10,6 +11,10 @@ use crate::backend::Backend;
 const POSTGRES_URL: &str = "INBOX_TEST_POSTGRES_URL";
 /// Where the suite finds MariaDB/MySQL (`mysql://…/test`).
 const MYSQL_URL: &str = "INBOX_TEST_MYSQL_URL";
+/// Where the suite finds RabbitMQ (`amqp://…`).
+const AMQP_URL: &str = "INBOX_TEST_AMQP_URL";
+/// Where the suite finds NATS with JetStream (`nats://…`).
+const NATS_URL: &str = "INBOX_TEST_NATS_URL";
 /// The PostgreSQL binaries for the suite's own throwaway servers.
 const PG_BIN: &str = "INBOX_TEST_PG_BIN";
 /// The database the suite's URLs name.
@@ -21,16 +26,22 @@ pub struct Servers {
     // Held for their drop.
     _postgres: Option<PgServer>,
     _mariadb: Option<MariaDbServer>,
+    _rabbitmq: Option<RabbitMqNode>,
+    _nats: Option<NatsServer>,
     environment: Vec<(&'static str, String)>,
 }
 
 impl Servers {
     /// Starts a throwaway server for each backend of `backends` that needs
-    /// one, unless its URL variable is set, and creates database `test`.
+    /// one, unless its URL variable is set, and creates database `test`;
+    /// for the whole suite ([`Backend::whole_suite`]), also a RabbitMQ node
+    /// and a NATS server with JetStream, unless their URL variables are set.
     pub fn start(backends: &[Backend]) -> Result<Self, String> {
         let mut servers = Servers {
             _postgres: None,
             _mariadb: None,
+            _rabbitmq: None,
+            _nats: None,
             environment: Vec::new(),
         };
         if backends.contains(&Backend::Postgres) {
@@ -54,6 +65,20 @@ impl Servers {
                     let server = MariaDbServer::start()?;
                     server.create_database(DATABASE)?;
                     let url = server.url_of(DATABASE);
+                    Ok((server, url))
+                })?;
+        }
+        if Backend::whole_suite(backends) {
+            servers._rabbitmq =
+                servers.given_or_started(("RabbitMQ", "RabbitMQ"), AMQP_URL, || {
+                    let node = RabbitMqNode::start()?;
+                    let url = node.url();
+                    Ok((node, url))
+                })?;
+            servers._nats =
+                servers.given_or_started(("NATS", "NATS with JetStream"), NATS_URL, || {
+                    let server = NatsServer::start()?;
+                    let url = server.url();
                     Ok((server, url))
                 })?;
         }
@@ -84,8 +109,8 @@ impl Servers {
         Ok(Some(server))
     }
 
-    /// The variables to set for the suite (the URLs of the servers started
-    /// here, and `INBOX_TEST_PG_BIN`).
+    /// The variables to set for the suite (the URLs of the servers and
+    /// brokers started here, and `INBOX_TEST_PG_BIN`).
     pub fn environment(&self) -> &[(&'static str, String)] {
         &self.environment
     }
@@ -93,7 +118,11 @@ impl Servers {
 
 impl Drop for Servers {
     fn drop(&mut self) {
-        if self._postgres.is_some() || self._mariadb.is_some() {
+        if self._postgres.is_some()
+            || self._mariadb.is_some()
+            || self._rabbitmq.is_some()
+            || self._nats.is_some()
+        {
             eprintln!("xtask: stopping the throwaway servers");
         }
     }

@@ -13,9 +13,10 @@ const TEST_PACKAGE: &str = "inbox-tests";
 const RUNTIME_PACKAGE: &str = "inbox-runtime";
 /// Set for the suite: a server that cannot be reached fails its tests.
 const REQUIRE_DATABASES: &str = "INBOX_REQUIRE_DATABASES";
-/// Set for the suite: the chaos tests (`tests/tests/brokers/`) fail
-/// when RabbitMQ or NATS cannot be reached. xtask starts no broker: they
-/// are the machine's (`.ci/run` starts them).
+/// Set for the suite: the tests on brokers (`tests/tests/brokers/`, the
+/// outbox's publishers, `tests/tests/outbox_hop/`) fail when RabbitMQ or
+/// NATS cannot be reached (xtask starts throwaway ones, see
+/// [`crate::servers`]).
 const REQUIRE_BROKERS: &str = "INBOX_TEST_REQUIRE_BROKERS";
 
 /// Runs the suite for `backends` with `environment` set and `cargo_args`
@@ -61,7 +62,7 @@ pub fn run(
 fn cargo_test(backends: &[Backend], targets_chosen: bool) -> Command {
     let mut command = cargo();
     command.arg("test");
-    if Backend::ALL.iter().all(|b| backends.contains(b)) {
+    if Backend::whole_suite(backends) {
         command.args(["--workspace", "--all-features"]);
     } else {
         let features: Vec<String> = backends

@@ -16,7 +16,7 @@ use inbox_tests::{Postgres, SqlRows, TestBackend};
 
 use crate::check::{Findings, check};
 use crate::fleet::{Event, Fleet, Role, Setup, Tally};
-use crate::nats_server::NatsServer;
+use inbox_test_servers::NatsServer;
 
 /// Accounts `1..=ACCOUNTS` exist; a payment to another is rejected.
 pub const ACCOUNTS: i64 = 5;
@@ -139,7 +139,10 @@ pub fn run(scenario: &Scenario) -> Option<Run> {
             }
         };
         let _queues = DeleteQueues(Some(config));
-        let nats = match NatsServer::start().await {
+        let nats = match tokio::task::spawn_blocking(NatsServer::start)
+            .await
+            .expect("start NATS")
+        {
             Ok(nats) => nats,
             Err(error) => {
                 inbox_tests::report_unavailable_broker(
@@ -487,7 +490,7 @@ impl<'a> Chaos<'a> {
         self.fleet.pump(Duration::from_millis(700)).await;
         self.publish_wave().await;
         self.fleet.pump(Duration::from_millis(700)).await;
-        if let Err(error) = self.nats.restart().await {
+        if let Err(error) = tokio::task::block_in_place(|| self.nats.restart()) {
             panic!("outbox hop: JetStream did not come back: {error}");
         }
         self.outage += down.elapsed();

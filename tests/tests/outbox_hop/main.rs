@@ -57,7 +57,8 @@
 //! ledger chaos runs of `tests/brokers/` either (whose timing checks they
 //! would disturb). Needs RabbitMQ (`INBOX_TEST_AMQP_URL`, default
 //! `amqp://guest:guest@127.0.0.1:5672/%2f`), the `nats-server` binary
-//! (`INBOX_TEST_NATS_SERVER`, else `PATH`, `/usr/sbin`) and PostgreSQL;
+//! (`INBOX_TEST_NATS_SERVER`, else `PATH`, `/usr/sbin`: the test starts,
+//! kills and restarts an `inbox_test_servers::NatsServer` of its own) and PostgreSQL;
 //! a missing broker skips the tests, or fails them with
 //! `INBOX_TEST_REQUIRE_BROKERS=1`. `INBOX_CHAOS_SEED=<seed>` (printed)
 //! repeats a run's choices, not its timing; `INBOX_CHAOS_TRACE=1` prints
@@ -70,7 +71,6 @@
 mod chaos;
 mod check;
 mod fleet;
-mod nats_server;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
