@@ -7,13 +7,16 @@
 //! points the suite at them (`NAME=value` lines, then `ready`), and waits
 //! for the end of its standard input: the test command closes it when the
 //! suite is done, and the kernel closes it when the test command dies. The
-//! guardian then stops and removes the servers.
+//! guardian then stops and removes the servers, and the run's scratch
+//! directory, the suite's `TMPDIR` (see [`crate::scratch`]), with whatever a
+//! test left running from it.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::os::unix::process::CommandExt as _;
 use std::process::{Child, ChildStdin, Command, Stdio};
 
 use crate::backend::Backend;
+use crate::scratch::Scratch;
 use crate::servers::Servers;
 
 /// The hidden command the guardian runs as.
@@ -78,11 +81,13 @@ impl Drop for Guard {
 }
 
 /// The guardian's side: starts the servers of `backends`, reports their
-/// environment on standard output, and stops them at the end of standard
-/// input.
+/// environment and the scratch directory (`TMPDIR`) on standard output, and
+/// stops and removes them at the end of standard input.
 pub fn serve(backends: &[Backend]) -> Result<(), String> {
+    // Declared first, dropped last: after the servers.
+    let scratch = Scratch::create()?;
     let servers = Servers::start(backends)?;
-    let mut report = String::new();
+    let mut report = format!("TMPDIR={}\n", scratch.path().display());
     for (name, value) in servers.environment() {
         report.push_str(&format!("{name}={value}\n"));
     }

@@ -19,9 +19,10 @@
 //!    reached fails its tests): every backend is
 //!    `cargo test --workspace --all-features`, one backend the quick loop
 //!    of `inbox-runtime` and the suite with that backend's feature alone;
-//! 4. stops and removes the servers and brokers, also when the tests fail or on Ctrl-C
-//!    (they live in a guardian process, see [`guard`]), and exits with
-//!    cargo's code.
+//! 4. stops and removes the servers and brokers, and the suite's `TMPDIR`
+//!    with whatever a test left running from it, also when the tests fail or
+//!    on Ctrl-C (they live in a guardian process, see [`guard`]), and exits
+//!    with cargo's code.
 //!
 //! `cargo xtask deps [--backend …]` does step 1 alone (`.ci/run` calls it
 //! before its lints, which build every backend).
@@ -30,6 +31,7 @@ mod backend;
 mod cli;
 mod guard;
 mod packages;
+mod scratch;
 mod servers;
 mod suite;
 
