@@ -18,17 +18,18 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// Creates `<temp>/inbox_suite_<unique>`, mode 0711: the servers' system
-    /// users (`postgres`, `mysql`, `rabbitmq`) reach their own directories
-    /// inside it without listing it.
+    /// Creates `<temp>/inbox_suite_<unique>` with the mode of `/tmp` (1777:
+    /// everyone may create, only the owner of an entry may remove it): the
+    /// servers' system users (`postgres`, `mysql`) use it as their
+    /// temporary directory too.
     pub fn create() -> Result<Self, String> {
         let dir = std::env::temp_dir().join(inbox_test_servers::unique_name("inbox_suite"));
         std::fs::DirBuilder::new()
-            .mode(0o711)
+            .mode(0o1777)
             .create(&dir)
             .map_err(|e| format!("create {}: {e}", dir.display()))?;
         // The mode is filtered by the umask on creation; set it as asked.
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o711))
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
             .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
         Ok(Scratch { dir })
     }
