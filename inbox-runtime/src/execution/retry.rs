@@ -45,6 +45,19 @@ impl RetryPolicy {
         step: Duration::from_millis(10),
     };
 
+    /// A relay's lease (its short transaction, or its one statement) and
+    /// each of its records of what the broker answered, where it runs on
+    /// its own: tried as a pruning batch is. A record that fails for good
+    /// leaves a published message to be published again.
+    pub(crate) const RELAY: RetryPolicy = RetryPolicy::BATCH;
+
+    /// A statement inside a transaction that a lock conflict rolls back
+    /// whole: not tried again on its own (the transaction's caller decides).
+    pub(crate) const ONCE: RetryPolicy = RetryPolicy {
+        attempts: 1,
+        step: Duration::ZERO,
+    };
+
     /// The tries of one transaction, the first one under way.
     pub(crate) fn tries(self) -> Tries {
         Tries {
@@ -105,6 +118,11 @@ mod tests {
             "{CLAIM_ATTEMPTS} tries in all"
         );
         assert_eq!(RetryPolicy::CLAIM.tries().again(&Error::NotFound), None);
+    }
+
+    #[test]
+    fn once_is_one_try() {
+        assert_eq!(RetryPolicy::ONCE.tries().again(&deadlock()), None);
     }
 
     #[test]

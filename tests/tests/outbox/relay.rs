@@ -29,6 +29,8 @@ inbox_tests::backend_tests! {
     only [postgres]:
     a_killed_relay_connection_gives_its_messages_back_at_once,
     a_round_stuck_past_its_lease_loses_its_messages_to_another_relay;
+    only [mysql]:
+    a_record_that_loses_a_lock_conflict_is_tried_again_not_published_twice;
 }
 
 /// No wait before a refused message's retry.
@@ -601,4 +603,72 @@ fn postgres_lease_walks_the_pending_messages_not_the_sent_ones() {
         "the lease read and filtered out {filtered} rows:\n{}",
         plan.join("\n")
     );
+}
+
+/// Publishes, then has another transaction lock every outbox row for 1.5 s
+/// before the relay records what the broker confirmed.
+struct LockedBeforeTheRecord {
+    broker: Broker,
+    lock: std::sync::mpsc::Sender<()>,
+    locked: std::sync::mpsc::Receiver<()>,
+}
+
+impl BlockingPublisher for LockedBeforeTheRecord {
+    fn publish(&mut self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        let answers = self.broker.answer(messages);
+        self.lock.send(()).unwrap();
+        self.locked.recv().unwrap();
+        answers
+    }
+}
+
+/// MySQL/MariaDB: InnoDB keeps a lock on every row a locking read scanned
+/// until its transaction ends (another relay's lease, say), so the record of
+/// a confirmed message can wait for another transaction and lose: a lock
+/// wait timeout here, a deadlock between relays. The record is tried again
+/// (the runtime's one retry policy), not reported as the round's failure,
+/// which would leave the published message to be published again once its
+/// lease ran out.
+pub fn a_record_that_loses_a_lock_conflict_is_tried_again_not_published_twice<B: TestBackend>() {
+    use diesel::connection::SimpleConnection as _;
+
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    let ids = send_all(&mut conn, &[OutgoingMessage::new("receipts", "m1")]);
+    let (lock, on_lock) = std::sync::mpsc::channel();
+    let (locked, on_locked) = std::sync::mpsc::channel();
+    let mut blocker = db.connect();
+    let holder = thread::spawn(move || {
+        on_lock.recv().unwrap();
+        blocker
+            .transaction::<_, diesel::result::Error, _>(|conn| {
+                conn.batch_execute("UPDATE inbox_outbox SET destination = destination")?;
+                locked.send(()).unwrap();
+                thread::sleep(Duration::from_millis(1500));
+                Ok(())
+            })
+            .unwrap();
+    });
+    let broker = Broker::default();
+    let mut publisher = LockedBeforeTheRecord {
+        broker: broker.clone(),
+        lock,
+        locked: on_locked,
+    };
+    let mut relay_conn = db.connect();
+    relay_conn
+        .batch_execute("SET SESSION innodb_lock_wait_timeout = 1")
+        .unwrap();
+    let relay = Relay::new().lease(Duration::from_millis(500));
+    let report = relay.run_once(&mut relay_conn, &mut publisher);
+    holder.join().unwrap();
+    let report = report.expect("the record is tried again after the lock wait");
+    assert_eq!((report.leased, report.published), (1, 1), "{report:?}");
+    assert_eq!(rows(&mut conn), 0, "deleted as sent");
+    thread::sleep(Duration::from_millis(600));
+    let mut later = Broker::default();
+    assert!(relay.run_once(&mut conn, &mut later).unwrap().is_idle());
+    assert_eq!(broker.payloads(), ["m1"]);
+    assert_eq!(broker.confirmed.lock().unwrap()[0].id, ids[0]);
+    assert!(later.payloads().is_empty(), "published once");
 }

@@ -3,6 +3,7 @@
 //! blocking or diesel-async.
 
 use std::future::{Future, Ready, ready};
+use std::time::Duration;
 
 use diesel::QueryResult;
 use diesel::connection::{LoadConnection, TransactionManager, TransactionManagerStatus};
@@ -49,6 +50,10 @@ pub(crate) trait RelayExec {
         sql: &'static str,
         binds: &[Bind<'_>],
     ) -> impl Future<Output = QueryResult<usize>> + Send;
+
+    /// Waits `wait` before a statement is tried again: the thread sleeps on
+    /// a blocking connection, the task on an async one.
+    fn pause(&mut self, wait: Duration) -> impl Future<Output = ()> + Send;
 }
 
 /// A step of a relay's own short transaction.
@@ -109,6 +114,13 @@ where
         binds: &[Bind<'_>],
     ) -> Ready<QueryResult<usize>> {
         ready(C::Backend::execute_cached(self.conn, sql, binds))
+    }
+
+    fn pause(&mut self, wait: Duration) -> Ready<()> {
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+        ready(())
     }
 }
 
@@ -200,5 +212,9 @@ where
     ) -> impl Future<Output = QueryResult<usize>> + Send {
         let conn = self.guard.conn();
         async move { C::Backend::execute_bound_async(conn, sql, binds).await }
+    }
+
+    fn pause(&mut self, wait: Duration) -> impl Future<Output = ()> + Send {
+        tokio::time::sleep(wait)
     }
 }

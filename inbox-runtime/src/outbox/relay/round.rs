@@ -7,7 +7,7 @@ use super::exec::{RelayExec, TransactionStep};
 use super::{Relay, RelayReport};
 use crate::backend::{Bind, InboxBackend, Lease, OutboxRow};
 use crate::error::InboxError;
-use crate::execution::{caught, depth};
+use crate::execution::{RetryPolicy, caught, depth};
 use crate::observe::{self, Relayed};
 use crate::outbox::headers;
 use crate::outbox::id::OutboxId;
@@ -52,6 +52,25 @@ impl<P: Publisher> Publish for AsyncPublish<'_, P> {
 /// What [`InboxError::InsideTransaction`] names.
 const ROUND: &str = "an outbox relay round";
 
+/// Evaluates `$attempt` (an expression that awaits one statement or one
+/// short transaction on `$exec`) until it succeeds, fails with an error
+/// that is no lock conflict, or `$policy` has no tries left; waits between
+/// tries with `$exec.pause`.
+macro_rules! with_retries {
+    ($policy:expr, $exec:expr, $attempt:expr) => {{
+        let mut tries = $policy.tries();
+        loop {
+            match $attempt {
+                Err(error) => match tries.again(&error) {
+                    Some(wait) => $exec.pause(wait).await,
+                    None => break Err(error),
+                },
+                done => break done,
+            }
+        }
+    }};
+}
+
 /// One round: see [`Relay::run_once`].
 pub(crate) async fn round<X, P>(
     relay: &Relay,
@@ -69,11 +88,19 @@ where
     let select = match <X::Backend as InboxBackend>::OUTBOX_SQL.lease {
         Lease::HeldLock(select) => select,
         Lease::Returning(sql) => {
-            let rows = lease_returning(relay, exec, owner.as_str(), sql).await?;
+            let rows = with_retries!(
+                RetryPolicy::RELAY,
+                exec,
+                lease_returning(relay, exec, owner.as_str(), sql).await
+            )?;
             return settle(relay, exec, owner.as_str(), rows, publisher, false).await;
         }
         Lease::LockThenWrite { select, lease } => {
-            let rows = lock_then_lease(relay, exec, owner.as_str(), select, lease).await?;
+            let rows = with_retries!(
+                RetryPolicy::RELAY,
+                exec,
+                lock_then_lease(relay, exec, owner.as_str(), select, lease).await
+            )?;
             return settle(relay, exec, owner.as_str(), rows, publisher, false).await;
         }
     };
@@ -116,7 +143,12 @@ where
 /// Publishes `rows` (leased for `owner`, or locked by the round's
 /// transaction when `held`) and records what the broker answered: the
 /// confirmed ones sent (deleted, or marked when the relay keeps them), the
-/// refused ones counted, the others given back.
+/// refused ones counted, the others given back. Outside a held transaction
+/// each record runs on its own and is tried again after a lock conflict
+/// ([`RetryPolicy::RELAY`]): InnoDB keeps a lock on every row another
+/// relay's lease scanned until that lease commits, so a record can wait
+/// for it and lose, and a record that fails leaves a confirmed message to
+/// be published again.
 async fn settle<X, P>(
     relay: &Relay,
     exec: &mut X,
@@ -197,13 +229,18 @@ where
     }
 
     let sql = &<X::Backend as InboxBackend>::OUTBOX_SQL;
+    let records = if held {
+        RetryPolicy::ONCE
+    } else {
+        RetryPolicy::RELAY
+    };
     if !sent.is_empty() {
         let done = if relay.keep_sent {
             sql.mark_sent
         } else {
             sql.delete_sent
         };
-        on_positions(exec, done, &[], &sent).await?;
+        with_retries!(records, exec, on_positions(exec, done, &[], &sent).await)?;
         report.published = sent.len();
         for message in published {
             let created_micros = message.created_micros;
@@ -226,18 +263,18 @@ where
         };
         let retry_in = relay.backoff.after(attempts);
         let reason = bounded(reason);
-        let counted = exec
-            .execute_cached(
-                sql.record_refusal,
-                &[
-                    Bind::Integer(i32::try_from(limit).unwrap_or(i32::MAX)),
-                    Bind::BigInt(i64::try_from(retry_in.as_millis()).unwrap_or(i64::MAX)),
-                    Bind::Text(&reason),
-                    Bind::BigInt(position),
-                    Bind::Text(owner),
-                ],
-            )
-            .await?;
+        let binds = [
+            Bind::Integer(i32::try_from(limit).unwrap_or(i32::MAX)),
+            Bind::BigInt(i64::try_from(retry_in.as_millis()).unwrap_or(i64::MAX)),
+            Bind::Text(&reason),
+            Bind::BigInt(position),
+            Bind::Text(owner),
+        ];
+        let counted = with_retries!(
+            records,
+            exec,
+            exec.execute_cached(sql.record_refusal, &binds).await
+        )?;
         report.refused += counted;
         let dead = counted > 0 && attempts >= limit;
         if dead {
@@ -256,7 +293,12 @@ where
     if !unavailable.is_empty() {
         // Held rows are given back as the round's transaction ends.
         if !held {
-            on_positions(exec, sql.release, &[Bind::Text(owner)], &unavailable).await?;
+            let owner = [Bind::Text(owner)];
+            with_retries!(
+                records,
+                exec,
+                on_positions(exec, sql.release, &owner, &unavailable).await
+            )?;
         }
         report.unavailable = unavailable.len();
         for message in given_back {
@@ -289,14 +331,14 @@ async fn lease_returning<X: RelayExec>(
     exec: &mut X,
     owner: &str,
     sql: &'static str,
-) -> Result<Vec<OutboxRow>, InboxError> {
+) -> diesel::QueryResult<Vec<OutboxRow>> {
     let (lease_millis, limit) = lease_binds(relay);
     let binds = [
         Bind::Text(owner),
         Bind::BigInt(lease_millis),
         Bind::BigInt(limit),
     ];
-    Ok(exec.load(sql, &binds).await?)
+    exec.load(sql, &binds).await
 }
 
 /// Leases the next messages for `owner` in a short transaction of its own
@@ -307,7 +349,7 @@ async fn lock_then_lease<X: RelayExec>(
     owner: &str,
     select: &'static str,
     lease: &'static str,
-) -> Result<Vec<OutboxRow>, InboxError> {
+) -> diesel::QueryResult<Vec<OutboxRow>> {
     let (lease_millis, limit) = lease_binds(relay);
     exec.transaction(TransactionStep::Begin).await?;
     let leased = async {
@@ -333,9 +375,9 @@ async fn lock_then_lease<X: RelayExec>(
         Err(error) => {
             // The lease's error is the one to report; a failed rollback
             // leaves the connection's manager broken, which its next use
-            // reports.
+            // reports (and which no retry gets past).
             let _ = exec.transaction(TransactionStep::Rollback).await;
-            Err(error.into())
+            Err(error)
         }
     }
 }
