@@ -114,9 +114,11 @@ pub struct Nats {
     config: BrokerConfig,
 }
 
-/// The producer-assigned id of a delivery: its `Nats-Msg-Id` header. (One
-/// function, to become a plain `MessageId` once the runtime accepts
-/// async-nats' `HeaderValue`.)
+/// The producer-assigned id of a delivery: its `Nats-Msg-Id` header, as
+/// text. (async-nats' `HeaderValue` is a `MessageId` itself with
+/// inbox-runtime's `async-nats` feature, so a handler may take the header's
+/// value as its id; the consumer shared with RabbitMQ, `delivery::handle`,
+/// takes the id as an owned `String` for both brokers.)
 fn message_id(headers: Option<&HeaderMap>) -> Option<String> {
     headers?
         .get(NATS_MESSAGE_ID)

@@ -94,9 +94,11 @@ pub struct RabbitMq {
     in_progress_delay: Duration,
 }
 
-/// The producer-assigned id of a delivery: its AMQP `message_id` property.
-/// (One function, to become a plain `MessageId` once the runtime accepts
-/// lapin's `ShortString`.)
+/// The producer-assigned id of a delivery: its AMQP `message_id` property,
+/// as text. (lapin's `ShortString` is a `MessageId` itself with
+/// inbox-runtime's `lapin` feature, so a handler may take
+/// `id = delivery.properties.message_id()`; the consumer shared with NATS,
+/// `delivery::handle`, takes the id as an owned `String` for both brokers.)
 fn message_id(properties: &BasicProperties) -> Option<String> {
     properties
         .message_id()

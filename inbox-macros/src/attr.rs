@@ -1,6 +1,7 @@
 //! Parses the attribute's arguments: `id`, `handler`, `conn`, `crate`,
-//! `outside_transaction`, `max_attempts`, `fingerprint`, `store_result` and
-//! `shared_scope`.
+//! `outside_transaction`, `max_attempts`, `claim_wait`, `fingerprint`,
+//! `store_result` and `shared_scope` (documented for users on
+//! `inbox_runtime::idempotent`).
 //!
 //! Every argument is `name = value`, separated by commas, except the flags
 //! `store_result` and `shared_scope`. The parser never

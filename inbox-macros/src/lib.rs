@@ -16,7 +16,8 @@
 //!
 //! The signature is kept as written; the body becomes one Diesel transaction
 //! that first claims `(handler, id)` in the inbox table and skips the body if
-//! the message was already processed. See `inbox_runtime` for the semantics.
+//! the message was already processed. See `inbox_runtime` for the semantics,
+//! and `inbox_runtime::idempotent` for the reference of the arguments.
 //!
 //! Three rules a reader of a handler should know:
 //!
@@ -62,17 +63,10 @@ use syn::ItemFn;
 
 use crate::errors::Errors;
 
-/// Makes a Diesel message handler idempotent (the Inbox pattern).
-///
-/// Arguments: `id = <expr>` (required; also `id = "<expr>"`), `handler =
-/// "<name>"` (required on methods), `conn = <parameter>`, `crate =
-/// "<path>"` and `outside_transaction = <name>` (or `[<name>, ..]`: the
-/// parameters, or pools the body takes connections from, that are meant to
-/// write outside the handler's transaction; any other second connection or
-/// pool is a compile error). Inside the body the connection parameter is
-/// `&mut` to the transaction's connection, also when the function takes it
-/// by value. See the documentation of `inbox_runtime`, which re-exports this
-/// attribute.
+/// Implemented in the `inbox-macros` crate and re-exported by
+/// `inbox-runtime`, the crate to depend on, whose documentation of
+/// `inbox_runtime::idempotent` is the reference of the arguments:
+/// <https://docs.rs/inbox-runtime/latest/inbox_runtime/attr.idempotent.html>.
 #[proc_macro_attribute]
 pub fn idempotent(
     args: proc_macro::TokenStream,

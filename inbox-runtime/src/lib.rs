@@ -41,53 +41,10 @@
 //! claim back with everything else. Inside the body, the connection parameter
 //! is the transaction's connection.
 //!
-//! Arguments:
-//! - `id = msg.id` (or `id = "msg.id"`): the producer-assigned id. It must be
-//!   rooted in a handler parameter other than the connection: `Uuid::new_v4()`,
-//!   `now()`, literals and statics are compile errors, since a value the
-//!   consumer makes up differs on every delivery; so are fields the broker
-//!   sets per delivery (an AMQP `delivery_tag`, a JetStream
-//!   `consumer_sequence`, a delivery count, a receive time, an SQS
-//!   `receipt_handle`), and the error names the stable id to use instead.
-//!   Its type must implement [`MessageId`]; an `Option` of an id is one,
-//!   and `None` (a message without an id) fails with
-//!   [`KeyProblem::Missing`], which is not retried.
-//! - `handler = "billing.apply_payment"`: the deduplication scope. Defaults to
-//!   the function's path; an explicit, stable name survives refactoring.
-//!   Required on methods (a `self` receiver or `Self` in the signature),
-//!   whose path would be shared with same-named methods of other types.
-//! - `conn = name`: the connection parameter, by default the first `&mut`
-//!   Diesel connection (else the first connection taken by value, else the
-//!   first `&mut` parameter).
-//! - `outside_transaction = name` (or `[a, b]`): a second connection or a
-//!   pool the body may write through on purpose. Without it, a parameter
-//!   whose type is a second Diesel connection or a pool, and `pool.get()` in
-//!   the body, are compile errors: what is written through them is not part
-//!   of the handler's transaction.
-//! - `max_attempts = 3` (or `max_attempts = unbounded`): how many failed
-//!   attempts a message gets before it is recorded as dead (see
-//!   [`MaxAttempts`]; default [`default_max_attempts`]).
-//! - `claim_wait = "2s"` (or `claim_wait = unbounded`): how long the claim
-//!   waits for another delivery of the same id still in flight before the
-//!   delivery fails with [`InboxError::InProgress`] (redeliver later; see
-//!   [`ClaimWait`]; default [`default_claim_wait`]).
-//! - `shared_scope`: this handler shares its scope with other handlers on
-//!   purpose (versions of one handler, one handler for two connection
-//!   types); without it, two handlers of one scope are refused at run time
-//!   (see [`registry`]). Needs `handler = "…"`.
-//! - `fingerprint = msg.body`: the message's payload, whose fingerprint is
-//!   stored with the claim; a later delivery of the id with another payload
-//!   fails with [`InboxError::Conflict`] instead of being skipped (text and
-//!   bytes; with the `serde` feature any `Serialize` value; rooted in a
-//!   message parameter, like `id`).
-//! - `store_result` (feature `serde`): the body's result is stored with the
-//!   claim and returned to later deliveries of the id without running the
-//!   body; the handler returns `Result<`[`StoredOutcome<T>`](StoredOutcome)`, E>`.
-//! - `crate = "path::to::inbox_runtime"`: for a renamed dependency.
-//!
-//! The handler returns `Result<R, E>` where `R` is `()` or [`Outcome<T>`]
-//! (see [`OnDuplicate`]) and `E` is a [`HandlerError`] (a
-//! `std::error::Error` that takes Diesel's and the inbox's errors).
+//! Its arguments (`id`, `handler`, `conn`, `outside_transaction`,
+//! `max_attempts`, `claim_wait`, `fingerprint`, `store_result`,
+//! `shared_scope`, `crate`) and the return types it accepts are documented
+//! in one place: [`idempotent`].
 //!
 //! ## Poison messages
 //! A body that fails (its own error, or a panic) is rolled back, and the
@@ -217,7 +174,16 @@ pub mod testing;
 #[path = "private.rs"]
 pub mod __private;
 
-/// Makes a Diesel message handler idempotent; see the [crate documentation](crate).
+/// Makes a Diesel message handler idempotent (the Inbox pattern).
+///
+/// The attribute keeps the function's signature and rewrites its body so it
+/// runs inside one Diesel transaction that first claims `(handler, id)` in
+/// the inbox table ([`run_idempotent`], or [`run_idempotent_async`] for an
+/// `async fn`). A duplicate delivery skips the body; an `Err` or a panic
+/// rolls everything back, the claim included, so the redelivery is
+/// processed again. This page is the reference of its arguments; the
+/// semantics are in the [crate documentation](crate) and the guide
+/// (`docs/src/` in the repository).
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -232,6 +198,162 @@ pub mod __private;
 /// }
 /// # }
 /// ```
+///
+/// # Arguments
+///
+/// Arguments are `name = value`, separated by commas, except the flags
+/// `store_result` and `shared_scope`; each may be given once. Unknown,
+/// repeated or malformed arguments are compile errors, all mistakes of one
+/// attribute reported together.
+///
+/// ```ignore
+/// #[idempotent(id = msg.id)]
+/// #[idempotent(id = "msg.envelope.message_id", handler = "billing.apply_payment")]
+/// #[idempotent(id = format!("{}:{}", msg.producer, msg.sequence), conn = tx)]
+/// #[idempotent(id = msg.id, handler = "orders.reserve", max_attempts = 3, claim_wait = "500ms")]
+/// #[idempotent(id = req.key, handler = "billing.charge", fingerprint = req.body, store_result)]
+/// #[idempotent(id = msg.id, handler = "shipping.cancel", shared_scope)]
+/// #[idempotent(id = msg.id, outside_transaction = [audit, pool])]
+/// #[idempotent(id = msg.id, crate = "my_reexport::inbox_runtime")]
+/// ```
+///
+/// - **`id = <expression>`** (required; quoted or not: `id = msg.id` and
+///   `id = "msg.id"` are the same): the producer-assigned message id, the
+///   same on every delivery of one message. It must be rooted in a handler
+///   parameter other than the connection: `msg.id`, `msg.id()`,
+///   `msg.headers["id"]`, `format!("{}:{}", msg.a, msg.b)`. Compile errors:
+///   a value the consumer makes up (`Uuid::new_v4()`, `now()`,
+///   `rand::random()`, a literal, a `static` or `const`), an id taken from
+///   the connection parameter, and a field the broker sets per delivery (an
+///   AMQP `delivery_tag` or `redelivered`, a JetStream `consumer_sequence`
+///   or the `delivered` count of `info()`, a delivery count such as
+///   `delivery_count`, `redelivery_count`, `num_delivered`,
+///   `delivery_attempt`, `receive_count` or `approximate_receive_count`, a
+///   receive time such as `received_at`, `receive_time`, `received_time`,
+///   `receive_timestamp` or `received_timestamp`, an acknowledgement handle
+///   such as `receipt_handle`, `lock_token` or `ack_id`), whose error names
+///   the stable id to use instead; names that may be stable (`timestamp`,
+///   `offset`, `attempt`) are not refused. Its type must implement
+///   [`MessageId`]: strings, UTF-8 bytes, integers, `uuid::Uuid` (feature
+///   `uuid`), lapin's `ShortString` (feature `lapin`, so
+///   `id = delivery.properties.message_id()` works), async-nats'
+///   `HeaderValue` (feature `async-nats`), and `Option`s of them; a type that
+///   cannot be a message id (`f64`, a struct) is a compile error. The
+///   expression is evaluated once, before the transaction. At run time a
+///   `None` id ([`KeyProblem::Missing`]), bytes that are not UTF-8
+///   ([`KeyProblem::NotUtf8`]), an empty id, one longer than
+///   [`MAX_MESSAGE_ID_BYTES`] (255) or one with a NUL character fail with
+///   [`InboxError::InvalidMessageId`] before any transaction: nothing is
+///   written, the body does not run, and [`ack_decision`] dead-letters it.
+/// - **`handler = "<name>"`**: the deduplication scope, a string literal:
+///   two handlers that receive the same message each process it once.
+///   Default: the function's path, `module_path!()` and its name. **Required
+///   on methods** (a `self` receiver, or `Self` anywhere in the signature):
+///   `impl A { fn handle }` and `impl B { fn handle }` in one module would
+///   share that default and skip each other's messages, so the attribute
+///   refuses to guess. Name associated functions without `self` too: the
+///   attribute cannot tell them from free functions. Prefer an explicit,
+///   stable name for long-lived services: renaming or moving the function
+///   otherwise changes the scope, and the ids claimed under the old one are
+///   forgotten. An empty name, one over [`MAX_HANDLER_BYTES`] (255) or one
+///   with a NUL character is a compile error. Two handlers declaring one
+///   scope are refused at run time ([`InboxError::SharedScope`]) unless all
+///   of them say `shared_scope`; see [`registry`].
+/// - **`conn = <parameter>`**: the connection parameter. Default: the first
+///   `&mut` parameter whose type is a Diesel connection (`&mut PgConnection`,
+///   `&mut PooledConnection<..>`, `&mut C` with `C: Connection`), else the
+///   first connection taken by value (r2d2's or bb8's `PooledConnection<..>`,
+///   deadpool's `Object<..>`), else the first `&mut` parameter of another
+///   type. The attribute judges by the type's name: behind a type alias with
+///   another name (`conn: Conn` by value), say `conn = conn`. A `conn = …`
+///   that names no parameter is a compile error. Inside the body the
+///   parameter is `&mut` to the transaction's connection, also when the
+///   function takes it by value: write `.execute(conn)`, not
+///   `.execute(&mut conn)`.
+/// - **`outside_transaction = <name>`** or **`= [<name>, …]`**: the
+///   parameters, or pools the body takes connections from, that are meant to
+///   reach outside the handler's transaction. Without it, a parameter whose
+///   type is a second Diesel connection or a pool (`&mut PgConnection`,
+///   `AsyncPgConnection`, `PooledConnection<..>`, deadpool's `Object<..>`,
+///   `&Pool<..>`, `&DbPool`, also inside `Arc`, `Box` or `Mutex`), and
+///   `pool.get()` (or `self.pool.get()`, `POOL.get()`) in the body, are
+///   compile errors: what is written through them commits on its own, is not
+///   rolled back when the handler fails, and is written again on a
+///   redelivery. Each name must be a parameter, or a pool the body calls
+///   `.get()` on. The check judges by names: a pool behind a type alias or a
+///   struct with another name (`type Pools = Pool<..>`, `state: &AppState`),
+///   code inside macro calls in the body, and helper functions that open a
+///   connection of their own are not seen.
+/// - **`max_attempts = <n>`** or **`max_attempts = unbounded`**: how many
+///   failed attempts a message gets before it is recorded as dead: a whole
+///   number from 1 (it must fit in a `u32`; 0 is a compile error) or
+///   `unbounded`. Default: [`default_max_attempts`], 5 unless
+///   [`set_default_max_attempts`] changed it. See [`MaxAttempts`] and
+///   [`dead_letters`].
+/// - **`claim_wait = "<duration>"`**, **`claim_wait = unbounded`** or
+///   **`claim_wait = <expression>`**: how long the claim waits for another
+///   delivery of the same id that is still in flight. A duration is a whole
+///   number of `ms`, `s` or `m` (`"500ms"`, `"2s"`, `"1m"`); `unbounded`
+///   waits for the first delivery to end; any other expression is a
+///   [`ClaimWait`] evaluated on each delivery (a setting of the service's:
+///   `claim_wait = req.claim_wait`). Past the wait the delivery fails with
+///   [`InboxError::InProgress`]: nothing ran, nothing is counted, and
+///   [`ack_decision`] says `RetryLater`. Default: [`default_claim_wait`],
+///   2 s unless [`set_default_claim_wait`] changed it.
+/// - **`fingerprint = <expression>`**: the message's payload
+///   (`fingerprint = msg.body`). Its [`Fingerprint`] is stored with the
+///   claim, and a later delivery of the same id with a different payload
+///   fails with [`InboxError::Conflict`] (dead-letter; the body does not
+///   run) instead of being skipped as a duplicate. Text and bytes (`&str`,
+///   `String`, `&[u8]`, `Vec<u8>`); with the `serde` feature, any
+///   `serde::Serialize` value (see [`fingerprint`] for the encoding). Like
+///   `id`, it must be rooted in a message parameter and not be a
+///   per-delivery field.
+/// - **`store_result`** (a flag, no value; feature `serde`): the body's
+///   result is stored with the claim (as JSON, at most
+///   [`MAX_STORED_RESULT_BYTES`]) and returned to later deliveries of the id
+///   without running the body. The return type is then
+///   `Result<`[`StoredOutcome<T>`](StoredOutcome)`, E>` with
+///   `T: Serialize + DeserializeOwned`.
+/// - **`shared_scope`** (a flag, no value; needs `handler = "…"`, else a
+///   compile error): this handler shares its scope with other handlers on
+///   purpose (versions of one handler, one handler written for two
+///   connection types). Without it, two handlers declaring one scope are
+///   refused at run time with [`InboxError::SharedScope`].
+/// - **`crate = "<path>"`** (quoted or not): the path to `inbox_runtime`,
+///   for a renamed or re-exported dependency.
+///
+/// # The function
+///
+/// A free function, a method (`&self`, `&mut self`, with `handler = "…"`),
+/// a trait method implementation (the signature is kept), a generic handler
+/// (`C: diesel::connection::LoadConnection` with `C::Backend:`
+/// [`InboxBackend`]), or, with the `async` feature, an `async fn` on a
+/// diesel-async connection (`#[async_trait]` methods are refused: write the
+/// trait with a native `async fn`). It returns `Result<R, E>`:
+///
+/// - `R = ()`: a duplicate returns `Ok(())`.
+/// - `R = `[`Outcome<T>`](Outcome): the body returns
+///   `Ok(Outcome::Processed(value))` (or `Ok(value.into())`), a duplicate
+///   returns `Ok(Outcome::Duplicate)`.
+/// - `R = `[`StoredOutcome<T>`](StoredOutcome), with `store_result`.
+/// - Any other `R` is a compile error: a skipped body has no value to
+///   return (see [`OnDuplicate`]).
+/// - `E` must be a [`HandlerError`]: `std::error::Error + 'static`,
+///   `From<diesel::result::Error>` and `From<`[`InboxError`]`>`;
+///   `diesel::result::Error` itself qualifies ([`InboxError::find_in`]
+///   recovers the inbox error). The runtime and [`ack_decision`] look for the
+///   inbox's and Diesel's errors along the error's `source()` chain: wrap
+///   them with thiserror's `#[from]` (plain or `#[error(transparent)]`) or
+///   return them from `source()`.
+///
+/// Other compile errors: no connection parameter; a connection held by
+/// shared reference (`conn: &PgConnection`); a pool where the connection
+/// should be; an owned parameter that may be a connection behind a type
+/// alias (name it with `conn = …`); a connection type that is not a Diesel
+/// connection of a supported backend; a return type that is not `Result`;
+/// an error type that cannot carry inbox errors; a `const fn`; an
+/// `async fn` without the `async` feature.
 pub use inbox_macros::idempotent;
 
 pub use ack::{AckDecision, Acknowledge, ack_decision};

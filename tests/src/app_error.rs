@@ -29,7 +29,7 @@ pub enum AppError {
 }
 
 impl AppError {
-    /// What a consumer does next (the README's "When the database goes
+    /// What a consumer does next (the guide's "When the database goes
     /// away"): the inbox's answer for database and inbox errors; the
     /// application's own failure is "not done, try again".
     pub fn recovery(&self) -> Recovery {

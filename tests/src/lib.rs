@@ -35,6 +35,7 @@ mod connections;
 mod deferred;
 mod depth;
 pub mod failure_rows;
+pub mod guide;
 mod macros;
 mod migrated;
 mod panics;

@@ -40,7 +40,7 @@
 //! `timestamp` property and a Kafka record's timestamp are set when the
 //! message is produced or appended, not when it is delivered), JetStream's
 //! `stream_sequence` and `published`, Kafka's `offset` and `partition` (the
-//! same on every delivery of a record; the README says when a record's
+//! same on every delivery of a record; the guide says when a record's
 //! position is still the wrong id), and
 //! `attempt`, `attempts` or `retry_count`, which may number the producer's
 //! own attempts at a business operation.

@@ -32,23 +32,3 @@ mod external_call;
 mod in_flight;
 mod sequential;
 mod support;
-
-/// The README's handler is the example's, as written (so it compiles).
-#[test]
-fn the_readme_shows_the_handler_as_written() {
-    let readme = include_str!("../../../README.md");
-    let section = readme
-        .split("\n## HTTP idempotency keys\n")
-        .nth(1)
-        .expect("the README's \"HTTP idempotency keys\" section");
-    let block = section
-        .split("```rust\n")
-        .nth(1)
-        .and_then(|rest| rest.split("```").next())
-        .expect("its first rust block");
-    let source = include_str!("../../../examples/http/payments.rs");
-    assert!(
-        source.contains(block),
-        "the README's block is not in examples/http/payments.rs as written:\n{block}"
-    );
-}

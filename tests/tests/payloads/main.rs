@@ -26,24 +26,5 @@ mod fingerprints;
 #[cfg(feature = "postgres")]
 mod partitioned;
 mod races;
-mod readme_example;
 mod schema;
 mod stored;
-
-/// The README's "Same id, different payload" example is
-/// `readme_example.rs`, character for character (it runs above, as a test
-/// of this suite).
-#[test]
-fn the_readme_shows_the_example_file_verbatim() {
-    let readme = include_str!("../../../README.md");
-    let section = readme
-        .split("## Same id, different payload")
-        .nth(1)
-        .expect("the README's payload section");
-    let block = section
-        .split("```rust\n")
-        .nth(1)
-        .and_then(|rest| rest.split("```").next())
-        .expect("its rust block");
-    assert_eq!(block, include_str!("readme_example.rs"));
-}

@@ -1,7 +1,9 @@
 //! The README's first example, as written: it compiles without a warning
 //! (this file denies them), and it does what the README says against a real
 //! PostgreSQL server. `tests/readme/first_example.rs` is that block of the
-//! README, character for character (checked below).
+//! README, character for character (checked below). Also the guide's blocks
+//! that are files of the repository: the registry chapter's example (run
+//! here on SQLite) and the HTTP chapter's handler (`examples/http/`).
 #![deny(warnings)]
 
 #[cfg(feature = "postgres")]
@@ -14,26 +16,46 @@ mod registry_example;
 #[test]
 fn the_readme_shows_the_example_file_verbatim() {
     let readme = include_str!("../../../README.md");
-    let block = readme
-        .split("```rust\n")
-        .nth(1)
-        .and_then(|rest| rest.split("```").next())
-        .expect("the README's first rust block");
-    assert_eq!(block, include_str!("first_example.rs"));
+    assert_eq!(first_rust_block(readme), include_str!("first_example.rs"));
 }
 
-/// The "Handler registry" section's example: `tests/readme/registry_example.rs`,
-/// character for character, and what it does on SQLite.
-#[test]
-fn the_registry_section_shows_its_example_file_verbatim() {
-    let readme = include_str!("../../../README.md");
-    let block = readme
-        .split("## Handler registry\n")
+/// The first ```` ```rust ```` block of `text`, between its fences.
+fn first_rust_block(text: &str) -> &str {
+    text.split("```rust\n")
         .nth(1)
-        .and_then(|section| section.split("```rust\n").nth(1))
         .and_then(|rest| rest.split("```").next())
-        .expect("the registry section's rust block");
-    assert_eq!(block, include_str!("registry_example.rs"));
+        .expect("a rust block")
+}
+
+/// The guide's registry chapter shows `tests/readme/registry_example.rs`,
+/// character for character; it runs below, on SQLite.
+#[test]
+fn the_registry_chapter_shows_its_example_file_verbatim() {
+    let chapter = include_str!("../../../docs/src/registry.md");
+    assert_eq!(
+        first_rust_block(chapter),
+        include_str!("registry_example.rs")
+    );
+}
+
+/// The guide's HTTP chapter shows the handler of `examples/http/payments.rs`
+/// as written there, but for its hidden lines (`# use …`), which import the
+/// example's types so that the block compiles as a doctest.
+#[test]
+fn the_http_chapter_shows_the_handler_as_written() {
+    let chapter = include_str!("../../../docs/src/http.md");
+    let block = first_rust_block(chapter);
+    let shown: String = block
+        .lines()
+        .filter(|line| *line != "#" && !line.starts_with("# "))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    assert!(shown.starts_with("#[idempotent("), "{shown}");
+    let source = include_str!("../../../examples/http/payments.rs");
+    assert!(
+        source.contains(&shown),
+        "the HTTP chapter's block is not in examples/http/payments.rs as written:\n{shown}"
+    );
 }
 
 #[cfg(feature = "sqlite")]

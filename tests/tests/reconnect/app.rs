@@ -1,4 +1,4 @@
-//! The application under test, as the README has a user write it: a
+//! The application under test, as the guide has a user write it: a
 //! payment handler whose effects are one row in `effects` and one balance
 //! update, an error type with a variant for Diesel's errors and one for the
 //! inbox's, and the classification the consumer asks.
@@ -125,7 +125,7 @@ pub fn assert_exactly_once(urls: &[String], messages: usize) {
     assert_eq!(inbox, messages as i64, "one inbox row per message");
 }
 
-/// The application's error type, as in the README (with `recovery()`).
+/// The application's error type, as in the guide (with `recovery()`).
 pub use inbox_tests::AppError;
 
 /// The handler on a blocking `PgConnection` (r2d2's pooled connections
@@ -151,7 +151,7 @@ pub mod blocking {
         Ok(Outcome::Processed(()))
     }
 
-    /// The README's consumer delivering `deliveries` with [`apply_payment`]
+    /// The guide's consumer delivering `deliveries` with [`apply_payment`]
     /// on connections it opens to `url` (again after each `Reconnect`).
     pub fn consume_at(
         url: &str,

@@ -1,4 +1,4 @@
-//! The consumer loop a user writes from the README's "Errors: retry,
+//! The consumer loop a user writes from the guide's "Errors: retry,
 //! reconnect, or dead-letter": deliver each message until it succeeds,
 //! redeliver on the same connection while the error says `Retry`, drop the
 //! connection and connect again on `Reconnect`, both with a bounded backoff.

@@ -16,7 +16,7 @@
 //!   lost only with their effects, and the window is printed; a standby's
 //!   refusal and a demoted primary's say `Reconnect`.
 //!
-//! The consumer is the one the README describes, written once in
+//! The consumer is the one the guide describes, written once in
 //! `consumer.rs`: redeliver while the error's `recovery()` says
 //! `Retry`, reconnect on `Reconnect`, both with a bounded backoff.
 //!

@@ -4,7 +4,8 @@
 //! probe), a handler without `#[idempotent]`, a write around the handler
 //! on the duplicate path (a new row, or a value changed in place), an id
 //! that differs per delivery — plus the table selection, a connection
-//! inside a transaction, and the README's example.
+//! inside a transaction. (The guide's example, `docs/src/testing.md`, runs
+//! as a doctest of `inbox_tests::guide`.)
 //!
 //! Every test is a generic function over the backend, instantiated by
 //! `inbox_tests::backend_tests!` on PostgreSQL, MariaDB/MySQL and SQLite,
@@ -19,8 +20,6 @@
 #[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
 mod asynchronous;
 mod handlers;
-#[cfg(feature = "sqlite")]
-mod readme_example;
 
 use diesel::Connection;
 use inbox_runtime::testing::{
@@ -381,20 +380,3 @@ inbox_tests::backend_tests!(
     a_connection_inside_a_transaction_is_refused,
     a_failing_delivery_is_reported,
 );
-
-/// The README's "Testing a handler" example is `readme_example.rs`, as
-/// written (that file's test runs it on SQLite).
-#[test]
-fn the_readme_shows_the_example_file_verbatim() {
-    let readme = include_str!("../../../README.md");
-    let section = readme
-        .split("\n## Testing a handler\n")
-        .nth(1)
-        .expect("the README's \"Testing a handler\" section");
-    let block = section
-        .split("```rust\n")
-        .nth(1)
-        .and_then(|rest| rest.split("```").next())
-        .expect("its first rust block");
-    assert_eq!(block, include_str!("readme_example.rs"));
-}

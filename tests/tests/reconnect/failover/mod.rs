@@ -4,7 +4,7 @@
 //! Each test starts a throwaway primary (`inbox_tests::PgServer`) with the
 //! inbox and the payment tables, makes a streaming standby of it
 //! (`pg_basebackup`, synchronous or asynchronous replication), and runs the
-//! README's consumer on a multi-host URL naming both
+//! guide's consumer on a multi-host URL naming both
 //! (`target_session_attrs=read-write`). After some deliveries the primary
 //! is stopped in immediate mode (every backend killed, no shutdown
 //! checkpoint, as in a crash) and, [`NO_WRITABLE_SERVER`] later, the
@@ -284,7 +284,7 @@ fn a_lagging_asynchronous_standby_loses_every_commit_after_the_cut() {
 /// and reports the COMMIT as done, so the handler returns `Processed`; a
 /// failover then loses the claim with its effect, as asynchronous
 /// replication does. `statement_timeout` does not end the wait. Pinned here
-/// because the README warns about it.
+/// because the guide warns about it.
 #[test]
 fn a_cancelled_synchronous_wait_acknowledges_a_commit_the_standby_lacks() {
     use diesel::connection::SimpleConnection;

@@ -139,7 +139,7 @@ impl Failover {
     }
 }
 
-/// The consumer a test runs: the README's loop on blocking or async
+/// The consumer a test runs: the guide's loop on blocking or async
 /// connections to a URL.
 pub(super) type Consumer = fn(&str, &[Payment], &Progress) -> Result<Report, String>;
 
