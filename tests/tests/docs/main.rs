@@ -37,9 +37,13 @@ fn chapter_files() -> BTreeSet<String> {
 }
 
 /// The Markdown files whose links are checked: the README,
-/// CONTRIBUTING.md and every file of the guide.
+/// CONTRIBUTING.md, BENCHMARKS.md and every file of the guide.
 fn checked_files() -> Vec<PathBuf> {
-    let mut files = vec![root().join("README.md"), root().join("CONTRIBUTING.md")];
+    let mut files = vec![
+        root().join("README.md"),
+        root().join("CONTRIBUTING.md"),
+        root().join("BENCHMARKS.md"),
+    ];
     files.push(guide().join("SUMMARY.md"));
     files.extend(chapter_files().into_iter().map(|name| guide().join(name)));
     files
