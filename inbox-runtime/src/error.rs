@@ -888,9 +888,12 @@ pub enum Recovery {
     Retry,
     /// The connection cannot be used any more (closed, killed, read-only,
     /// a server shutting down or not ready, a transaction manager Diesel
-    /// refuses to use): get a new connection (a pool does this when the
-    /// broken one is returned), then deliver the message again. Retrying on
-    /// the same connection fails forever.
+    /// refuses to use, prepared statements the server no longer has, as
+    /// after `DEALLOCATE ALL` or behind PgBouncer's transaction pooling
+    /// with Diesel's statement cache on): get a new connection (a pool does
+    /// this when the broken one is returned: a delivery marks a connection
+    /// whose statements are gone broken), then deliver the message again.
+    /// Retrying on the same connection fails forever.
     Reconnect,
     /// Never retry: the message is malformed (an id the inbox cannot store,
     /// another payload under a claimed id) or a setting is wrong in a way no

@@ -155,7 +155,9 @@ fn database_recovery(kind: &DatabaseErrorKind, message: &str) -> Recovery {
     // code may be mapped to another kind (a standby's "terminating connection
     // due to conflict with recovery" is 40001, a serialization failure), yet
     // the connection is gone.
-    if matches_any(message, CONNECTION_LOST_MESSAGES) {
+    if matches_any(message, CONNECTION_LOST_MESSAGES)
+        || matches_any(message, STATEMENTS_LOST_MESSAGES)
+    {
         return Recovery::Reconnect;
     }
     match kind {
@@ -171,13 +173,31 @@ fn database_recovery(kind: &DatabaseErrorKind, message: &str) -> Recovery {
 /// text. For errors that show a server's message without carrying the
 /// Diesel error (an application error that forwards `Display`).
 pub(crate) fn recovery_of_text(text: &str) -> Option<Recovery> {
-    if matches_any(text, CONNECTION_LOST_MESSAGES) {
+    if matches_any(text, CONNECTION_LOST_MESSAGES) || matches_any(text, STATEMENTS_LOST_MESSAGES) {
         Some(Recovery::Reconnect)
     } else if matches_any(text, LOCK_CONFLICT_MESSAGES) {
         Some(Recovery::Retry)
     } else {
         None
     }
+}
+
+/// `true` when `error`, or an error along its `source()` chain, says the
+/// connection's prepared statements are not the server's (the backends'
+/// `statements_lost` tables, read in each error's text, so that a wrapper
+/// that hides the Diesel error but shows its message counts too): every
+/// statement the connection cached fails the same way on it, so the
+/// runtime marks it broken (see
+/// [`leave_broken_if_unusable`](crate::execution::leave_broken_if_unusable)).
+pub(crate) fn statements_lost(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if matches_any(&error.to_string(), STATEMENTS_LOST_MESSAGES) {
+            return true;
+        }
+        next = error.source();
+    }
+    false
 }
 
 /// Which table of the backends' [`ServerMessages`] a message is looked up
@@ -198,6 +218,7 @@ const LOCK_WAIT_TIMEOUT_MESSAGES: Table = |messages| messages.lock_wait_timeout;
 const CONNECTION_LOST_MESSAGES: Table = |messages| messages.connection_lost;
 const REFUSED_TEXT_MESSAGES: Table = |messages| messages.refused_text;
 const TRANSACTION_ABORTED_MESSAGES: Table = |messages| messages.transaction_aborted;
+const STATEMENTS_LOST_MESSAGES: Table = |messages| messages.statements_lost;
 
 /// The inbox error's answer, here beside the rules it applies (the error
 /// type itself knows nothing of them).
@@ -367,5 +388,23 @@ mod tests {
         assert!(!is_transaction_aborted(&kind(
             DatabaseErrorKind::SerializationFailure
         )));
+    }
+
+    #[test]
+    fn statements_the_server_does_not_have_need_a_new_connection() {
+        for message in [
+            "prepared statement \"__diesel_stmt_2\" does not exist",
+            "prepared statement \"__diesel_stmt_1\" already exists",
+            "prepared statement \"s4\" does not exist",
+            "bind message supplies 2 parameters, but prepared statement \"s1\" requires 3",
+            "Unknown prepared statement handler (7) given to mysqld_stmt_execute",
+        ] {
+            let error = unknown(message);
+            assert_eq!(recovery(&error), Recovery::Reconnect, "{message}");
+            assert!(statements_lost(&error), "{message}");
+            assert!(!is_lock_conflict(&error), "{message}");
+        }
+        assert!(!statements_lost(&unknown("relation \"effects\" does not exist")));
+        assert!(!statements_lost(&Error::NotFound));
     }
 }

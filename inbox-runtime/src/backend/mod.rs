@@ -908,6 +908,12 @@ pub(crate) struct ServerMessages {
     /// A statement refused because an earlier one failed and aborted the
     /// transaction (PostgreSQL), reported as `Unknown`.
     pub(crate) transaction_aborted: &'static [(&'static str, &'static str)],
+    /// The connection's prepared statements are not the server's: the
+    /// driver's statement cache names one the server does not have (or
+    /// has under another text), as after `DEALLOCATE ALL` or behind a
+    /// pooler that hands each transaction another server connection. Every
+    /// cached statement fails on that connection for ever.
+    pub(crate) statements_lost: &'static [(&'static str, &'static str)],
 }
 
 /// Failures of the operating system's sockets, whatever the backend.
@@ -917,6 +923,7 @@ const IO_MESSAGES: ServerMessages = ServerMessages {
     connection_lost: &[("io", "Broken pipe"), ("io", "Connection reset by peer")],
     refused_text: &[],
     transaction_aborted: &[],
+    statements_lost: &[],
 };
 
 /// Every backend's messages, and the operating system's.

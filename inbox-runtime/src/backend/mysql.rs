@@ -63,6 +63,12 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
         "1305 ER_SP_DOES_NOT_EXIST",
         "SAVEPOINT inbox_transaction does not exist",
     )],
+    // A statement handle the connection cached that the server does not
+    // have (a proxy that multiplexes server connections).
+    statements_lost: &[(
+        "1243 ER_UNKNOWN_STMT_HANDLER",
+        "Unknown prepared statement handler",
+    )],
 };
 
 /// What a server that does not take a statement as a prepared statement

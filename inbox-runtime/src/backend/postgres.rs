@@ -88,6 +88,16 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
         "25P02 in_failed_sql_transaction",
         "current transaction is aborted",
     )],
+    // 26000 invalid_sql_statement_name (`prepared statement "…" does not
+    // exist`), 42P05 duplicate_prepared_statement (`… already exists`),
+    // 08P01 (`bind message supplies 2 parameters, but prepared statement
+    // "…" requires 3`: another statement of that name): only named
+    // statements say `prepared statement "`, and the inbox's and Diesel's
+    // are named by their drivers' caches (`__diesel_stmt_N`, `sN`).
+    statements_lost: &[(
+        "26000, 42P05, 08P01 (a named statement the server does not have as cached)",
+        "prepared statement \"",
+    )],
 };
 
 #[cfg(all(feature = "postgres", feature = "migrations"))]

@@ -20,6 +20,7 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
     refused_text: &[],
     // SQLite does not abort a transaction on a failed statement.
     transaction_aborted: &[],
+    statements_lost: &[],
 };
 
 #[cfg(all(feature = "sqlite", feature = "migrations"))]

@@ -18,7 +18,7 @@ use crate::delivery::level::Level;
 use crate::delivery::single::deliver;
 use crate::delivery::steps::claim_or_refuse;
 use crate::error::{HandlerError, InboxError};
-use crate::execution::{RetryPolicy, require_transaction};
+use crate::execution::{RetryPolicy, leave_broken_if_unusable, require_transaction};
 use crate::observe::Delivery;
 use crate::options::Options;
 use crate::outcome::Outcome;
@@ -68,6 +68,10 @@ where
 
     fn is_broken(&mut self) -> bool {
         self.exec.status().transaction_depth().is_err()
+    }
+
+    fn leave_broken_if_unusable(&mut self, error: &E) {
+        leave_broken_if_unusable(self.exec.status(), error);
     }
 
     async fn alone(&mut self, pending: &Pending<'_, M>) -> Result<Outcome<T>, E> {

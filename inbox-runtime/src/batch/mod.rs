@@ -219,6 +219,10 @@ pub(crate) trait Execute<M, T, E> {
     /// transaction, a failed rollback, a cancelled level): the connection
     /// must be replaced, whatever an error shows through its wrappers.
     fn is_broken(&mut self) -> bool;
+
+    /// Marks the connection broken when `error` left it unusable (see
+    /// [`leave_broken_if_unusable`](crate::execution::leave_broken_if_unusable)).
+    fn leave_broken_if_unusable(&mut self, error: &E);
 }
 
 /// A batch being handled: the results so far.
@@ -409,6 +413,7 @@ impl<T, E: HandlerError> Run<T, E> {
     /// `source()` (`#[error(transparent)]`) shows a lost transaction's
     /// cause instead of the loss.
     fn stop<M, X: Execute<M, T, E>>(&mut self, exec: &mut X, pending: &Pending<'_, M>, error: &E) {
+        exec.leave_broken_if_unusable(error);
         let recovery = match exec.is_broken() {
             true => Recovery::Reconnect,
             false => trouble_recovery(error),

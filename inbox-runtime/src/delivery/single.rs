@@ -14,7 +14,7 @@ use super::steps::{record_failure, store_result, take};
 use crate::attempts::MaxAttempts;
 use crate::claim::Taken;
 use crate::error::{HandlerError, InboxError, into_handler_error};
-use crate::execution::{RetryPolicy, caught};
+use crate::execution::{RetryPolicy, caught, leave_broken_if_unusable};
 use crate::failure::{self, Failure, NotCommitted};
 use crate::key::ClaimKey;
 use crate::observe::{BodyScope, Delivery, Ending, ending_of_inbox_error};
@@ -144,6 +144,7 @@ where
                 delivery.claimed();
             }
             delivery.finish(&key, ending_of_inbox_error(&error));
+            leave_broken_if_unusable(exec.status(), &error);
             Err(error)
         }
     }
@@ -276,6 +277,7 @@ impl Claimed {
                     }
                 };
                 self.report(ending_of_inbox_error(&error));
+                leave_broken_if_unusable(exec.status(), &error);
                 error
             })
             .await
@@ -361,8 +363,32 @@ impl Claimed {
     }
 
     /// Commits on `Ok`; on `Err`, rolls back and records the failure. The
-    /// outer `Err` is a commit or rollback that failed.
+    /// outer `Err` is a commit or rollback that failed. A failure that left
+    /// the connection unusable marks it broken ([`leave_broken_if_unusable`]).
     async fn end<R, E, X>(
+        &mut self,
+        exec: &mut X,
+        result: Result<R, E>,
+    ) -> Result<Result<R, Failed<E>>, InboxError>
+    where
+        E: std::error::Error + 'static,
+        X: Executor,
+    {
+        let ended = self.end_level(exec, result).await;
+        match &ended {
+            Ok(Ok(_)) => {}
+            Ok(Err(Failed::Body(error))) => {
+                leave_broken_if_unusable(exec.status(), error);
+            }
+            Ok(Err(Failed::Inbox(error))) | Err(error) => {
+                leave_broken_if_unusable(exec.status(), error);
+            }
+        }
+        ended
+    }
+
+    /// [`end`](Self::end), without its check of the connection.
+    async fn end_level<R, E, X>(
         &mut self,
         exec: &mut X,
         result: Result<R, E>,

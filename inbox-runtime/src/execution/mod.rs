@@ -1,10 +1,12 @@
 //! What every path that runs SQL shares, blocking and async, handlers and
 //! pruning alike: how deep the connection's transaction is ([`depth`]),
-//! when a failed transaction is tried again ([`retry`]), and, on
+//! when a failed transaction is tried again ([`retry`]), when a failure
+//! leaves the connection unusable ([`broken`]), and, on
 //! diesel-async, what marks a connection broken when a future is dropped
 //! inside a transaction ([`guard`]), and how a background worker waits for
 //! its stop and run-now requests ([`signals`]).
 
+pub(crate) mod broken;
 pub(crate) mod depth;
 #[cfg(feature = "async")]
 pub(crate) mod guard;
@@ -12,6 +14,7 @@ pub(crate) mod ready;
 pub(crate) mod retry;
 pub(crate) mod signals;
 
+pub(crate) use broken::leave_broken_if_unusable;
 pub(crate) use depth::{depth, require_no_transaction, require_transaction};
 #[cfg(feature = "async")]
 pub(crate) use guard::OpenTransactionGuard;

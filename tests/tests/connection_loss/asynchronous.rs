@@ -392,6 +392,58 @@ pub async fn bb8_never_hands_back_a_connection_killed_before_commit<B: ServerBac
     lose_bb8::<B>(KillAt::BeforeCommit).await;
 }
 
+/// Prepared statements the server dropped (PostgreSQL only).
+mod dropped_statements {
+    use super::*;
+
+    /// PostgreSQL: the server no longer has the connection's prepared
+    /// statements (see the blocking test of the same name): the delivery says
+    /// Reconnect and leaves the connection broken, so that deadpool (whose
+    /// `Verified` recycling still passes) replaces it.
+    pub async fn deadpool_replaces_a_connection_whose_prepared_statements_the_server_dropped<
+        B: ServerBackend,
+    >() {
+        use diesel_async::SimpleAsyncConnection as _;
+
+        let Some((db, _conn)) = fresh::<B>().await else {
+            return;
+        };
+        let pool = B::deadpool_recycling(db.url(), 1, RecyclingMethod::Verified);
+        let mut object = pool.checkout().await.expect("a connection");
+        let first = Delivery::<B>::new("statements-async-1");
+        assert_eq!(
+            apply(&mut *object, &first).await.unwrap(),
+            Outcome::Processed(())
+        );
+        object.batch_execute("DEALLOCATE ALL").await.unwrap();
+        let victim = connection_id_async::<B>(&mut object).await;
+        let error = apply(&mut *object, &Delivery::<B>::new("statements-async-2"))
+            .await
+            .expect_err("the claim's prepared statement is gone");
+        println!("{} async statements dropped: {error:?}", B::NAME);
+        assert_eq!(classify(&error), Recovery::Reconnect, "{error:?}");
+        assert!(
+            PoolableConnection::is_broken(&mut *object),
+            "the pool must see the connection whose statements are gone"
+        );
+        drop(object);
+        let mut next = tokio::time::timeout(HANG, pool.checkout())
+            .await
+            .expect("the checkout")
+            .expect("a working connection");
+        assert_ne!(
+            connection_id_async::<B>(&mut next).await,
+            victim,
+            "a new connection"
+        );
+        redeliver_once(&db, &mut *next, "statements-async-2").await;
+    }
+
+    inbox_tests::backend_tests!(async only [postgres]:
+        deadpool_replaces_a_connection_whose_prepared_statements_the_server_dropped,
+    );
+}
+
 inbox_tests::backend_tests!(async only [postgres, mysql]:
     killed_mid_body_says_reconnect_and_the_connection_fails_fast,
     killed_between_body_and_commit_says_reconnect_and_the_connection_fails_fast,

@@ -240,6 +240,58 @@ pub fn r2d2_never_hands_back_a_connection_killed_before_commit<B: ServerBackend>
     lose_pooled::<B>(KillAt::BeforeCommit);
 }
 
+/// Prepared statements the server dropped (PostgreSQL only).
+mod dropped_statements {
+    use super::*;
+
+    /// PostgreSQL: the server no longer has the connection's prepared
+    /// statements (`DEALLOCATE ALL`; through PgBouncer's transaction pooling,
+    /// a server connection that never prepared them): every statement Diesel
+    /// cached fails on that connection for ever ("prepared statement
+    /// \"__diesel_stmt_N\" does not exist"). The delivery says Reconnect and
+    /// leaves the connection broken, so that r2d2 (whose `SELECT 1` on checkout
+    /// still passes) replaces it.
+    pub fn r2d2_replaces_a_connection_whose_prepared_statements_the_server_dropped<
+        B: ServerBackend,
+    >() {
+        use diesel::connection::SimpleConnection as _;
+
+        let Some((db, _conn)) = fresh::<B>() else {
+            return;
+        };
+        let pool = Pool::builder()
+            .max_size(1)
+            .connection_timeout(HANG)
+            .build(ConnectionManager::<B::Connection>::new(db.url()))
+            .expect("build a pool");
+        let mut pooled = pool.get().expect("a connection");
+        let first = Delivery::<B>::new("statements-1");
+        assert_eq!(
+            apply::<B>(&mut pooled, &first).unwrap(),
+            Outcome::Processed(())
+        );
+        pooled.batch_execute("DEALLOCATE ALL").unwrap();
+        let victim = connection_id::<B>(&mut pooled);
+        let error = apply::<B>(&mut pooled, &Delivery::<B>::new("statements-2"))
+            .expect_err("the claim's prepared statement is gone");
+        println!("{} blocking statements dropped: {error:?}", B::NAME);
+        assert_eq!(classify(&error), Recovery::Reconnect, "{error:?}");
+        assert_eq!(committed(&db, "statements-2"), (0, vec![]));
+        assert!(
+            R2D2Connection::is_broken(&mut *pooled),
+            "has_broken must see the connection whose statements are gone"
+        );
+        drop(pooled);
+        let mut next = pool.get().expect("a working connection");
+        assert_ne!(connection_id::<B>(&mut next), victim, "a new connection");
+        redeliver_once(&db, &mut next, "statements-2");
+    }
+
+    inbox_tests::backend_tests!(only [postgres]:
+        r2d2_replaces_a_connection_whose_prepared_statements_the_server_dropped,
+    );
+}
+
 inbox_tests::backend_tests!(only [postgres, mysql]:
     killed_mid_body_says_reconnect_and_the_connection_fails_fast,
     killed_between_body_and_commit_says_reconnect_and_the_connection_fails_fast,

@@ -7,7 +7,7 @@ use super::exec::{RelayExec, TransactionStep};
 use super::{Relay, RelayReport};
 use crate::backend::{Bind, InboxBackend, Lease, OutboxRow};
 use crate::error::InboxError;
-use crate::execution::{RetryPolicy, caught, depth};
+use crate::execution::{RetryPolicy, caught, depth, leave_broken_if_unusable};
 use crate::observe::{self, Relayed};
 use crate::outbox::headers;
 use crate::outbox::id::OutboxId;
@@ -71,8 +71,26 @@ macro_rules! with_retries {
     }};
 }
 
-/// One round: see [`Relay::run_once`].
+/// One round: see [`Relay::run_once`]. A failure that left the connection
+/// unusable marks it broken ([`leave_broken_if_unusable`]).
 pub(crate) async fn round<X, P>(
+    relay: &Relay,
+    exec: &mut X,
+    publisher: &mut P,
+) -> Result<RelayReport, InboxError>
+where
+    X: RelayExec,
+    P: Publish,
+{
+    let report = round_once(relay, exec, publisher).await;
+    if let Err(error) = &report {
+        leave_broken_if_unusable(exec.status(), error);
+    }
+    report
+}
+
+/// [`round`], without its check of the connection after a failure.
+async fn round_once<X, P>(
     relay: &Relay,
     exec: &mut X,
     publisher: &mut P,
