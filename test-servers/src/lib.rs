@@ -8,6 +8,8 @@
 //! - [`MariaDbServer`]: a MariaDB server (`mariadb-install-db`, `mariadbd`)
 //!   with a user of its own and a random password;
 //! - [`GaleraCluster`]: a 3-node MariaDB Galera cluster;
+//! - [`PgBouncer`]: PgBouncer in front of a [`PgServer`], in transaction or
+//!   session pooling ([`PoolMode`]);
 //! - [`NatsServer`]: a NATS server with JetStream (`nats-server -js`);
 //! - [`RabbitMqNode`]: a RabbitMQ node with its own name, cookie, ports
 //!   and port mapper.
@@ -32,6 +34,7 @@
 pub mod galera;
 mod mariadb;
 mod nats;
+mod pgbouncer;
 mod postgres;
 mod process;
 mod rabbitmq;
@@ -40,6 +43,7 @@ mod secret;
 pub use galera::GaleraCluster;
 pub use mariadb::MariaDbServer;
 pub use nats::NatsServer;
+pub use pgbouncer::{PgBouncer, PoolMode};
 pub use postgres::{PgServer, Replication};
 pub use process::{free_ports, running_as_root, unique_name};
 pub use rabbitmq::RabbitMqNode;

@@ -127,3 +127,27 @@ pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
         .map(|line| format!("\n    {line}"))
         .collect()
 }
+
+/// Writes `text` to a new file at `path` readable by its owner only.
+pub(crate) fn write_private(path: &Path, text: &str) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(|e| format!("write {}: {e}", path.display()))
+}
+
+/// The user and group ids of OS user `name`.
+pub(crate) fn os_user_ids(name: &str) -> Result<(u32, u32), String> {
+    let id = |flag: &str| -> Result<u32, String> {
+        run(Command::new("id").args([flag, name]))?
+            .trim()
+            .parse()
+            .map_err(|e| format!("id {flag} {name}: {e}"))
+    };
+    Ok((id("-u")?, id("-g")?))
+}

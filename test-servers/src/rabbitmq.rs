@@ -7,7 +7,9 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::mariadb::spawn_server;
-use crate::process::{free_ports, log_tail, private_dir, run, running_as_root};
+use crate::process::{
+    free_ports, log_tail, os_user_ids, private_dir, run, running_as_root, write_private,
+};
 use crate::secret::random_password;
 
 /// The node's start script, run directly (Debian's `/usr/sbin/rabbitmq-server`
@@ -225,28 +227,4 @@ impl Drop for RabbitMqNode {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// Writes `text` to a new file at `path` readable by its owner only.
-fn write_private(path: &Path, text: &str) -> Result<(), String> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .and_then(|mut file| file.write_all(text.as_bytes()))
-        .map_err(|e| format!("write {}: {e}", path.display()))
-}
-
-/// The user and group ids of OS user `name`.
-fn os_user_ids(name: &str) -> Result<(u32, u32), String> {
-    let id = |flag: &str| -> Result<u32, String> {
-        run(Command::new("id").args([flag, name]))?
-            .trim()
-            .parse()
-            .map_err(|e| format!("id {flag} {name}: {e}"))
-    };
-    Ok((id("-u")?, id("-g")?))
 }

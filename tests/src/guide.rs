@@ -46,6 +46,8 @@ chapters! {
     batches => "batches.md",
     #[cfg(feature = "postgres")]
     database_outages => "database-outages.md",
+    #[cfg(feature = "postgres")]
+    pgbouncer => "pgbouncer.md",
     #[cfg(all(feature = "sqlite", feature = "serde"))]
     fingerprints => "fingerprints.md",
     #[cfg(feature = "http")]

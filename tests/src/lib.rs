@@ -171,11 +171,11 @@ fn env_or(name: &str, default: &str) -> String {
 }
 
 #[cfg(feature = "postgres")]
-pub use self::throwaway::{PgServer, Replication};
+pub use self::throwaway::{PgServer, PoolMode, Replication};
 
 #[cfg(feature = "postgres")]
 mod throwaway {
-    pub use inbox_test_servers::Replication;
+    pub use inbox_test_servers::{PoolMode, Replication};
 
     /// A PostgreSQL server of a test's own, for the faults a test must not
     /// inflict on the shared server (an immediate restart, a read-only
@@ -211,6 +211,33 @@ mod throwaway {
                 Ok(server) => Some(PgServer(server)),
                 Err(error) => {
                     super::report_unavailable("a throwaway PostgreSQL server", "127.0.0.1", &error);
+                    None
+                }
+            }
+        }
+
+        /// PgBouncer in front of this server
+        /// ([`inbox_test_servers::PgBouncer::start`]), in `mode`, with at
+        /// most `pool_size` server connections per database, or `None` after
+        /// a loud `skipped:` line when it cannot start (no `pgbouncer`); with
+        /// `INBOX_REQUIRE_DATABASES=1` that panics instead.
+        ///
+        /// ```no_run
+        /// use inbox_tests::{PgServer, PoolMode};
+        ///
+        /// let Some(server) = PgServer::start() else { return };
+        /// let Some(bouncer) = server.pgbouncer(PoolMode::Transaction, 2) else { return };
+        /// println!("{}", bouncer.url_of("postgres"));
+        /// ```
+        pub fn pgbouncer(
+            &self,
+            mode: PoolMode,
+            pool_size: u32,
+        ) -> Option<inbox_test_servers::PgBouncer> {
+            match inbox_test_servers::PgBouncer::start(&self.0, mode, pool_size) {
+                Ok(bouncer) => Some(bouncer),
+                Err(error) => {
+                    super::report_unavailable("a throwaway PgBouncer", "127.0.0.1", &error);
                     None
                 }
             }

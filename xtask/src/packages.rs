@@ -3,7 +3,9 @@
 
 use std::process::Command;
 
-use inbox_test_servers::{GaleraCluster, MariaDbServer, NatsServer, PgServer, RabbitMqNode};
+use inbox_test_servers::{
+    GaleraCluster, MariaDbServer, NatsServer, PgBouncer, PgServer, RabbitMqNode,
+};
 
 use crate::backend::Backend;
 
@@ -51,6 +53,12 @@ const REQUIREMENTS: &[Requirement] = &[
         needed_by: Need::AnyOf(&[Backend::Postgres]),
         packages: &["postgresql"],
         present: || PgServer::bin_dir().is_ok_and(|bin| bin.join("psql").exists()),
+    },
+    Requirement {
+        what: "PgBouncer, for the tests behind a connection pooler",
+        needed_by: Need::AnyOf(&[Backend::Postgres]),
+        packages: &["pgbouncer"],
+        present: || PgBouncer::installed().is_ok(),
     },
     Requirement {
         what: "the MariaDB client library (libmysqlclient)",

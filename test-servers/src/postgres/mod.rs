@@ -201,6 +201,18 @@ impl PgServer {
         self.port
     }
 
+    /// The password of superuser `postgres`: `None` for a test's own server,
+    /// which trusts connections from 127.0.0.1.
+    ///
+    /// ```no_run
+    /// let server = inbox_test_servers::PgServer::start()?;
+    /// assert_eq!(server.password(), None);
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
     /// `127.0.0.1:<port>`, for a multi-host URL.
     ///
     /// ```no_run
