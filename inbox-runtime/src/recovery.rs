@@ -404,7 +404,9 @@ mod tests {
             assert!(statements_lost(&error), "{message}");
             assert!(!is_lock_conflict(&error), "{message}");
         }
-        assert!(!statements_lost(&unknown("relation \"effects\" does not exist")));
+        assert!(!statements_lost(&unknown(
+            "relation \"effects\" does not exist"
+        )));
         assert!(!statements_lost(&Error::NotFound));
     }
 }

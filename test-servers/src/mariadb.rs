@@ -5,10 +5,11 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::process::{
-    free_ports, log_tail, on_path, private_dir, require_installed, run, running_as_root,
+    free_ports, kill_and_remove, log_tail, on_path, private_dir, require_installed, run,
+    running_as_root, wait_ready, with_port_retries,
 };
 use crate::secret::random_password;
 
@@ -56,14 +57,7 @@ impl MariaDbServer {
     /// ```
     pub fn start() -> Result<Self, String> {
         Self::installed()?;
-        let mut last_error = String::new();
-        for _ in 0..3 {
-            match Self::try_start() {
-                Ok(server) => return Ok(server),
-                Err(error) => last_error = error,
-            }
-        }
-        Err(last_error)
+        with_port_retries(Self::try_start)
     }
 
     /// `Err` naming what is missing to run a server (`mariadbd`,
@@ -218,35 +212,20 @@ impl MariaDbServer {
     /// fails with the tail of the error log when the server exits or takes
     /// too long.
     fn wait_ready(&mut self) -> Result<(), String> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if self.sql("SELECT 1").is_ok() {
-                return Ok(());
-            }
-            let exited = self
-                .process
-                .as_mut()
-                .and_then(|child| child.try_wait().ok().flatten());
-            if exited.is_some() || Instant::now() > deadline {
-                return Err(format!(
-                    "MariaDB on port {} not ready ({}):{}",
-                    self.port,
-                    exited.map_or("timed out".to_owned(), |s| format!("exited: {s}")),
-                    log_tail(&self.log(), 25)
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let (port, password, log) = (self.port, self.password.clone(), self.log());
+        wait_ready(
+            &format!("MariaDB on port {port}"),
+            &mut self.process,
+            START_TIMEOUT,
+            || client(port, USER, &password, "SELECT 1").is_ok(),
+            || log_tail(&log, 25),
+        )
     }
 }
 
 impl Drop for MariaDbServer {
     fn drop(&mut self) {
-        if let Some(mut child) = self.process.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        kill_and_remove(&mut self.process, &self.dir);
     }
 }
 

@@ -1,16 +1,15 @@
 //! A throwaway PgBouncer in front of a throwaway PostgreSQL server.
 
-use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::mariadb::spawn_server;
 use crate::postgres::PgServer;
 use crate::process::{
-    free_ports, log_tail, on_path, os_user_ids, private_dir, require_installed, run,
-    running_as_root, write_private,
+    accepts_connections, free_ports, kill_and_remove, log_tail, on_path, os_user_ids, private_dir,
+    require_installed, run, running_as_root, wait_ready, with_port_retries, write_private,
 };
 
 /// Where Debian puts the pooler (not on a normal user's `PATH`).
@@ -98,14 +97,7 @@ impl PgBouncer {
     /// ```
     pub fn start(server: &PgServer, mode: PoolMode, pool_size: u32) -> Result<Self, String> {
         Self::installed()?;
-        let mut last_error = String::new();
-        for _ in 0..3 {
-            match Self::try_start(server, mode, pool_size) {
-                Ok(bouncer) => return Ok(bouncer),
-                Err(error) => last_error = error,
-            }
-        }
-        Err(last_error)
+        with_port_retries(|| Self::try_start(server, mode, pool_size))
     }
 
     /// The port PgBouncer listens on, on 127.0.0.1.
@@ -209,36 +201,19 @@ impl PgBouncer {
     /// Waits until the port accepts connections, or fails with the tail of
     /// the log when PgBouncer exits or takes too long.
     fn wait_ready(&mut self) -> Result<(), String> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let address = SocketAddr::from(([127, 0, 0, 1], self.port));
-            if TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_ok() {
-                return Ok(());
-            }
-            let exited = self
-                .process
-                .as_mut()
-                .and_then(|child| child.try_wait().ok().flatten());
-            if exited.is_some() || Instant::now() > deadline {
-                return Err(format!(
-                    "PgBouncer on port {} not ready ({}):{}{}",
-                    self.port,
-                    exited.map_or("timed out".to_owned(), |s| format!("exited: {s}")),
-                    log_tail(&self.log(), 15),
-                    log_tail(&self.dir.join("pgbouncer.out"), 5),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let (port, log) = (self.port, self.log());
+        wait_ready(
+            &format!("PgBouncer on port {port}"),
+            &mut self.process,
+            START_TIMEOUT,
+            || accepts_connections(port),
+            || log_tail(&log, 15),
+        )
     }
 }
 
 impl Drop for PgBouncer {
     fn drop(&mut self) {
-        if let Some(mut child) = self.process.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        kill_and_remove(&mut self.process, &self.dir);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -150,4 +150,65 @@ pub(crate) fn os_user_ids(name: &str) -> Result<(u32, u32), String> {
             .map_err(|e| format!("id {flag} {name}: {e}"))
     };
     Ok((id("-u")?, id("-g")?))
+}
+
+/// Calls `start` up to three times: a port [`free_ports`] picked may be
+/// taken by another process before the server binds it. The last error
+/// when every try failed.
+pub(crate) fn with_port_retries<T>(
+    mut start: impl FnMut() -> Result<T, String>,
+) -> Result<T, String> {
+    let mut last_error = String::new();
+    for _ in 0..3 {
+        match start() {
+            Ok(server) => return Ok(server),
+            Err(error) => last_error = error,
+        }
+    }
+    Err(last_error)
+}
+
+/// Whether something accepts TCP connections on 127.0.0.1:`port`.
+pub(crate) fn accepts_connections(port: u16) -> bool {
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    std::net::TcpStream::connect_timeout(&address, std::time::Duration::from_secs(1)).is_ok()
+}
+
+/// Waits until `ready()` says so, or fails when the server's `process`
+/// exits or `timeout` passes: the error names `what` and ends with
+/// `tail()` (the end of its log).
+pub(crate) fn wait_ready(
+    what: &str,
+    process: &mut Option<Child>,
+    timeout: std::time::Duration,
+    mut ready: impl FnMut() -> bool,
+    tail: impl Fn() -> String,
+) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if ready() {
+            return Ok(());
+        }
+        let exited = process
+            .as_mut()
+            .and_then(|child| child.try_wait().ok().flatten());
+        if exited.is_some() || std::time::Instant::now() > deadline {
+            return Err(format!(
+                "{what} not ready ({}):{}",
+                exited.map_or("timed out".to_owned(), |s| format!("exited: {s}")),
+                tail()
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Kills the server's `process` (if it runs) and waits for its end, then
+/// removes its directory `dir`.
+pub(crate) fn kill_and_remove(process: &mut Option<Child>, dir: &Path) {
+    if let Some(mut child) = process.take() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,14 +1,14 @@
 //! A throwaway RabbitMQ node.
 
-use std::net::TcpStream;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::mariadb::spawn_server;
 use crate::process::{
-    free_ports, log_tail, os_user_ids, private_dir, run, running_as_root, write_private,
+    accepts_connections, free_ports, log_tail, os_user_ids, private_dir, run, running_as_root,
+    wait_ready, with_port_retries, write_private,
 };
 use crate::secret::random_password;
 
@@ -60,14 +60,7 @@ impl RabbitMqNode {
     /// ```
     pub fn start() -> Result<Self, String> {
         Self::installed()?;
-        let mut last_error = String::new();
-        for _ in 0..3 {
-            match Self::try_start() {
-                Ok(node) => return Ok(node),
-                Err(error) => last_error = error,
-            }
-        }
-        Err(last_error)
+        with_port_retries(Self::try_start)
     }
 
     /// `Err` naming what is missing to run a node (RabbitMQ's start script,
@@ -175,26 +168,14 @@ impl RabbitMqNode {
     /// in its boot), or fails with the tail of the node's output when it
     /// exits or takes too long.
     fn wait_ready(&mut self) -> Result<(), String> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let address = std::net::SocketAddr::from(([127, 0, 0, 1], self.amqp_port));
-            if TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_ok() {
-                return Ok(());
-            }
-            let exited = self
-                .process
-                .as_mut()
-                .and_then(|child| child.try_wait().ok().flatten());
-            if exited.is_some() || Instant::now() > deadline {
-                return Err(format!(
-                    "RabbitMQ on port {} not ready ({}):{}",
-                    self.amqp_port,
-                    exited.map_or("timed out".to_owned(), |s| format!("exited: {s}")),
-                    log_tail(&self.dir.join("node.out"), 25)
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let (port, output) = (self.amqp_port, self.dir.join("node.out"));
+        wait_ready(
+            &format!("RabbitMQ on port {port}"),
+            &mut self.process,
+            START_TIMEOUT,
+            || accepts_connections(port),
+            || log_tail(&output, 25),
+        )
     }
 }
 
@@ -218,9 +199,7 @@ impl Drop for RabbitMqNode {
                 .env("ERL_EPMD_ADDRESS", "127.0.0.1")
                 .output()
                 .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "Killed");
-            let address = std::net::SocketAddr::from(([127, 0, 0, 1], self.epmd_port));
-            if stopped || TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err()
-            {
+            if stopped || !accepts_connections(self.epmd_port) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
