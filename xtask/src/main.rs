@@ -17,8 +17,9 @@
 //! 3. runs the suite with `INBOX_REQUIRE_DATABASES=1` and
 //!    `INBOX_TEST_REQUIRE_BROKERS=1` (a server or broker that cannot be
 //!    reached fails its tests): every backend is
-//!    `cargo test --workspace --all-features`, one backend the quick loop
-//!    of `inbox-runtime` and the suite with that backend's feature alone;
+//!    `cargo test --workspace --all-features`, in phases that keep both CPUs
+//!    busy (see [`phases`]), one backend the quick loop of `inbox-runtime`
+//!    and the suite with that backend's feature alone;
 //! 4. stops and removes the servers and brokers, and the suite's `TMPDIR`
 //!    with whatever a test left running from it, also when the tests fail or
 //!    on Ctrl-C (they live in a guardian process, see [`guard`]), and exits
@@ -31,6 +32,7 @@ mod backend;
 mod cli;
 mod guard;
 mod packages;
+mod phases;
 mod scratch;
 mod servers;
 mod suite;

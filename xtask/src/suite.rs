@@ -1,11 +1,11 @@
 //! The cargo commands that run the test suite.
 
-use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 use crate::backend::Backend;
+use crate::phases;
 
 /// The package that holds the end-to-end suites and the test-database support.
 const TEST_PACKAGE: &str = "inbox-tests";
@@ -21,37 +21,37 @@ const REQUIRE_BROKERS: &str = "INBOX_TEST_REQUIRE_BROKERS";
 
 /// Runs the suite for `backends` with `environment` set and `cargo_args`
 /// appended; returns cargo's exit code (128 + the signal when one ended it).
+/// The whole suite without arguments runs in phases (see [`phases`]).
 pub fn run(
     backends: &[Backend],
     cargo_args: &[String],
     environment: &[(String, String)],
 ) -> Result<u8, String> {
-    let mut command = cargo_test(backends, selects_targets(cargo_args));
-    command
-        .args(cargo_args)
-        .current_dir(workspace_root())
-        .env(REQUIRE_DATABASES, "1")
-        .env(REQUIRE_BROKERS, "1")
-        .envs(environment.iter().map(|(name, value)| (name, value)));
-    let printable: Vec<String> = command
-        .get_args()
-        .map(|arg| arg.to_string_lossy().into_owned())
-        .collect();
-    eprintln!(
-        "xtask: {REQUIRE_DATABASES}=1 {REQUIRE_BROKERS}=1 cargo {}",
-        printable.join(" ")
-    );
+    let configured = |mut command: Command| {
+        command
+            .current_dir(workspace_root())
+            .env(REQUIRE_DATABASES, "1")
+            .env(REQUIRE_BROKERS, "1")
+            .envs(environment.iter().map(|(name, value)| (name, value)));
+        command
+    };
     let started = Instant::now();
-    let status = command.status().map_err(|e| format!("{command:?}: {e}"))?;
+    let code = if Backend::whole_suite(backends) && cargo_args.is_empty() {
+        phases::run(&workspace_root(), || {
+            let mut command = configured(cargo());
+            command.arg("test");
+            command
+        })?
+    } else {
+        let mut command = configured(cargo_test(backends, selects_targets(cargo_args)));
+        command.args(cargo_args);
+        phases::status(&mut command)?
+    };
     eprintln!(
-        "xtask: the suite took {:.1} s ({status})",
+        "xtask: the suite took {:.1} s (exit code {code})",
         started.elapsed().as_secs_f64()
     );
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code).unwrap_or(1),
-        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
-        (None, None) => 1,
-    })
+    Ok(code)
 }
 
 /// `cargo test` for `backends`: the whole workspace with every feature, or,
