@@ -3,13 +3,13 @@
 //! dependencies, then every case, CPU-bound) run beside the suites that
 //! mostly wait for their servers; the suites that time what real processes
 //! do (kills, restarts, a cluster, the brokers' chaos) run after them, with
-//! the machine to themselves; the doctests last.
+//! the machine to themselves.
 //!
 //! 1. `cargo test --workspace --all-features --no-run`: every target built;
 //! 2. beside each other: `--test ui` (its output printed when it ends), and
-//!    the libraries', binaries' and every other suite's tests;
-//! 3. the timed suites ([`TIMED_SUITES`]);
-//! 4. `--doc`.
+//!    the libraries', binaries' and every other suite's tests, then the
+//!    doctests;
+//! 3. the timed suites ([`TIMED_SUITES`]).
 //!
 //! A phase that fails ends the run after it (the phase beside it is waited
 //! for), as `cargo test` stops at the first failing target.
@@ -55,7 +55,10 @@ pub fn run(root: &Path, cargo: impl Fn() -> Command) -> Result<u8, String> {
     for suite in &beside {
         others.args(["--test", suite]);
     }
-    let others_code = status(&mut others);
+    let others_code = status(&mut others).and_then(|code| match code {
+        0 => status(&mut whole(&["--doc"])),
+        failed => Ok(failed),
+    });
     let cases = cases
         .wait_with_output()
         .map_err(|e| format!("wait for the compile cases: {e}"))?;
@@ -72,11 +75,7 @@ pub fn run(root: &Path, cargo: impl Fn() -> Command) -> Result<u8, String> {
     for suite in &timed {
         timed_run.args(["--test", suite]);
     }
-    let code = status(&mut timed_run)?;
-    if code != 0 {
-        return Ok(code);
-    }
-    status(&mut whole(&["--doc"]))
+    status(&mut timed_run)
 }
 
 /// The suites beside the compile cases, and the timed ones, by name.
