@@ -18,7 +18,7 @@ use diesel::{QueryResult, RunQueryDsl};
 use super::run_state::{RunState, Step};
 use super::{BatchProgress, Prune, PruneError, PruneReport};
 use crate::backend::{InboxBackend, NextHandler, PruneBatchStatement};
-use crate::execution::RetryPolicy;
+use crate::execution::{RetryPolicy, leave_broken_if_unusable};
 use crate::observe;
 
 /// How the steps of a run execute on one connection.
@@ -43,8 +43,27 @@ pub(crate) trait Execute {
 }
 
 /// Runs `prune` to the end (caught up, capped, or stopped by `progress` or a
-/// pause), reporting every committed batch to `progress`.
+/// pause), reporting every committed batch to `progress`. A failure that
+/// left the connection unusable marks it broken
+/// ([`leave_broken_if_unusable`]).
 pub(crate) async fn drive<X, F>(
+    prune: &Prune,
+    exec: &mut X,
+    progress: F,
+) -> Result<PruneReport, PruneError>
+where
+    X: Execute,
+    F: FnMut(&BatchProgress<'_>) -> ControlFlow<()>,
+{
+    let run = drive_once(prune, exec, progress).await;
+    if let Err(error) = &run {
+        leave_broken_if_unusable(exec.status(), error);
+    }
+    run
+}
+
+/// [`drive`], without its check of the connection after a failure.
+async fn drive_once<X, F>(
     prune: &Prune,
     exec: &mut X,
     mut progress: F,

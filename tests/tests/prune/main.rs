@@ -47,6 +47,8 @@ mod background;
 mod batch_bounds;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod concurrent;
+#[cfg(feature = "postgres")]
+mod lost_statements;
 mod open_transactions;
 mod partitioned;
 mod policy;
