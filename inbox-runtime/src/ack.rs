@@ -5,7 +5,7 @@ use std::error::Error as StdError;
 
 use crate::error::Recovery;
 use crate::error::{InboxError, Marker, Marks};
-use crate::recovery::recovery;
+use crate::recovery::{error_chain, recovery};
 
 /// What to tell the broker about a delivery, decided by [`ack_decision`].
 ///
@@ -222,14 +222,7 @@ fn says_database_trouble(error: &(dyn StdError + 'static)) -> bool {
 /// server's message for database trouble says to do (see
 /// [`recovery_of_text`](crate::recovery::recovery_of_text)), if any does.
 fn recovery_in_text(error: &(dyn StdError + 'static)) -> Option<Recovery> {
-    let mut next = Some(error);
-    while let Some(error) = next {
-        if let Some(recovery) = crate::recovery::recovery_of_text(&error.to_string()) {
-            return Some(recovery);
-        }
-        next = error.source();
-    }
-    None
+    error_chain(error).find_map(|error| crate::recovery::recovery_of_text(&error.to_string()))
 }
 
 /// What to do about a body's `error` that is database trouble: its
@@ -245,15 +238,10 @@ pub(crate) fn trouble_recovery(error: &(dyn StdError + 'static)) -> Recovery {
 }
 
 fn carries_lock_conflict(error: &(dyn StdError + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(error) = next {
-        if let Some(database) = error.downcast_ref::<diesel::result::Error>() {
-            return crate::is_lock_conflict(database);
-        }
-        if let Some(InboxError::Database(database)) = error.downcast_ref::<InboxError>() {
-            return crate::is_lock_conflict(database);
-        }
-        next = error.source();
-    }
-    false
+    error_chain(error)
+        .find_map(|error| match error.downcast_ref::<InboxError>() {
+            Some(InboxError::Database(database)) => Some(database),
+            _ => error.downcast_ref::<diesel::result::Error>(),
+        })
+        .is_some_and(crate::is_lock_conflict)
 }

@@ -23,6 +23,8 @@
 //! English locale (the default) for the message fallback to apply; the
 //! mapped kinds are recognised whatever the language.
 
+use std::error::Error as StdError;
+
 use diesel::result::{DatabaseErrorKind, Error};
 
 use crate::backend::{SERVER_MESSAGES, ServerMessages};
@@ -189,15 +191,15 @@ pub(crate) fn recovery_of_text(text: &str) -> Option<Recovery> {
 /// statement the connection cached fails the same way on it, so the
 /// runtime marks it broken (see
 /// [`leave_broken_if_unusable`](crate::execution::leave_broken_if_unusable)).
-pub(crate) fn statements_lost(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(error) = next {
-        if matches_any(&error.to_string(), STATEMENTS_LOST_MESSAGES) {
-            return true;
-        }
-        next = error.source();
-    }
-    false
+pub(crate) fn statements_lost(error: &(dyn StdError + 'static)) -> bool {
+    error_chain(error).any(|error| matches_any(&error.to_string(), STATEMENTS_LOST_MESSAGES))
+}
+
+/// `error`, then each error along its `source()` chain.
+pub(crate) fn error_chain<'e>(
+    error: &'e (dyn StdError + 'static),
+) -> impl Iterator<Item = &'e (dyn StdError + 'static)> {
+    std::iter::successors(Some(error), |&error| error.source())
 }
 
 /// Which table of the backends' [`ServerMessages`] a message is looked up

@@ -14,14 +14,12 @@ use crate::recovery::statements_lost;
 
 /// Marks the connection whose transaction manager is `status` broken when
 /// `error` says its prepared statements are not the server's (see
-/// [`statements_lost`]); returns whether it did.
+/// [`statements_lost`]).
 pub(crate) fn leave_broken_if_unusable(
     status: &mut TransactionManagerStatus,
     error: &(dyn StdError + 'static),
-) -> bool {
-    let unusable = statements_lost(error);
-    if unusable {
+) {
+    if statements_lost(error) {
         status.set_in_error();
     }
-    unusable
 }
