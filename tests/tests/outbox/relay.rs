@@ -605,23 +605,6 @@ fn postgres_lease_walks_the_pending_messages_not_the_sent_ones() {
     );
 }
 
-/// Publishes, then has another transaction lock every outbox row for 1.5 s
-/// before the relay records what the broker confirmed.
-struct LockedBeforeTheRecord {
-    broker: Broker,
-    lock: std::sync::mpsc::Sender<()>,
-    locked: std::sync::mpsc::Receiver<()>,
-}
-
-impl BlockingPublisher for LockedBeforeTheRecord {
-    fn publish(&mut self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
-        let answers = self.broker.answer(messages);
-        self.lock.send(()).unwrap();
-        self.locked.recv().unwrap();
-        answers
-    }
-}
-
 /// MySQL/MariaDB: InnoDB keeps a lock on every row a locking read scanned
 /// until its transaction ends (another relay's lease, say), so the record of
 /// a confirmed message can wait for another transaction and lose: a lock
@@ -635,11 +618,12 @@ pub fn a_record_that_loses_a_lock_conflict_is_tried_again_not_published_twice<B:
     let Some(db) = B::open() else { return };
     let mut conn = db.connect();
     let ids = send_all(&mut conn, &[OutgoingMessage::new("receipts", "m1")]);
-    let (lock, on_lock) = std::sync::mpsc::channel();
+    // The publisher stops after publishing until the blocker holds the lock.
+    let (published, on_published) = std::sync::mpsc::channel();
     let (locked, on_locked) = std::sync::mpsc::channel();
     let mut blocker = db.connect();
     let holder = thread::spawn(move || {
-        on_lock.recv().unwrap();
+        on_published.recv().unwrap();
         blocker
             .transaction::<_, diesel::result::Error, _>(|conn| {
                 conn.batch_execute("UPDATE inbox_outbox SET destination = destination")?;
@@ -650,10 +634,10 @@ pub fn a_record_that_loses_a_lock_conflict_is_tried_again_not_published_twice<B:
             .unwrap();
     });
     let broker = Broker::default();
-    let mut publisher = LockedBeforeTheRecord {
+    let mut publisher = StuckAfterPublishing {
         broker: broker.clone(),
-        lock,
-        locked: on_locked,
+        published,
+        release: on_locked,
     };
     let mut relay_conn = db.connect();
     relay_conn
