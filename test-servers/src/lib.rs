@@ -10,6 +10,8 @@
 //! - [`GaleraCluster`]: a 3-node MariaDB Galera cluster;
 //! - [`PgBouncer`]: PgBouncer in front of a [`PgServer`], in transaction or
 //!   session pooling ([`PoolMode`]);
+//! - [`PgFormation`]: a pg_auto_failover formation (a monitor and a
+//!   primary/secondary pair that fails over by itself);
 //! - [`NatsServer`]: a NATS server with JetStream (`nats-server -js`);
 //! - [`RabbitMqNode`]: a RabbitMQ node with its own name, cookie, ports
 //!   and port mapper.
@@ -34,6 +36,7 @@
 pub mod galera;
 mod mariadb;
 mod nats;
+mod pg_auto_failover;
 mod pgbouncer;
 mod postgres;
 mod process;
@@ -43,6 +46,7 @@ mod secret;
 pub use galera::GaleraCluster;
 pub use mariadb::MariaDbServer;
 pub use nats::NatsServer;
+pub use pg_auto_failover::PgFormation;
 pub use pgbouncer::{PgBouncer, PoolMode};
 pub use postgres::{PgServer, Replication};
 pub use process::{free_ports, running_as_root, unique_name};

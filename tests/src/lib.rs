@@ -171,7 +171,7 @@ fn env_or(name: &str, default: &str) -> String {
 }
 
 #[cfg(feature = "postgres")]
-pub use self::throwaway::{PgServer, PoolMode, Replication};
+pub use self::throwaway::{PgFormation, PgServer, PoolMode, Replication};
 
 #[cfg(feature = "postgres")]
 mod throwaway {
@@ -274,6 +274,51 @@ mod throwaway {
 
     impl std::ops::Deref for PgServer {
         type Target = inbox_test_servers::PgServer;
+
+        fn deref(&self) -> &Self::Target {
+            &self.0
+        }
+    }
+
+    /// A pg_auto_failover formation of a test's own
+    /// ([`inbox_test_servers::PgFormation::start`]: a monitor and a
+    /// synchronous primary/secondary pair on 127.0.0.1 that fails over by
+    /// itself), whose methods it offers (`Deref`). Every keeper and server
+    /// is killed and the directory removed on drop.
+    ///
+    /// ```no_run
+    /// use inbox_tests::PgFormation;
+    ///
+    /// let Some(formation) = PgFormation::start() else { return Ok(()) }; // `skipped:` printed
+    /// let primary = formation.primary()?;
+    /// formation.kill_node(primary);
+    /// formation.wait_for_primary_other_than(primary)?;
+    /// # Ok::<(), String>(())
+    /// ```
+    pub struct PgFormation(inbox_test_servers::PgFormation);
+
+    impl PgFormation {
+        /// Creates and starts the formation, or returns `None` after a loud
+        /// `skipped:` line when it cannot (no `pg_autoctl`, a node that does
+        /// not reach its state); with `INBOX_REQUIRE_DATABASES=1` that
+        /// panics instead.
+        pub fn start() -> Option<Self> {
+            match inbox_test_servers::PgFormation::start() {
+                Ok(formation) => Some(PgFormation(formation)),
+                Err(error) => {
+                    super::report_unavailable(
+                        "a throwaway pg_auto_failover formation",
+                        "127.0.0.1",
+                        &error,
+                    );
+                    None
+                }
+            }
+        }
+    }
+
+    impl std::ops::Deref for PgFormation {
+        type Target = inbox_test_servers::PgFormation;
 
         fn deref(&self) -> &Self::Target {
             &self.0

@@ -4,7 +4,7 @@
 use std::process::Command;
 
 use inbox_test_servers::{
-    GaleraCluster, MariaDbServer, NatsServer, PgBouncer, PgServer, RabbitMqNode,
+    GaleraCluster, MariaDbServer, NatsServer, PgBouncer, PgFormation, PgServer, RabbitMqNode,
 };
 
 use crate::backend::Backend;
@@ -14,8 +14,25 @@ use crate::backend::Backend;
 struct Requirement {
     what: &'static str,
     needed_by: Need,
-    packages: &'static [&'static str],
+    packages: Packages,
     present: fn() -> bool,
+}
+
+/// The Debian packages of a [`Requirement`].
+enum Packages {
+    /// The same on every release.
+    Fixed(&'static [&'static str]),
+    /// Named after something on the machine (the PostgreSQL version).
+    Named(fn() -> Vec<String>),
+}
+
+impl Packages {
+    fn names(&self) -> Vec<String> {
+        match self {
+            Packages::Fixed(names) => names.iter().map(|name| (*name).to_owned()).collect(),
+            Packages::Named(names) => names(),
+        }
+    }
 }
 
 /// Which runs need a [`Requirement`].
@@ -39,31 +56,37 @@ const REQUIREMENTS: &[Requirement] = &[
     Requirement {
         what: "pkg-config (how Diesel's client libraries are found)",
         needed_by: Need::AnyOf(&[Backend::Postgres, Backend::Mysql]),
-        packages: &["pkg-config"],
+        packages: Packages::Fixed(&["pkg-config"]),
         present: || program("pkg-config", &["--version"]),
     },
     Requirement {
         what: "libpq, PostgreSQL's client library",
         needed_by: Need::AnyOf(&[Backend::Postgres]),
-        packages: &["libpq-dev"],
+        packages: Packages::Fixed(&["libpq-dev"]),
         present: || program("pkg-config", &["--exists", "libpq"]),
     },
     Requirement {
         what: "the PostgreSQL server binaries (initdb, pg_ctl, psql)",
         needed_by: Need::AnyOf(&[Backend::Postgres]),
-        packages: &["postgresql"],
+        packages: Packages::Fixed(&["postgresql"]),
         present: || PgServer::bin_dir().is_ok_and(|bin| bin.join("psql").exists()),
     },
     Requirement {
         what: "PgBouncer, for the tests behind a connection pooler",
         needed_by: Need::AnyOf(&[Backend::Postgres]),
-        packages: &["pgbouncer"],
+        packages: Packages::Fixed(&["pgbouncer"]),
         present: || PgBouncer::installed().is_ok(),
+    },
+    Requirement {
+        what: "pg_auto_failover, for the tests under an HA manager",
+        needed_by: Need::AnyOf(&[Backend::Postgres]),
+        packages: Packages::Named(PgFormation::packages),
+        present: || PgFormation::installed().is_ok(),
     },
     Requirement {
         what: "the MariaDB client library (libmysqlclient)",
         needed_by: Need::AnyOf(&[Backend::Mysql]),
-        packages: &["libmariadb-dev", "libmariadb-dev-compat"],
+        packages: Packages::Fixed(&["libmariadb-dev", "libmariadb-dev-compat"]),
         present: || {
             program("pkg-config", &["--exists", "mysqlclient"])
                 || program("pkg-config", &["--exists", "libmariadb"])
@@ -72,25 +95,25 @@ const REQUIREMENTS: &[Requirement] = &[
     Requirement {
         what: "the MariaDB server binaries (mariadbd, mariadb-install-db, mariadb)",
         needed_by: Need::AnyOf(&[Backend::Mysql]),
-        packages: &["mariadb-server"],
+        packages: Packages::Fixed(&["mariadb-server"]),
         present: || MariaDbServer::installed().is_ok(),
     },
     Requirement {
         what: "Galera and rsync, for the 3-node cluster tests",
         needed_by: Need::AnyOf(&[Backend::Mysql]),
-        packages: &["mariadb-server", "galera-4", "rsync"],
+        packages: Packages::Fixed(&["mariadb-server", "galera-4", "rsync"]),
         present: || GaleraCluster::installed().is_ok(),
     },
     Requirement {
         what: "RabbitMQ, for the broker and outbox suites",
         needed_by: Need::WholeSuite,
-        packages: &["rabbitmq-server"],
+        packages: Packages::Fixed(&["rabbitmq-server"]),
         present: || RabbitMqNode::installed().is_ok(),
     },
     Requirement {
         what: "nats-server, for the broker and outbox suites",
         needed_by: Need::WholeSuite,
-        packages: &["nats-server"],
+        packages: Packages::Fixed(&["nats-server"]),
         present: || NatsServer::binary().is_ok(),
     },
 ];
@@ -103,11 +126,11 @@ pub fn ensure(backends: &[Backend]) -> Result<(), String> {
     if absent.is_empty() {
         return Ok(());
     }
-    let mut packages: Vec<&str> = Vec::new();
+    let mut packages: Vec<String> = Vec::new();
     for requirement in &absent {
         eprintln!("xtask: missing {}", requirement.what);
-        for package in requirement.packages {
-            if !packages.contains(package) {
+        for package in requirement.packages.names() {
+            if !packages.contains(&package) {
                 packages.push(package);
             }
         }
@@ -130,7 +153,7 @@ pub fn ensure(backends: &[Backend]) -> Result<(), String> {
     eprintln!("xtask: installing {}", packages.join(" "));
     apt(sudo, &["update", "-qq"])?;
     let mut args = vec!["install", "-y", "-qq"];
-    args.extend(&packages);
+    args.extend(packages.iter().map(String::as_str));
     apt(sudo, &args)?;
     let still: Vec<&str> = missing(backends).iter().map(|r| r.what).collect();
     if still.is_empty() {

@@ -51,14 +51,18 @@ impl Drop for Scratch {
 }
 
 /// SIGKILLs every process whose command line names a path under `dir`
-/// (a server's data directory, store or socket); returns how many.
+/// (a server's data directory, store or socket), and the process group each
+/// leads apart from this one's (a keeper's services, whose command lines
+/// name nothing: pg_auto_failover's); returns how many processes matched.
 fn kill_processes_under(dir: &Path) -> usize {
     let needle = dir.as_os_str().as_encoded_bytes();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return 0;
     };
     let own = std::process::id();
-    let mut pids = Vec::new();
+    let own_group = process_group(own);
+    let mut matched = 0;
+    let mut targets = Vec::new();
     for entry in entries.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -74,11 +78,34 @@ fn kill_processes_under(dir: &Path) -> usize {
             continue;
         };
         if cmdline.windows(needle.len()).any(|window| window == needle) {
-            pids.push(pid.to_string());
+            matched += 1;
+            targets.push(pid.to_string());
+            if let Some(group) = process_group(pid).filter(|group| Some(*group) != own_group) {
+                targets.push(format!("-{group}"));
+            }
         }
     }
-    if !pids.is_empty() {
-        let _ = Command::new("kill").arg("-KILL").args(&pids).status();
+    if !targets.is_empty() {
+        targets.sort();
+        targets.dedup();
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .arg("--")
+            .args(&targets)
+            .stderr(std::process::Stdio::null())
+            .status();
     }
-    pids.len()
+    matched
+}
+
+/// The process group of process `pid` (from `/proc/<pid>/stat`).
+fn process_group(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
 }

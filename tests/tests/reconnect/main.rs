@@ -14,7 +14,9 @@
 //!   promoted under a running consumer → with synchronous replication every
 //!   acknowledged claim survives; with asynchronous replication claims are
 //!   lost only with their effects, and the window is printed; a standby's
-//!   refusal and a demoted primary's say `Reconnect`.
+//!   refusal and a demoted primary's say `Reconnect`; and (issue 28) a
+//!   pg_auto_failover formation whose monitor promotes the secondary by
+//!   itself after the primary's host is killed → nothing acknowledged lost.
 //!
 //! The consumer is the one the guide describes, written once in
 //! `consumer.rs`: redeliver while the error's `recovery()` says

@@ -7,7 +7,7 @@
 //! guide's consumer on a multi-host URL naming both
 //! (`target_session_attrs=read-write`). After some deliveries the primary
 //! is stopped in immediate mode (every backend killed, no shutdown
-//! checkpoint, as in a crash) and, [`NO_WRITABLE_SERVER`] later, the
+//! checkpoint, as in a crash) and, [`run::NO_WRITABLE_SERVER`] later, the
 //! standby is promoted; the consumer reconnects to it and delivers the rest.
 //!
 //! - Synchronous replication: every delivery acknowledged before the
@@ -27,6 +27,8 @@
 //!   over again (failback) with every claim of both.
 //! - The one hole in synchronous replication, pinned: a query cancel that
 //!   ends a COMMIT's wait for the standby reports the COMMIT as done.
+//! - `ha_manager`: the same consumer under pg_auto_failover, whose monitor
+//!   does the promotion (issue 28).
 //!
 //! Run: `cargo test -p inbox-tests --all-features --test reconnect failover -- --nocapture`
 //! (the runs print their figures).
@@ -40,21 +42,19 @@ use inbox_tests::Replication;
 use crate::app::blocking::apply_payment;
 use crate::app::{Recovery, assert_exactly_once};
 
+mod ha_manager;
 mod run;
 
 #[cfg(feature = "async")]
 use run::{ASYNC, fail_over_with};
-use run::{
-    Failover, MESSAGES, NO_WRITABLE_SERVER, Pair, Standby, claims_and_effects, fail_over, payment,
-    redeliver,
-};
+use run::{Failover, MESSAGES, Pair, Standby, claims_and_effects, fail_over, payment, redeliver};
 
 /// Synchronous replication: every delivery acknowledged while the primary
 /// lived is on the promoted server, and its redelivery there is a
 /// duplicate. Returns the acknowledged ids.
-fn synchronous(label: &str, pair: &Pair, failover: &Failover) -> Vec<String> {
+fn synchronous(label: &str, promoted: &str, failover: &Failover) -> Vec<String> {
     let acknowledged = failover.processed_on_the_primary();
-    let promoted = pair.standby.url();
+    let promoted = promoted.to_owned();
     let claims = claims_and_effects(&promoted);
     let lost: Vec<&String> = acknowledged
         .iter()
@@ -86,11 +86,11 @@ fn synchronous(label: &str, pair: &Pair, failover: &Failover) -> Vec<String> {
     println!(
         "failover synchronous, {label}: {} deliveries acknowledged as processed on the primary, \
          all present after the promotion and redelivered there as duplicates; standby lag at \
-         the crash: {}; consumer back {:?} after the promotion ({NO_WRITABLE_SERVER:?} without \
-         a writable server); {}",
+         the crash: {}; consumer back {:?} after {}; {}",
         acknowledged.len(),
         failover.lag,
         failover.back_after,
+        failover.back_since,
         failover.report
     );
     acknowledged
@@ -102,7 +102,7 @@ fn synchronous_replication_keeps_every_acknowledged_claim_through_a_failover() {
         return;
     };
     let failover = fail_over(&pair, Standby::KeepsUp);
-    synchronous("a standby keeping up", &pair, &failover);
+    synchronous("a standby keeping up", &pair.standby.url(), &failover);
 }
 
 #[cfg(feature = "async")]
@@ -112,7 +112,11 @@ fn synchronous_replication_keeps_every_acknowledged_async_claim_through_a_failov
         return;
     };
     let failover = fail_over_with(ASYNC, &pair, Standby::KeepsUp);
-    synchronous("a standby keeping up, AsyncPgConnection", &pair, &failover);
+    synchronous(
+        "a standby keeping up, AsyncPgConnection",
+        &pair.standby.url(),
+        &failover,
+    );
 }
 
 /// After the failover the old primary is demoted: `pg_rewind`, then a
@@ -126,7 +130,7 @@ fn a_demoted_primary_says_reconnect_and_takes_over_again_with_every_claim() {
         return;
     };
     let failover = fail_over(&pair, Standby::KeepsUp);
-    synchronous("before the demotion", &pair, &failover);
+    synchronous("before the demotion", &pair.standby.url(), &failover);
     let demoted_at = Instant::now();
     pair.primary
         .rejoin_as_standby_of(&pair.standby)
@@ -187,7 +191,11 @@ fn a_synchronous_primary_without_its_standby_acknowledges_nothing() {
         after_cut.is_empty(),
         "acknowledged while no standby received: {after_cut:?}"
     );
-    synchronous("a standby that stopped receiving", &pair, &failover);
+    synchronous(
+        "a standby that stopped receiving",
+        &pair.standby.url(),
+        &failover,
+    );
 }
 
 /// Asynchronous replication: checks the invariant, prints the window, then

@@ -96,8 +96,12 @@ pub(super) struct Failover {
     /// When the primary was gone: its immediate stop had returned (a
     /// delivery acknowledged before then may have committed on it).
     pub(super) gone_at: Instant,
-    /// From the promotion to the consumer's next acknowledged delivery.
+    /// From [`back_since`](Self::back_since) to the consumer's next
+    /// acknowledged delivery.
     pub(super) back_after: Duration,
+    /// What [`back_after`](Self::back_after) counts from: the promotion, or
+    /// the kill when an HA manager promotes.
+    pub(super) back_since: &'static str,
     /// WAL the standby had not flushed, and not replayed, just before the
     /// primary died (what it flushed survives the promotion, which replays
     /// it).
@@ -166,8 +170,6 @@ pub(super) fn fail_over(pair: &Pair, standby: Standby) -> Failover {
 
 /// [`fail_over`] with the given consumer.
 pub(super) fn fail_over_with(consumer: Consumer, pair: &Pair, standby: Standby) -> Failover {
-    let progress = Progress::default();
-    let messages = deliveries(MESSAGES);
     let stop_writers = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
         if standby == Standby::KeepsUpUnderWriteLoad {
@@ -175,7 +177,7 @@ pub(super) fn fail_over_with(consumer: Consumer, pair: &Pair, standby: Standby) 
                 scope.spawn(|| write_ballast(&pair.primary.url(), &stop_writers));
             }
         }
-        let injector = scope.spawn(|| -> Result<_, String> {
+        run_through(consumer, &pair.url, |progress| {
             let mut cut_at = None;
             if standby == Standby::StopsReceiving {
                 progress.wait_for_processed(FAIL_AT / 2)?;
@@ -188,14 +190,7 @@ pub(super) fn fail_over_with(consumer: Consumer, pair: &Pair, standby: Standby) 
             } else {
                 progress.wait_for_processed(FAIL_AT)?;
             }
-            let lag = pair
-                .primary
-                .psql(
-                    "SELECT COALESCE((SELECT (pg_current_wal_lsn() - flush_lsn)::text \
-                     || ' B not yet flushed there, ' || (pg_current_wal_lsn() - replay_lsn)::text \
-                     || ' B not yet replayed' FROM pg_stat_replication), 'no standby streaming')",
-                )
-                .unwrap_or_else(|error| format!("unknown ({error})"));
+            let lag = standby_lag(&pair.primary.url());
             pair.primary.stop_immediate();
             let gone_at = Instant::now();
             stop_writers.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -203,22 +198,73 @@ pub(super) fn fail_over_with(consumer: Consumer, pair: &Pair, standby: Standby) 
             let promoted_at = Instant::now();
             pair.standby.promote();
             let back = progress.wait_for_recovery(promoted_at)?;
-            Ok((cut_at, gone_at, back - promoted_at, lag))
-        });
-        let report = consumer(&pair.url, &messages, &progress)
+            Ok(Fault {
+                cut_at,
+                gone_at,
+                back_after: back - promoted_at,
+                back_since: "the promotion",
+                lag,
+            })
+        })
+    })
+}
+
+/// What a fault injector did, and when.
+pub(super) struct Fault {
+    pub(super) cut_at: Option<Instant>,
+    pub(super) gone_at: Instant,
+    pub(super) back_after: Duration,
+    pub(super) back_since: &'static str,
+    pub(super) lag: String,
+}
+
+/// Runs `consumer` on `url` over [`MESSAGES`] payments (every fifth
+/// delivered twice) while `inject` breaks the servers under it, on a thread
+/// of its own watching the consumer's progress.
+pub(super) fn run_through(
+    consumer: Consumer,
+    url: &str,
+    inject: impl FnOnce(&Progress) -> Result<Fault, String> + Send,
+) -> Failover {
+    let progress = Progress::default();
+    let messages = deliveries(MESSAGES);
+    std::thread::scope(|scope| {
+        let injector = scope.spawn(|| inject(&progress));
+        let report = consumer(url, &messages, &progress)
             .unwrap_or_else(|error| panic!("the consumer gave up: {error}"));
-        let (cut_at, gone_at, back_after, lag) = injector
+        let fault = injector
             .join()
             .expect("the injector panicked")
             .unwrap_or_else(|error| panic!("failover: {error}"));
         Failover {
             report,
-            cut_at,
-            gone_at,
-            back_after,
-            lag,
+            cut_at: fault.cut_at,
+            gone_at: fault.gone_at,
+            back_after: fault.back_after,
+            back_since: fault.back_since,
+            lag: fault.lag,
         }
     })
+}
+
+/// What the primary at `url` says of its standby's lag, just before it dies.
+pub(super) fn standby_lag(url: &str) -> String {
+    let mut conn = match PgConnection::establish(url) {
+        Ok(conn) => conn,
+        Err(error) => return format!("unknown ({error})"),
+    };
+    #[derive(QueryableByName)]
+    struct Lag {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        lag: String,
+    }
+    diesel::sql_query(
+        "SELECT COALESCE((SELECT (pg_current_wal_lsn() - flush_lsn)::text \
+         || ' B not yet flushed there, ' || (pg_current_wal_lsn() - replay_lsn)::text \
+         || ' B not yet replayed' FROM pg_stat_replication LIMIT 1), 'no standby streaming') AS lag",
+    )
+    .get_result::<Lag>(&mut conn)
+    .map_or_else(|error| format!("unknown ({error})"), |row| row.lag)
 }
 
 /// The promoted server's effects per message id and its claims, with the
