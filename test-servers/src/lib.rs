@@ -8,6 +8,8 @@
 //! - [`MariaDbServer`]: a MariaDB server (`mariadb-install-db`, `mariadbd`)
 //!   with a user of its own and a random password;
 //! - [`GaleraCluster`]: a 3-node MariaDB Galera cluster;
+//! - [`HaProxy`]: HAProxy routing to one server, the others as backups (in
+//!   front of a Galera cluster);
 //! - [`PgBouncer`]: PgBouncer in front of a [`PgServer`], in transaction or
 //!   session pooling ([`PoolMode`]);
 //! - [`PgFormation`]: a pg_auto_failover formation (a monitor and a
@@ -34,6 +36,7 @@
 //! ```
 
 pub mod galera;
+mod haproxy;
 mod mariadb;
 mod nats;
 mod pg_auto_failover;
@@ -44,6 +47,7 @@ mod rabbitmq;
 mod secret;
 
 pub use galera::GaleraCluster;
+pub use haproxy::HaProxy;
 pub use mariadb::MariaDbServer;
 pub use nats::NatsServer;
 pub use pg_auto_failover::PgFormation;

@@ -327,7 +327,7 @@ mod throwaway {
 }
 
 #[cfg(feature = "mysql")]
-pub use self::galera::GaleraCluster;
+pub use self::galera::{GaleraCluster, HaProxy};
 
 /// A throwaway 3-node MariaDB Galera cluster on loopback, with the inbox table.
 #[cfg(feature = "mysql")]
@@ -405,6 +405,44 @@ pub mod galera {
 
     impl std::ops::Deref for GaleraCluster {
         type Target = inbox_test_servers::GaleraCluster;
+
+        fn deref(&self) -> &Self::Target {
+            &self.0
+        }
+    }
+
+    /// HAProxy of a test's own ([`inbox_test_servers::HaProxy::start`]: TCP
+    /// mode on a free port of 127.0.0.1, every connection to the first of
+    /// the given ports while its check passes, the others as backups), or
+    /// `None` after a loud `skipped:` line when it cannot start (no
+    /// `haproxy`); with `INBOX_REQUIRE_DATABASES=1` that panics instead.
+    /// Killed and removed on drop.
+    ///
+    /// ```no_run
+    /// use inbox_tests::{GaleraCluster, HaProxy};
+    ///
+    /// let Some(cluster) = GaleraCluster::start() else { return };
+    /// let Some(proxy) = HaProxy::start(&[cluster.port(0), cluster.port(1)]) else { return };
+    /// println!("mysql://root@127.0.0.1:{}/{}", proxy.port(), inbox_tests::galera::DATABASE);
+    /// ```
+    pub struct HaProxy(inbox_test_servers::HaProxy);
+
+    impl HaProxy {
+        /// Starts HAProxy in front of `servers` (ports on 127.0.0.1, the
+        /// first active), or `None` after a loud `skipped:` line.
+        pub fn start(servers: &[u16]) -> Option<Self> {
+            match inbox_test_servers::HaProxy::start(servers) {
+                Ok(proxy) => Some(HaProxy(proxy)),
+                Err(error) => {
+                    crate::report_unavailable("a throwaway HAProxy", "127.0.0.1", &error);
+                    None
+                }
+            }
+        }
+    }
+
+    impl std::ops::Deref for HaProxy {
+        type Target = inbox_test_servers::HaProxy;
 
         fn deref(&self) -> &Self::Target {
             &self.0

@@ -4,7 +4,8 @@
 use std::process::Command;
 
 use inbox_test_servers::{
-    GaleraCluster, MariaDbServer, NatsServer, PgBouncer, PgFormation, PgServer, RabbitMqNode,
+    GaleraCluster, HaProxy, MariaDbServer, NatsServer, PgBouncer, PgFormation, PgServer,
+    RabbitMqNode,
 };
 
 use crate::backend::Backend;
@@ -103,6 +104,12 @@ const REQUIREMENTS: &[Requirement] = &[
         needed_by: Need::AnyOf(&[Backend::Mysql]),
         packages: Packages::Fixed(&["mariadb-server", "galera-4", "rsync"]),
         present: || GaleraCluster::installed().is_ok(),
+    },
+    Requirement {
+        what: "HAProxy, for the Galera tests through a proxy",
+        needed_by: Need::AnyOf(&[Backend::Mysql]),
+        packages: Packages::Fixed(&["haproxy"]),
+        present: || HaProxy::installed().is_ok(),
     },
     Requirement {
         what: "RabbitMQ, for the broker and outbox suites",

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -55,6 +55,9 @@ pub struct Progress {
     pub answered: AtomicUsize,
     /// Every consumer is done.
     pub finished: AtomicBool,
+    /// Milliseconds each consumer waits before each delivery (0: none), set
+    /// by a fault injector that needs the run to outlast what it waits for.
+    pub pace_ms: AtomicU64,
 }
 
 type Conn = PooledConnection<ConnectionManager<MysqlConnection>>;
@@ -181,6 +184,7 @@ pub fn run(
     let progress = Progress {
         answered: AtomicUsize::new(0),
         finished: AtomicBool::new(false),
+        pace_ms: AtomicU64::new(0),
     };
     let consumers = work.lanes * NODES;
     let (cert_before, bf_before) = conflicts(cluster);
@@ -312,6 +316,10 @@ impl Consumer<'_> {
 
     /// One delivery of id `index`; `false` when it must come back later.
     fn deliver(&mut self, index: usize, redelivery: bool) -> bool {
+        let pace = self.progress.pace_ms.load(Ordering::SeqCst);
+        if pace > 0 {
+            thread::sleep(Duration::from_millis(pace));
+        }
         if redelivery {
             self.redeliveries[index] += 1;
             assert!(

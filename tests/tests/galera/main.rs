@@ -23,6 +23,10 @@
 //! - `node_failure`: the race with one node SIGKILLed a third of the way
 //!   through: its consumers reconnect to the survivors, the node is
 //!   restarted and rejoins, nothing lost or doubled; the recovery time.
+//!   Then the same through HAProxy (issue 28), which routes every
+//!   connection to one node and fails over to a backup: the writer is
+//!   killed and comes back; the same checks, and the figures beside the
+//!   direct ones.
 //!
 //! Figures are printed (to stderr, seen without `--nocapture`), never
 //! asserted: the machine is shared. Waits are bounded and fail on a hang.
@@ -55,4 +59,5 @@ fn galera_cluster() {
     race::both_ways(&cluster);
     pruning::pruners_on_every_node(&cluster);
     node_failure::a_killed_node(&cluster);
+    node_failure::a_killed_writer_behind_haproxy(&cluster);
 }

@@ -97,6 +97,22 @@ pub fn pools(cluster: &GaleraCluster, size: u32) -> Vec<MysqlPool> {
         .collect()
 }
 
+/// An r2d2 pool of `size` connections through `proxy` (to whichever node
+/// it routes to), failing `get` within 2 s.
+pub fn through_proxy(proxy: &inbox_tests::HaProxy, size: u32) -> MysqlPool {
+    let url = format!(
+        "mysql://root@127.0.0.1:{}/{}",
+        proxy.port(),
+        inbox_tests::galera::DATABASE
+    );
+    Pool::builder()
+        .max_size(size)
+        .min_idle(Some(0))
+        .connection_timeout(std::time::Duration::from_secs(2))
+        .build(ConnectionManager::new(url))
+        .expect("build a pool")
+}
+
 /// Certification failures and brute-force aborts, summed over the nodes
 /// that answer.
 pub fn conflicts(cluster: &GaleraCluster) -> (u64, u64) {
