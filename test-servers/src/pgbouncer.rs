@@ -97,7 +97,29 @@ impl PgBouncer {
     /// ```
     pub fn start(server: &PgServer, mode: PoolMode, pool_size: u32) -> Result<Self, String> {
         Self::installed()?;
-        with_port_retries(|| Self::try_start(server, mode, pool_size))
+        with_port_retries(|| Self::try_start(server, mode, pool_size, false))
+    }
+
+    /// [`start`](Self::start) with `server_round_robin = 1`: each
+    /// transaction goes to the idle server connection that has been idle
+    /// longest instead of the last one used, so that a client's consecutive
+    /// transactions (and autocommit statements) move from one server
+    /// connection to the next, as behind a pooler spreading load over them.
+    ///
+    /// ```no_run
+    /// use inbox_test_servers::{PgBouncer, PgServer, PoolMode};
+    ///
+    /// let server = PgServer::start()?;
+    /// let bouncer = PgBouncer::start_round_robin(&server, PoolMode::Transaction, 2)?;
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start_round_robin(
+        server: &PgServer,
+        mode: PoolMode,
+        pool_size: u32,
+    ) -> Result<Self, String> {
+        Self::installed()?;
+        with_port_retries(|| Self::try_start(server, mode, pool_size, true))
     }
 
     /// The port PgBouncer listens on, on 127.0.0.1.
@@ -131,7 +153,12 @@ impl PgBouncer {
         )
     }
 
-    fn try_start(server: &PgServer, mode: PoolMode, pool_size: u32) -> Result<Self, String> {
+    fn try_start(
+        server: &PgServer,
+        mode: PoolMode,
+        pool_size: u32,
+        round_robin: bool,
+    ) -> Result<Self, String> {
         let as_postgres = running_as_root();
         let dir = private_dir("inbox_pgbouncer", as_postgres.then_some("postgres"))?;
         let mut bouncer = PgBouncer {
@@ -160,6 +187,7 @@ impl PgBouncer {
                  auth_file = {users}\n\
                  pool_mode = {mode}\n\
                  default_pool_size = {pool_size}\n\
+                 server_round_robin = {round_robin}\n\
                  max_client_conn = 500\n\
                  ignore_startup_parameters = extra_float_digits\n\
                  logfile = {log}\n\
@@ -168,6 +196,7 @@ impl PgBouncer {
                 port = bouncer.port,
                 users = users.display(),
                 mode = mode.setting(),
+                round_robin = u8::from(round_robin),
                 log = bouncer.log().display(),
                 pid = bouncer.dir.join("pgbouncer.pid").display(),
             ),

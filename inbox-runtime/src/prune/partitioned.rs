@@ -85,6 +85,11 @@
 //!
 //! # Operating it
 //!
+//! - Any number of nodes may run [`Maintenance`], directly or through a
+//!   transaction pooler such as PgBouncer: one run at a time works, holding
+//!   the layout's lease (a row in `inbox_maintenance_lease`, renewed as it
+//!   goes; [`MAINTENANCE_LEASE`]), and the others return at once, not caught
+//!   up. A run that died holds it until it expires.
 //! - Run [`Maintenance`] well within the period (e.g. hourly for a 7-day
 //!   window, whose default period is 3.5 days), from cron (`cargo run
 //!   --example prune --features postgres -- --older-than 7d --generations 2`)
@@ -129,7 +134,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use diesel::connection::SimpleConnection;
 use diesel::pg::PgConnection;
 use diesel::sql_types::{BigInt, Bool, Nullable, Text};
-use diesel::{Connection, QueryableByName, RunQueryDsl};
+use diesel::{Connection, OptionalExtension, QueryableByName, RunQueryDsl};
 
 use super::report::PartialReport;
 use super::{PruneError, PruneReport};
@@ -160,6 +165,11 @@ pub const SETUP_SQL: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/migrations/postgres-partitioned/2026-12-06-000001_generation_fingerprints_and_results/up.sql"
     )),
+    "\n",
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/migrations/postgres-partitioned/2026-12-08-000000_maintenance_lease/up.sql"
+    )),
 );
 
 /// SQL converting back to the plain layout; every archived id is copied
@@ -179,12 +189,16 @@ pub const TEARDOWN_SQL: &str = concat!(
     "    ON CONFLICT (handler, message_id) DO NOTHING;\n",
     include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
+        "/migrations/postgres-partitioned/2026-12-08-000000_maintenance_lease/down.sql"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
         "/migrations/postgres-partitioned/2026-12-02-000000_partition_inbox_messages/down.sql"
     )),
 );
 
 /// The conversion as Diesel migrations (versions `20261202000000`,
-/// `20261204000000` and `20261206000001`), to run after [`crate::migrations::POSTGRES`]. Users of
+/// `20261204000000`, `20261206000001` and `20261208000000`), to run after [`crate::migrations::POSTGRES`]. Users of
 /// `diesel_cli` can copy `inbox-runtime/migrations/postgres-partitioned/`
 /// next to the plain one.
 ///
@@ -276,10 +290,7 @@ pub fn is_partitioned(conn: &mut PgConnection) -> Result<bool, InboxError> {
 
 #[derive(QueryableByName)]
 struct InboxSchema {
-    /// The schema's name.
-    #[diesel(sql_type = Text)]
-    name: String,
-    /// The name quoted as an SQL identifier.
+    /// The schema's name, quoted as an SQL identifier.
     #[diesel(sql_type = Text)]
     quoted: String,
 }
@@ -291,7 +302,7 @@ struct InboxSchema {
 /// inbox.
 fn inbox_schema(conn: &mut PgConnection) -> diesel::QueryResult<InboxSchema> {
     diesel::sql_query(
-        "SELECT n.nspname::text AS name, quote_ident(n.nspname) AS quoted \
+        "SELECT quote_ident(n.nspname) AS quoted \
          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
          WHERE c.oid = 'inbox_messages'::regclass",
     )
@@ -515,9 +526,10 @@ struct Attachment {
 /// longest window ago (by the database clock). Each is detached with
 /// `DETACH PARTITION … CONCURRENTLY`, which waits for transactions still
 /// reading it but blocks no claim, then dropped; an interrupted drop is
-/// finished by the next call. Several nodes may call it: one at a time does
-/// the work (a session advisory lock), the others return at once with an
-/// empty report that is not caught up. The report counts dropped generations in
+/// finished by the next call. Several nodes may call it, directly or through
+/// a transaction pooler: one at a time does the work (it holds the layout's
+/// lease, a row renewed as it goes, see [`MAINTENANCE_LEASE`]), the others
+/// return at once with an empty report that is not caught up. The report counts dropped generations in
 /// `partitions_dropped` and their rows (the planner's estimate) in
 /// `rows_deleted`.
 ///
@@ -538,37 +550,104 @@ pub fn drop_expired(
     policy: &RetentionPolicy,
 ) -> Result<PruneReport, PruneError> {
     check_policy(policy)?;
-    exclusively(conn, |conn, schema| {
+    exclusively(conn, |conn, schema, lease| {
         let mut tally = PartialReport::start();
-        drop_expired_until(conn, schema, policy, &|| false, &mut tally)?;
+        drop_expired_until(conn, schema, lease, policy, &|| false, &mut tally)?;
         Ok(tally.finish())
     })
 }
 
-/// Runs `work` holding the inbox's maintenance lock (a session advisory lock
-/// per schema: `hashtext('<schema>.inbox_messages maintenance')`), so that
+/// How long a maintenance run holds the layout's lease without renewing it.
+/// A run renews it before each generation it drops and before a rotation;
+/// a run that died leaves it held this long at most, and the next run after
+/// that takes over (finishing a drop the dead one left half done).
+///
+/// ```
+/// assert_eq!(inbox_runtime::prune::partitioned::MAINTENANCE_LEASE.as_secs(), 600);
+/// ```
+pub const MAINTENANCE_LEASE: Duration = Duration::from_secs(600);
+
+/// The layout's maintenance lease, held by this run (see the
+/// `inbox_maintenance_lease` table): taken, renewed and given back each in
+/// one statement of its own, so that it holds through a transaction pooler
+/// whatever server session each statement reaches.
+struct Lease {
+    holder: String,
+    table: String,
+}
+
+#[derive(QueryableByName)]
+struct Holder {
+    #[diesel(sql_type = Text)]
+    holder: String,
+}
+
+impl Lease {
+    /// Takes the lease for [`MAINTENANCE_LEASE`] when nobody holds it (or
+    /// its holder's expired); `None` when another run holds it. Fails naming
+    /// `inbox_generations` when the inbox does not use the generation layout
+    /// (the statement reads it first).
+    fn take(conn: &mut PgConnection, schema: &InboxSchema) -> diesel::QueryResult<Option<Lease>> {
+        let table = format!("{}.inbox_maintenance_lease", schema.quoted);
+        let taken: Option<Holder> = diesel::sql_query(format!(
+            "WITH layout AS (SELECT 1 FROM {}.inbox_generations LIMIT 1) \
+             INSERT INTO {table} AS lease (holder, expires_at) \
+             VALUES (md5(random()::text || clock_timestamp()::text || pg_backend_pid()::text), \
+                     clock_timestamp() + $1 * INTERVAL '1 microsecond') \
+             ON CONFLICT (singleton) DO UPDATE \
+                 SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at \
+                 WHERE lease.expires_at < clock_timestamp() \
+             RETURNING holder",
+            schema.quoted
+        ))
+        .bind::<BigInt, _>(micros(MAINTENANCE_LEASE))
+        .get_result(conn)
+        .optional()?;
+        Ok(taken.map(|taken| Lease {
+            holder: taken.holder,
+            table,
+        }))
+    }
+
+    /// Extends the lease by [`MAINTENANCE_LEASE`] from now; `false` when
+    /// this run no longer holds it (it expired and another run took it).
+    fn renew(&self, conn: &mut PgConnection) -> diesel::QueryResult<bool> {
+        let renewed = diesel::sql_query(format!(
+            "UPDATE {} SET expires_at = clock_timestamp() + $2 * INTERVAL '1 microsecond' \
+             WHERE holder = $1",
+            self.table
+        ))
+        .bind::<Text, _>(&self.holder)
+        .bind::<BigInt, _>(micros(MAINTENANCE_LEASE))
+        .execute(conn)?;
+        Ok(renewed == 1)
+    }
+
+    /// Gives the lease back (if this run still holds it).
+    fn release(self, conn: &mut PgConnection) -> diesel::QueryResult<()> {
+        diesel::sql_query(format!("DELETE FROM {} WHERE holder = $1", self.table))
+            .bind::<Text, _>(&self.holder)
+            .execute(conn)
+            .map(drop)
+    }
+}
+
+/// Runs `work` holding the layout's maintenance lease ([`Lease`]), so that
 /// pruners on several nodes do not detach the same generation at once. If
-/// another session holds it, does nothing and reports that it is not caught
-/// up.
+/// another run holds it, does nothing and reports that it is not caught up.
+/// `work` renews the lease as it goes and stops, not caught up, once it
+/// lost it.
 fn exclusively(
     conn: &mut PgConnection,
-    work: impl FnOnce(&mut PgConnection, &InboxSchema) -> Result<PruneReport, PruneError>,
+    work: impl FnOnce(&mut PgConnection, &InboxSchema, &Lease) -> Result<PruneReport, PruneError>,
 ) -> Result<PruneReport, PruneError> {
-    const KEY: &str = "hashtext($1 || '.inbox_messages maintenance')";
     let schema = inbox_schema(conn).map_err(InboxError::from)?;
-    let locked: Flag = diesel::sql_query(format!("SELECT pg_try_advisory_lock({KEY}) AS flag"))
-        .bind::<Text, _>(&schema.name)
-        .get_result(conn)
-        .map_err(InboxError::from)?;
-    if !locked.flag {
+    let Some(lease) = Lease::take(conn, &schema).map_err(InboxError::from)? else {
         return Ok(PruneReport::default());
-    }
-    let result = work(conn, &schema);
-    let unlocked = diesel::sql_query(format!("SELECT pg_advisory_unlock({KEY}) AS flag"))
-        .bind::<Text, _>(&schema.name)
-        .get_result::<Flag>(conn)
-        .map_err(InboxError::from);
-    match (result, unlocked) {
+    };
+    let result = work(conn, &schema, &lease);
+    let released = lease.release(conn).map_err(InboxError::from);
+    match (result, released) {
         (Ok(_), Err(error)) => Err(error.into()),
         (result, _) => result,
     }
@@ -590,6 +669,7 @@ fn check_policy(policy: &RetentionPolicy) -> Result<(), InboxError> {
 fn drop_expired_until(
     conn: &mut PgConnection,
     schema: &InboxSchema,
+    lease: &Lease,
     policy: &RetentionPolicy,
     should_stop: &dyn Fn() -> bool,
     tally: &mut PartialReport,
@@ -607,7 +687,7 @@ fn drop_expired_until(
     .map_err(|error| tally.fail(error))?;
     tally.report.caught_up = true;
     for Expired { generation } in expired {
-        if should_stop() {
+        if should_stop() || !lease.renew(conn).map_err(|error| tally.fail(error))? {
             tally.report.caught_up = false;
             break;
         }
@@ -874,23 +954,29 @@ impl Maintenance {
         conn: &mut PgConnection,
         should_stop: &dyn Fn() -> bool,
     ) -> Result<PruneReport, PruneError> {
-        exclusively(conn, |conn, schema| {
-            self.run_locked(conn, schema, should_stop)
+        exclusively(conn, |conn, schema, lease| {
+            self.run_leased(conn, schema, lease, should_stop)
         })
     }
 
-    fn run_locked(
+    fn run_leased(
         &self,
         conn: &mut PgConnection,
         schema: &InboxSchema,
+        lease: &Lease,
         should_stop: &dyn Fn() -> bool,
     ) -> Result<PruneReport, PruneError> {
         let mut tally = PartialReport::start();
-        drop_expired_until(conn, schema, &self.policy, should_stop, &mut tally)?;
+        drop_expired_until(conn, schema, lease, &self.policy, should_stop, &mut tally)?;
         if !should_stop() {
             prune_failure_records(conn, &self.policy, should_stop, &mut tally)?;
         }
         if !should_stop() {
+            if !lease.renew(conn).map_err(|error| tally.fail(error))? {
+                // Another run took over: the rotation is its to do.
+                tally.report.caught_up = false;
+                return Ok(tally.finish());
+            }
             match rotate_if_older_than(conn, self.period, self.lock_timeout) {
                 Ok(Some(_)) => tally.report.partitions_created += 1,
                 Ok(None) => {}

@@ -291,6 +291,8 @@ fn the_outbox_and_its_relay_work_through_transaction_pooling_without_the_stateme
     );
 }
 
+mod maintenance;
+
 #[cfg(feature = "async")]
 mod asynchronous {
     use diesel::connection::CacheSize;

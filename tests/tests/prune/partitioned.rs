@@ -432,35 +432,98 @@ mod postgres {
         deliveries_race_rotations("REPEATABLE READ");
     }
 
-    /// Pruners on several nodes: one at a time drops generations; the others
-    /// return at once without touching anything.
+    /// Pruners on several nodes: one at a time drops generations (it holds
+    /// the layout's lease); the others return at once without touching
+    /// anything, and a lease whose holder died is taken over once expired.
     #[test]
     fn one_maintenance_at_a_time() {
-        let Some((db, mut conn)) = partitioned_db() else {
+        let Some((_db, mut conn)) = partitioned_db() else {
             return;
         };
         partitioned::rotate(&mut conn, LOCK_TIMEOUT).unwrap();
         age_generation(&mut conn, 1, 30 * DAY);
-        let mut other_node = db.connect();
-        other_node
-            .batch_execute(
-                "SELECT pg_advisory_lock(hashtext(current_schema() || '.inbox_messages maintenance'))",
-            )
-            .unwrap();
+        // Another node's run, under way.
+        conn.batch_execute(
+            "INSERT INTO inbox_maintenance_lease (holder, expires_at) \
+             VALUES ('another node', now() + interval '5 minutes')",
+        )
+        .unwrap();
         let report = partitioned::drop_expired(&mut conn, &policy(7 * DAY, DAY)).unwrap();
         assert_eq!(
             (report.partitions_dropped, report.caught_up),
             (0, false),
             "{report}"
         );
-        other_node
-            .batch_execute("SELECT pg_advisory_unlock(hashtext(current_schema() || '.inbox_messages maintenance'))")
-            .unwrap();
+        let maintenance = partitioned::Maintenance::new(policy(7 * DAY, DAY)).unwrap();
+        let report = maintenance.run(&mut conn).unwrap();
+        assert_eq!(
+            (report.partitions_dropped, report.caught_up),
+            (0, false),
+            "{report}"
+        );
+        // That node died: its lease runs out.
+        conn.batch_execute(
+            "UPDATE inbox_maintenance_lease SET expires_at = now() - interval '1 second'",
+        )
+        .unwrap();
         let report = partitioned::drop_expired(&mut conn, &policy(7 * DAY, DAY)).unwrap();
         assert_eq!(
             (report.partitions_dropped, report.caught_up),
             (1, true),
             "{report}"
+        );
+        assert_eq!(
+            conn.bigint("SELECT COUNT(*) AS value FROM inbox_maintenance_lease"),
+            0,
+            "the run gave the lease back"
+        );
+    }
+
+    /// A run that loses its lease while it works (it expired and another
+    /// run took it) stops before its next generation: not caught up.
+    #[test]
+    fn a_run_that_lost_its_lease_stops() {
+        let Some((db, mut conn)) = partitioned_db() else {
+            return;
+        };
+        partitioned::rotate(&mut conn, LOCK_TIMEOUT).unwrap();
+        partitioned::rotate(&mut conn, LOCK_TIMEOUT).unwrap();
+        age_generation(&mut conn, 1, 30 * DAY);
+        age_generation(&mut conn, 2, 30 * DAY);
+        // The first generation's detach waits for this reader of the
+        // archive; meanwhile the lease passes to another run.
+        let mut reader = db.connect();
+        reader
+            .batch_execute("BEGIN; SELECT COUNT(*) FROM inbox_messages_archive")
+            .unwrap();
+        let report = std::thread::scope(|scope| {
+            let run = scope.spawn(|| partitioned::drop_expired(&mut conn, &policy(7 * DAY, DAY)));
+            let mut other = db.connect();
+            let started = std::time::Instant::now();
+            while other.bigint(
+                "SELECT COUNT(*) AS value FROM pg_stat_activity \
+                 WHERE query LIKE '%DETACH PARTITION%CONCURRENTLY%' AND state = 'active' \
+                 AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+            ) == 0
+            {
+                assert!(started.elapsed().as_secs() < 30, "the detach never waited");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other
+                .batch_execute("UPDATE inbox_maintenance_lease SET holder = 'another run'")
+                .unwrap();
+            reader.batch_execute("COMMIT").unwrap();
+            run.join().unwrap().unwrap()
+        });
+        assert_eq!(
+            (report.partitions_dropped, report.caught_up),
+            (1, false),
+            "{report}"
+        );
+        assert_eq!(
+            conn.texts("SELECT holder AS value FROM inbox_maintenance_lease"),
+            vec!["another run".to_owned()],
+            "the lease stays the other run's"
         );
     }
 
