@@ -16,6 +16,10 @@
 //!   connections, the outbox relay, async handlers.
 //! - Session pooling keeps a server connection per client: Diesel's
 //!   defaults work.
+//! - `operations` and `maintenance`: batches, a poison message's attempts
+//!   and dead letter, pruning, and the generation layout's maintenance,
+//!   behind a PgBouncer that moves a client's consecutive transactions from
+//!   one server connection to the next (round robin).
 //!
 //! Run: `cargo test -p inbox-tests --all-features --test pgbouncer -- --nocapture`
 #![cfg(feature = "postgres")]
@@ -292,6 +296,7 @@ fn the_outbox_and_its_relay_work_through_transaction_pooling_without_the_stateme
 }
 
 mod maintenance;
+mod operations;
 
 #[cfg(feature = "async")]
 mod asynchronous {

@@ -16,7 +16,7 @@ const DAY: u64 = 86_400;
 
 /// Opens `count` server connections behind `bouncer` (each client holds a
 /// transaction open at once) and leaves them idle.
-fn open_server_connections(bouncer: &PgBouncer, count: usize) {
+pub(super) fn open_server_connections(bouncer: &PgBouncer, count: usize) {
     let mut clients: Vec<PgConnection> = (0..count)
         .map(|_| through(bouncer, CacheSize::Disabled))
         .collect();
