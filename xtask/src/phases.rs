@@ -2,14 +2,17 @@
 //! both busy: the compile cases (`ui`: trybuild builds its own copy of the
 //! dependencies, then every case, CPU-bound) run beside the suites that
 //! mostly wait for their servers; the suites that time what real processes
-//! do (kills, restarts, a cluster, the brokers' chaos) run after them, with
-//! the machine to themselves.
+//! do (kills, restarts, a cluster, the brokers' chaos) run after them, away
+//! from the compilers, in two lanes side by side ([`TIMED_LANES`]): each of
+//! them spends most of its time waiting for servers and processes (a
+//! failover, a node's rejoin, a broker's redelivery), little of it on a CPU.
 //!
 //! 1. `cargo test --workspace --all-features --no-run`: every target built;
 //! 2. beside each other: `--test ui` (its output printed when it ends), and
 //!    the libraries', binaries' and every other suite's tests, then the
 //!    doctests;
-//! 3. the timed suites ([`TIMED_SUITES`]).
+//! 3. the timed suites, their two lanes beside each other (each lane's
+//!    output printed when it ends).
 //!
 //! A phase that fails ends the run after it (the phase beside it is waited
 //! for), as `cargo test` stops at the first failing target.
@@ -18,9 +21,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// The suites that check timings of real processes (chaos kills, broker
-/// and server restarts, the Galera cluster, failovers): run with the
-/// machine to themselves.
-const TIMED_SUITES: [&str; 4] = ["brokers", "galera", "outbox_hop", "reconnect"];
+/// and server restarts, the Galera cluster, failovers), in two lanes that
+/// run side by side, each suite after the other in its lane. The two that
+/// use the most CPU (the Galera cluster's three servers, the PostgreSQL
+/// failovers' servers) are in different lanes.
+const TIMED_LANES: [&[&str]; 2] = [&["galera", "outbox_hop"], &["reconnect", "brokers"]];
 
 /// The compile-pass and compile-fail cases (trybuild).
 const COMPILE_CASES: &str = "ui";
@@ -44,13 +49,10 @@ pub fn run(root: &Path, cargo: impl Fn() -> Command) -> Result<u8, String> {
         return Ok(code);
     }
 
-    let mut cases = whole(&["--test", COMPILE_CASES]);
-    print(&cases);
-    let cases = cases
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{cases:?}: {e}"))?;
+    let cases = Captured::spawn(
+        whole(&["--test", COMPILE_CASES]),
+        format!("the compile cases (`--test {COMPILE_CASES}`), run beside the suites"),
+    )?;
     let mut others = whole(&["--lib", "--bins"]);
     for suite in &beside {
         others.args(["--test", suite]);
@@ -59,27 +61,65 @@ pub fn run(root: &Path, cargo: impl Fn() -> Command) -> Result<u8, String> {
         0 => status(&mut whole(&["--doc"])),
         failed => Ok(failed),
     });
-    let cases = cases
-        .wait_with_output()
-        .map_err(|e| format!("wait for the compile cases: {e}"))?;
-    eprintln!("xtask: the compile cases (`--test {COMPILE_CASES}`), run beside the suites:");
-    eprint!("{}", String::from_utf8_lossy(&cases.stdout));
-    eprint!("{}", String::from_utf8_lossy(&cases.stderr));
-    let cases_code = exit_code(cases.status);
+    let cases_code = cases.finish()?;
     match (others_code?, cases_code) {
         (0, 0) => {}
         (0, code) | (code, _) => return Ok(code),
     }
 
-    let mut timed_run = whole(&[]);
-    for suite in &timed {
-        timed_run.args(["--test", suite]);
+    let lanes = timed
+        .iter()
+        .map(|lane| {
+            let mut command = whole(&[]);
+            for suite in lane {
+                command.args(["--test", suite]);
+            }
+            Captured::spawn(command, format!("the timed suites {lane:?}"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let mut first_failure = 0;
+    for lane in lanes {
+        let code = lane.finish()?;
+        if first_failure == 0 {
+            first_failure = code;
+        }
     }
-    status(&mut timed_run)
+    Ok(first_failure)
 }
 
-/// The suites beside the compile cases, and the timed ones, by name.
-fn suites(root: &Path) -> Result<(Vec<String>, Vec<String>), String> {
+/// A phase's command running beside another, its output held and printed
+/// when it ends (so that two phases' lines do not interleave).
+struct Captured {
+    child: std::process::Child,
+    what: String,
+}
+
+impl Captured {
+    fn spawn(mut command: Command, what: String) -> Result<Self, String> {
+        print(&command);
+        let child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{command:?}: {e}"))?;
+        Ok(Captured { child, what })
+    }
+
+    /// Waits for the end, prints the output; the exit code.
+    fn finish(self) -> Result<u8, String> {
+        let output = self
+            .child
+            .wait_with_output()
+            .map_err(|e| format!("wait for {}: {e}", self.what))?;
+        eprintln!("xtask: {}:", self.what);
+        eprint!("{}", String::from_utf8_lossy(&output.stdout));
+        eprint!("{}", String::from_utf8_lossy(&output.stderr));
+        Ok(exit_code(output.status))
+    }
+}
+
+/// The suites beside the compile cases, and the timed ones by lane.
+fn suites(root: &Path) -> Result<(Vec<String>, Vec<Vec<String>>), String> {
     let dir = root.join(SUITES_DIR);
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .map_err(|e| format!("list {}: {e}", dir.display()))?
@@ -91,17 +131,22 @@ fn suites(root: &Path) -> Result<(Vec<String>, Vec<String>), String> {
     if !names.iter().any(|name| name == COMPILE_CASES) {
         return Err(format!("no suite `{COMPILE_CASES}` in {}", dir.display()));
     }
+    let is_timed = |name: &str| TIMED_LANES.iter().any(|lane| lane.contains(&name));
     let (timed, beside): (Vec<String>, Vec<String>) = names
         .into_iter()
         .filter(|name| name != COMPILE_CASES)
-        .partition(|name| TIMED_SUITES.contains(&name.as_str()));
-    if timed.len() != TIMED_SUITES.len() {
+        .partition(|name| is_timed(name));
+    if timed.len() != TIMED_LANES.iter().map(|lane| lane.len()).sum::<usize>() {
         return Err(format!(
-            "the timed suites {TIMED_SUITES:?} are not all in {}",
+            "the timed suites {TIMED_LANES:?} are not all in {}",
             dir.display()
         ));
     }
-    Ok((beside, timed))
+    let lanes = TIMED_LANES
+        .iter()
+        .map(|lane| lane.iter().map(|suite| (*suite).to_owned()).collect())
+        .collect();
+    Ok((beside, lanes))
 }
 
 /// Runs `command` to its end, printed first with the suite's variables;
@@ -148,14 +193,15 @@ mod tests {
     #[test]
     fn every_suite_runs_in_one_phase() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let (beside, timed) = suites(root).unwrap();
-        assert_eq!(timed, TIMED_SUITES);
+        let (beside, lanes) = suites(root).unwrap();
+        assert_eq!(lanes, TIMED_LANES);
         assert!(beside.contains(&"e2e".to_owned()));
         assert!(!beside.iter().any(|suite| suite == COMPILE_CASES));
         let all = std::fs::read_dir(root.join(SUITES_DIR))
             .unwrap()
             .filter(|entry| entry.as_ref().unwrap().path().is_dir())
             .count();
-        assert_eq!(beside.len() + timed.len() + 1, all, "no suite left out");
+        let timed: usize = lanes.iter().map(Vec::len).sum();
+        assert_eq!(beside.len() + timed + 1, all, "no suite left out");
     }
 }

@@ -7,6 +7,12 @@
 //! `TRYBUILD=overwrite cargo test -p inbox-tests --all-features --test ui`
 //! and read the diff.
 //!
+//! The pass cases are binaries of this package (`[[bin]] ui-pass-<group>-<case>`
+//! in its manifest), built with its other targets and run by
+//! [`pass_cases_run`]; the fail cases go through trybuild, which checks
+//! them all in one `cargo check --keep-going` (it builds cases one at a
+//! time, each after a `cargo clean`, as soon as one of them must pass).
+//!
 //! A case's directory says which features it needs, and [`GROUPS`] runs a
 //! directory exactly when they are all on, so a build with fewer backends
 //! runs every case it can and skips no other:
@@ -62,27 +68,87 @@ const GROUPS: &[(&str, bool)] = &[
     ),
 ];
 
-#[test]
-fn ui() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui");
-    let t = trybuild::TestCases::new();
-    for kind in ["pass", "fail"] {
-        for entry in std::fs::read_dir(root.join(kind)).expect("the case directories") {
-            let group = entry.expect("a case directory").file_name();
-            let group = group.to_str().expect("a UTF-8 directory name");
-            let enabled = GROUPS
-                .iter()
-                .find(|(name, _)| *name == group)
-                .unwrap_or_else(|| panic!("tests/ui/{kind}/{group}/ is not in GROUPS"))
-                .1;
-            if !enabled {
-                continue;
-            }
-            let cases = format!("tests/ui/{kind}/{group}/*.rs");
-            match kind {
-                "pass" => t.pass(cases),
-                _ => t.compile_fail(cases),
-            }
+use std::path::{Path, PathBuf};
+
+/// The case directories under `tests/ui/<kind>/` whose features this build
+/// has, by name.
+fn enabled_groups(kind: &str) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/ui")
+        .join(kind);
+    let mut groups = Vec::new();
+    for entry in std::fs::read_dir(&root).expect("the case directories") {
+        let group = entry.expect("a case directory").file_name();
+        let group = group.to_str().expect("a UTF-8 directory name").to_owned();
+        let enabled = GROUPS
+            .iter()
+            .find(|(name, _)| *name == group)
+            .unwrap_or_else(|| panic!("tests/ui/{kind}/{group}/ is not in GROUPS"))
+            .1;
+        if enabled {
+            groups.push(group);
         }
     }
+    groups.sort();
+    groups
+}
+
+#[test]
+fn fail_cases_fail_with_their_diagnostics() {
+    let t = trybuild::TestCases::new();
+    for group in enabled_groups("fail") {
+        t.compile_fail(format!("tests/ui/fail/{group}/*.rs"));
+    }
+}
+
+/// Where cargo put this package's binaries: beside this test's `deps`
+/// directory.
+fn binaries_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_owned()
+}
+
+#[test]
+fn pass_cases_run() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui/pass");
+    let bin_dir = binaries_dir();
+    let mut ran = 0;
+    for group in enabled_groups("pass") {
+        let mut cases: Vec<PathBuf> = std::fs::read_dir(root.join(&group))
+            .expect("a case directory")
+            .map(|entry| entry.expect("a case").path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
+            .collect();
+        cases.sort();
+        for case in cases {
+            let stem = case
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .expect("a case name");
+            let binary = bin_dir.join(format!("ui-pass-{group}-{stem}"));
+            assert!(
+                binary.is_file(),
+                "{} has no binary at {}: give it a `[[bin]]` entry in tests/Cargo.toml \
+                 (name `ui-pass-{group}-{stem}`, its group's features)",
+                case.display(),
+                binary.display()
+            );
+            let output = std::process::Command::new(&binary)
+                .output()
+                .unwrap_or_else(|e| panic!("run {}: {e}", binary.display()));
+            assert!(
+                output.status.success(),
+                "{}: {}\n{}{}",
+                case.display(),
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            ran += 1;
+        }
+    }
+    assert!(ran > 0 || !cfg!(feature = "sqlite"), "no pass case ran");
 }

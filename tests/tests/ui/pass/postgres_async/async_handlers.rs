@@ -1,3 +1,6 @@
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
 #![deny(warnings)]
 
 //! Async handlers on diesel-async: direct, generic, pooled (deadpool by
@@ -8,7 +11,7 @@
 use diesel::prelude::*;
 use diesel_async::pooled_connection::{bb8, deadpool};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use inbox_runtime::{idempotent, InboxBackend, Outcome};
+use inbox_runtime::{InboxBackend, Outcome, idempotent};
 
 /// A message.
 pub struct Payment {
@@ -56,7 +59,10 @@ async fn pooled(conn: &mut deadpool::Object<AsyncPgConnection>, msg: &Payment) -
 }
 
 #[idempotent(id = msg.id, handler = "async.bb8")]
-async fn pooled_by_value(conn: bb8::PooledConnection<'_, AsyncPgConnection>, msg: &Payment) -> QueryResult<()> {
+async fn pooled_by_value(
+    conn: bb8::PooledConnection<'_, AsyncPgConnection>,
+    msg: &Payment,
+) -> QueryResult<()> {
     diesel::sql_query("SELECT 1").execute(conn).await?;
     Ok(())
 }
@@ -69,7 +75,11 @@ pub struct Consumer {
 
 impl Consumer {
     #[idempotent(id = msg.id, handler = "async.method")]
-    async fn handle(&self, conn: &mut AsyncPgConnection, msg: &Payment) -> QueryResult<Outcome<&'static str>> {
+    async fn handle(
+        &self,
+        conn: &mut AsyncPgConnection,
+        msg: &Payment,
+    ) -> QueryResult<Outcome<&'static str>> {
         diesel::sql_query("SELECT 1").execute(conn).await?;
         Ok(Outcome::Processed(self.label))
     }
@@ -89,22 +99,36 @@ async fn spawnable(pool: deadpool::Pool<AsyncPgConnection>, msg: Payment) -> Que
         unbounded(&mut conn, &msg).await?;
         let _cents = generic(&mut *conn, &msg).await?.processed();
         pooled(&mut conn, &msg).await?;
-        let _label = Consumer { label: "c" }.handle(&mut conn, &msg).await?.processed();
+        let _label = Consumer { label: "c" }
+            .handle(&mut conn, &msg)
+            .await?
+            .processed();
         QueryResult::Ok(())
     }));
     task.await.expect("the task finished")
 }
 
 #[idempotent(id = msg.id, handler = "async.bb8_ref")]
-async fn bb8_by_ref(conn: &mut bb8::PooledConnection<'_, AsyncPgConnection>, msg: &Payment) -> QueryResult<()> {
+async fn bb8_by_ref(
+    conn: &mut bb8::PooledConnection<'_, AsyncPgConnection>,
+    msg: &Payment,
+) -> QueryResult<()> {
     diesel::sql_query("SELECT 1").execute(conn).await?;
     Ok(())
 }
 
 #[allow(dead_code)]
 async fn by_value(pool: bb8::Pool<AsyncPgConnection>, msg: Payment) -> QueryResult<()> {
-    assert_send(pooled_by_value(pool.get().await.expect("a connection"), &msg)).await?;
-    assert_send(bb8_by_ref(&mut pool.get().await.expect("a connection"), &msg)).await
+    assert_send(pooled_by_value(
+        pool.get().await.expect("a connection"),
+        &msg,
+    ))
+    .await?;
+    assert_send(bb8_by_ref(
+        &mut pool.get().await.expect("a connection"),
+        &msg,
+    ))
+    .await
 }
 
 /// The runtime's own async entry points are `Send` too, a failing body
@@ -136,7 +160,10 @@ async fn entry_points(pool: deadpool::Pool<AsyncPgConnection>) -> QueryResult<()
         .await;
         let _ = report.processed();
         if let Some(mut claimed) = inbox_runtime::begin_claimed(&mut *conn, &key).await? {
-            let effect = diesel::sql_query("SELECT 1").execute(claimed.conn()).await.map(drop);
+            let effect = diesel::sql_query("SELECT 1")
+                .execute(claimed.conn())
+                .await
+                .map(drop);
             claimed.finish(effect).await?;
         }
         QueryResult::Ok(())

@@ -1,7 +1,10 @@
 //! An async handler with a fingerprint and a stored result compiles, and
 //! its future is `Send`.
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
 use diesel_async::AsyncPgConnection;
-use inbox_runtime::{idempotent, InboxError, StoredOutcome};
+use inbox_runtime::{InboxError, StoredOutcome, idempotent};
 
 pub struct Charge {
     pub key: String,
@@ -14,7 +17,10 @@ pub async fn charge(
     req: &Charge,
 ) -> Result<StoredOutcome<String>, InboxError> {
     let _ = conn;
-    Ok(StoredOutcome::Processed(format!("{} bytes", req.body.len())))
+    Ok(StoredOutcome::Processed(format!(
+        "{} bytes",
+        req.body.len()
+    )))
 }
 
 fn assert_send<T: Send>(_: T) {}
@@ -22,8 +28,13 @@ fn assert_send<T: Send>(_: T) {}
 fn main() {
     let connect = async {
         use diesel_async::AsyncConnection;
-        let mut conn = AsyncPgConnection::establish("postgres://unused").await.unwrap();
-        let req = Charge { key: "k".into(), body: vec![1] };
+        let mut conn = AsyncPgConnection::establish("postgres://unused")
+            .await
+            .unwrap();
+        let req = Charge {
+            key: "k".into(),
+            body: vec![1],
+        };
         let _ = charge(&mut conn, &req).await;
     };
     assert_send(connect);

@@ -1,3 +1,6 @@
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
 #![deny(warnings)]
 
 //! Every supported shape of handler, with warnings denied: the expansion
@@ -5,7 +8,7 @@
 
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};
-use inbox_runtime::{idempotent, InboxBackend, Outcome};
+use inbox_runtime::{InboxBackend, Outcome, idempotent};
 
 type Pooled = PooledConnection<ConnectionManager<SqliteConnection>>;
 

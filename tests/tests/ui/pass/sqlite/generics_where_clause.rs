@@ -1,8 +1,11 @@
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
 use std::fmt::Display;
 
 use diesel::connection::LoadConnection;
 use diesel::prelude::*;
-use inbox_runtime::{idempotent, InboxBackend, MessageId, Outcome};
+use inbox_runtime::{InboxBackend, MessageId, Outcome, idempotent};
 
 pub struct Envelope<I> {
     pub id: I,

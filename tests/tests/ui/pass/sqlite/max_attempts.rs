@@ -1,5 +1,8 @@
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
 use diesel::prelude::*;
-use inbox_runtime::{idempotent, InboxError};
+use inbox_runtime::{InboxError, idempotent};
 
 pub struct Order {
     pub id: String,
@@ -33,20 +36,39 @@ fn audit(conn: &mut SqliteConnection, msg: &Order) -> Result<(), AppError> {
 }
 
 fn main() {
-    use inbox_runtime::{ack_decision, AckDecision};
+    use inbox_runtime::{AckDecision, ack_decision};
 
     let mut conn = SqliteConnection::establish(":memory:").unwrap();
     inbox_runtime::setup(&mut conn).unwrap();
 
-    let unknown = Order { id: "o-0".into(), sku: 0 };
-    assert_eq!(ack_decision(&reserve(&mut conn, &unknown)), AckDecision::DeadLetter);
-    assert_eq!(ack_decision(&reserve(&mut conn, &unknown)), AckDecision::Ack, "dead: skipped");
+    let unknown = Order {
+        id: "o-0".into(),
+        sku: 0,
+    };
+    assert_eq!(
+        ack_decision(&reserve(&mut conn, &unknown)),
+        AckDecision::DeadLetter
+    );
+    assert_eq!(
+        ack_decision(&reserve(&mut conn, &unknown)),
+        AckDecision::Ack,
+        "dead: skipped"
+    );
 
-    let flaky = Order { id: "o-1".into(), sku: 1 };
-    assert_eq!(ack_decision(&reserve(&mut conn, &flaky)), AckDecision::Retry);
+    let flaky = Order {
+        id: "o-1".into(),
+        sku: 1,
+    };
+    assert_eq!(
+        ack_decision(&reserve(&mut conn, &flaky)),
+        AckDecision::Retry
+    );
     assert!(matches!(
         reserve(&mut conn, &flaky),
-        Err(AppError::Inbox(InboxError::AttemptsExhausted { attempts: 2, .. }))
+        Err(AppError::Inbox(InboxError::AttemptsExhausted {
+            attempts: 2,
+            ..
+        }))
     ));
 
     for _ in 0..10 {

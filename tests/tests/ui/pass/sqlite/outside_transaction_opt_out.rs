@@ -1,3 +1,6 @@
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
 #![deny(warnings)]
 
 //! `outside_transaction = ...` declares a second connection or pool the body
@@ -7,7 +10,7 @@
 
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
-use inbox_runtime::{idempotent, Outcome};
+use inbox_runtime::{Outcome, idempotent};
 
 type DbPool = Pool<ConnectionManager<SqliteConnection>>;
 

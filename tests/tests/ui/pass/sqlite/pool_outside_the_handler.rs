@@ -1,3 +1,6 @@
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
 #![deny(warnings)]
 
 //! A pool belongs where the handler is called: take the connection from it
@@ -5,7 +8,7 @@
 
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};
-use inbox_runtime::{idempotent, Outcome};
+use inbox_runtime::{Outcome, idempotent};
 
 type DbPool = Pool<ConnectionManager<SqliteConnection>>;
 

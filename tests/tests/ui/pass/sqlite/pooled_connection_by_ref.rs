@@ -1,6 +1,9 @@
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};
-use inbox_runtime::{idempotent, Outcome};
+use inbox_runtime::{Outcome, idempotent};
 
 type Pooled = PooledConnection<ConnectionManager<SqliteConnection>>;
 

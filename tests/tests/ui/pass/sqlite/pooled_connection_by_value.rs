@@ -1,6 +1,9 @@
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};
-use inbox_runtime::{idempotent, Outcome};
+use inbox_runtime::{Outcome, idempotent};
 
 pub struct Payment {
     pub id: String,
@@ -34,11 +37,15 @@ fn main() {
         .unwrap();
     inbox_runtime::setup(&mut pool.get().unwrap()).unwrap();
     let msg = Payment { id: "p-1".into() };
-    assert!(apply_payment(pool.get().unwrap(), &msg)
-        .unwrap()
-        .is_processed());
-    assert!(apply_payment(pool.get().unwrap(), &msg)
-        .unwrap()
-        .is_duplicate());
+    assert!(
+        apply_payment(pool.get().unwrap(), &msg)
+            .unwrap()
+            .is_processed()
+    );
+    assert!(
+        apply_payment(pool.get().unwrap(), &msg)
+            .unwrap()
+            .is_duplicate()
+    );
     apply_payment_mut(pool.get().unwrap(), &msg).unwrap();
 }

@@ -3,6 +3,11 @@
 //! at start-up (with what it hides), and the testing helpers refuse to
 //! pass. A type that carries them, a generic return type (not probed) and
 //! Diesel's own error are not reported.
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
+// `half` is registered and checked, never called.
+#![allow(dead_code)]
 use std::fmt;
 
 use diesel::prelude::*;
@@ -122,10 +127,16 @@ fn main() {
         .collect();
     assert_eq!(
         hidden,
-        [("ui.hidden.half", false, true), ("ui.hidden.pay", false, false)]
+        [
+            ("ui.hidden.half", false, true),
+            ("ui.hidden.pay", false, false)
+        ]
     );
     let report = problems.to_string();
-    assert!(report.contains("2 handlers have an error type that hides"), "{report}");
+    assert!(
+        report.contains("2 handlers have an error type that hides"),
+        "{report}"
+    );
     assert!(
         report.contains("PayError` hides the inbox's errors and database errors"),
         "{report}"
@@ -139,8 +150,16 @@ fn main() {
 
     // The testing helper refuses before delivering anything.
     let violation = check_idempotent(&mut conn, |conn| plain(conn, "m-1")).unwrap_err();
-    assert!(matches!(&violation, IdempotenceViolation::HiddenErrors { handlers } if handlers.len() == 2));
+    assert!(
+        matches!(&violation, IdempotenceViolation::HiddenErrors { handlers } if handlers.len() == 2)
+    );
     let text = violation.to_string();
-    assert!(text.starts_with("handlers of the program would misread"), "{text}");
-    assert!(text.contains("::pay (") && text.contains("PayError"), "{text}");
+    assert!(
+        text.starts_with("handlers of the program would misread"),
+        "{text}"
+    );
+    assert!(
+        text.contains("::pay (") && text.contains("PayError"),
+        "{text}"
+    );
 }

@@ -1,5 +1,8 @@
 //! `shared_scope`: two versions of one handler share their scope on
 //! purpose; the registry's check accepts it and deliveries go through.
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
 use diesel::prelude::*;
 use inbox_runtime::{Outcome, idempotent, registry};
 

@@ -2,6 +2,9 @@
 //! at run time: a default scope is only known after expansion, and handlers
 //! in other crates are not seen), and every delivery to either is refused
 //! with the retryable `InboxError::SharedScope` before anything is claimed.
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
 use diesel::prelude::*;
 use inbox_runtime::{AckDecision, InboxError, ack_decision, idempotent, registry};
 
@@ -23,7 +26,10 @@ fn main() {
     let problems = registry::check().unwrap_err();
     assert_eq!(problems.shared_scopes[0].scope, "billing.apply_payment");
     assert!(problems.hidden_errors.is_empty());
-    for result in [apply_payment(&mut conn, "m-1"), apply_refund(&mut conn, "m-1")] {
+    for result in [
+        apply_payment(&mut conn, "m-1"),
+        apply_refund(&mut conn, "m-1"),
+    ] {
         assert_eq!(ack_decision(&result), AckDecision::Retry);
         let error = result.unwrap_err();
         assert!(matches!(

@@ -1,5 +1,8 @@
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
 use diesel::prelude::*;
-use inbox_runtime::{idempotent, Outcome};
+use inbox_runtime::{Outcome, idempotent};
 
 pub struct Envelope {
     pub message_id: String,

@@ -1,5 +1,8 @@
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
 use diesel::prelude::*;
-use inbox_runtime::{idempotent, InboxError};
+use inbox_runtime::{InboxError, idempotent};
 
 pub struct Payment {
     pub id: String,

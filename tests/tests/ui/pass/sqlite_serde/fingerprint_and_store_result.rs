@@ -1,7 +1,10 @@
 //! Fingerprints of text, bytes and serde values, and stored results, on a
 //! real (in-memory SQLite) inbox.
+// Built as a binary of the `ui` suite's package, whose `missing_docs`
+// lint is not what this case checks.
+#![allow(missing_docs)]
 use diesel::{Connection, SqliteConnection};
-use inbox_runtime::{idempotent, InboxError, Outcome, StoredOutcome};
+use inbox_runtime::{InboxError, Outcome, StoredOutcome, idempotent};
 
 #[derive(serde::Serialize)]
 pub struct Transfer {
@@ -34,13 +37,19 @@ pub fn stored(
     msg: &Transfer,
 ) -> Result<StoredOutcome<Receipt>, InboxError> {
     let _ = conn;
-    Ok(StoredOutcome::Processed(Receipt { number: msg.amount as u64 }))
+    Ok(StoredOutcome::Processed(Receipt {
+        number: msg.amount as u64,
+    }))
 }
 
 fn main() {
     let mut conn = SqliteConnection::establish(":memory:").unwrap();
     inbox_runtime::setup(&mut conn).unwrap();
-    let msg = Transfer { id: "t-1".into(), amount: 5, raw: b"five".to_vec() };
+    let msg = Transfer {
+        id: "t-1".into(),
+        amount: 5,
+        raw: b"five".to_vec(),
+    };
     assert_eq!(by_bytes(&mut conn, &msg).unwrap(), Outcome::Processed(()));
     assert_eq!(by_bytes(&mut conn, &msg).unwrap(), Outcome::Duplicate);
     by_text(&mut conn, &msg).unwrap();
@@ -53,5 +62,8 @@ fn main() {
         StoredOutcome::Replayed(Receipt { number: 5 })
     );
     let other = Transfer { amount: 6, ..msg };
-    assert!(matches!(stored(&mut conn, &other), Err(InboxError::Conflict(_))));
+    assert!(matches!(
+        stored(&mut conn, &other),
+        Err(InboxError::Conflict(_))
+    ));
 }
