@@ -155,6 +155,9 @@ macro_rules! backend_tests {
         $(
             #[test]
             fn $test() {
+                if <$backend as $crate::TestBackend>::skips_async() {
+                    return;
+                }
                 $crate::backend_tests!(@runtime $runtime).block_on(super::$test::<$backend>())
             }
         )+

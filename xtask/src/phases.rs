@@ -11,8 +11,9 @@
 //! 2. beside each other: `--test ui` (its output printed when it ends), and
 //!    the libraries', binaries' and every other suite's tests, then the
 //!    doctests;
-//! 3. the timed suites, their two lanes beside each other (each lane's
-//!    output printed when it ends).
+//! 3. the timed suites, their two lanes beside each other, and beside them
+//!    a third: the PostgreSQL tests of [`THROUGH_PGBOUNCER`] again, through
+//!    the suite's PgBouncer (each lane's output printed when it ends).
 //!
 //! A phase that fails ends the run after it (the phase beside it is waited
 //! for), as `cargo test` stops at the first failing target.
@@ -26,6 +27,13 @@ use std::process::{Command, Stdio};
 /// use the most CPU (the Galera cluster's three servers, the PostgreSQL
 /// failovers' servers) are in different lanes.
 const TIMED_LANES: [&[&str]; 2] = [&["galera", "outbox_hop"], &["reconnect", "brokers"]];
+
+/// The suites whose PostgreSQL tests run a second time through PgBouncer's
+/// transaction pooling, in a lane of their own beside the timed suites.
+const THROUGH_PGBOUNCER: [&str; 4] = ["batch", "e2e", "poison", "prune"];
+
+/// Where the suite's PgBouncer is (`crate::servers`).
+const PGBOUNCER_URL: &str = crate::servers::PGBOUNCER_URL;
 
 /// The compile-pass and compile-fail cases (trybuild).
 const COMPILE_CASES: &str = "ui";
@@ -67,19 +75,78 @@ pub fn run(root: &Path, cargo: impl Fn() -> Command) -> Result<u8, String> {
         (0, code) | (code, _) => return Ok(code),
     }
 
-    let lanes = timed
+    let mut lanes: Vec<Vec<(Command, String)>> = timed
         .iter()
         .map(|lane| {
             let mut command = whole(&[]);
             for suite in lane {
                 command.args(["--test", suite]);
             }
-            Captured::spawn(command, format!("the timed suites {lane:?}"))
+            vec![(command, format!("the timed suites {lane:?}"))]
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect();
+    if let Some(pass) = through_pgbouncer(&whole) {
+        lanes.push(vec![pass]);
+    }
+    run_lanes(lanes)
+}
+
+/// The PostgreSQL tests of [`THROUGH_PGBOUNCER`] run again through the
+/// suite's PgBouncer (transaction pooling; see `inbox_tests::behind_pgbouncer`),
+/// when there is one (`INBOX_TEST_PGBOUNCER_URL`).
+fn through_pgbouncer(whole: &impl Fn(&[&str]) -> Command) -> Option<(Command, String)> {
+    let mut command = whole(&[]);
+    let known = command
+        .get_envs()
+        .any(|(name, value)| name == PGBOUNCER_URL && value.is_some())
+        || std::env::var_os(PGBOUNCER_URL).is_some();
+    if !known {
+        eprintln!("xtask: no PgBouncer ({PGBOUNCER_URL}): the suites do not run through one");
+        return None;
+    }
+    for suite in THROUGH_PGBOUNCER {
+        command.args(["--test", suite]);
+    }
+    command
+        .env("INBOX_TEST_POSTGRES_THROUGH_PGBOUNCER", "1")
+        .args(["--", "postgres::"]);
+    Some((
+        command,
+        format!("the PostgreSQL tests of {THROUGH_PGBOUNCER:?} through PgBouncer"),
+    ))
+}
+
+/// Runs each lane's commands one after the other, the lanes side by side,
+/// each lane's output held and printed when it ends (so that their lines do
+/// not interleave); the exit code of the first command that failed, or 0.
+fn run_lanes(lanes: Vec<Vec<(Command, String)>>) -> Result<u8, String> {
+    let results: Vec<Result<u8, String>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = lanes
+            .into_iter()
+            .map(|lane| {
+                scope.spawn(move || {
+                    for (command, what) in lane {
+                        let code = Captured::spawn(command, what)?.finish()?;
+                        if code != 0 {
+                            return Ok(code);
+                        }
+                    }
+                    Ok(0)
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|thread| {
+                thread
+                    .join()
+                    .unwrap_or_else(|_| Err("a lane panicked".to_owned()))
+            })
+            .collect()
+    });
     let mut first_failure = 0;
-    for lane in lanes {
-        let code = lane.finish()?;
+    for result in results {
+        let code = result?;
         if first_failure == 0 {
             first_failure = code;
         }

@@ -3,12 +3,18 @@
 
 use std::time::Instant;
 
-use inbox_test_servers::{MariaDbServer, NatsServer, PgServer, RabbitMqNode};
+use inbox_test_servers::{MariaDbServer, NatsServer, PgBouncer, PgServer, PoolMode, RabbitMqNode};
 
 use crate::backend::Backend;
 
 /// Where the suite finds PostgreSQL (`postgres://…/test`).
 const POSTGRES_URL: &str = "INBOX_TEST_POSTGRES_URL";
+/// PgBouncer (transaction pooling) in front of the suite's PostgreSQL, for
+/// the suites' pass through it (see [`crate::phases`]).
+pub const PGBOUNCER_URL: &str = "INBOX_TEST_PGBOUNCER_URL";
+/// Server connections per database behind the suite's PgBouncer: more than
+/// any test holds in open transactions at once.
+const PGBOUNCER_POOL_SIZE: u32 = 20;
 /// Where the suite finds MariaDB/MySQL (`mysql://…/test`).
 const MYSQL_URL: &str = "INBOX_TEST_MYSQL_URL";
 /// Where the suite finds RabbitMQ (`amqp://…`).
@@ -23,7 +29,8 @@ const DATABASE: &str = "test";
 /// The servers of one run, stopped and removed on drop, and the environment
 /// that points the suite at them (held by the guardian, see [`crate::guard`]).
 pub struct Servers {
-    // Held for their drop.
+    // Held for their drop (the pooler before its server).
+    _pgbouncer: Option<PgBouncer>,
     _postgres: Option<PgServer>,
     _mariadb: Option<MariaDbServer>,
     _rabbitmq: Option<RabbitMqNode>,
@@ -38,6 +45,7 @@ impl Servers {
     /// and a NATS server with JetStream, unless their URL variables are set.
     pub fn start(backends: &[Backend]) -> Result<Self, String> {
         let mut servers = Servers {
+            _pgbouncer: None,
             _postgres: None,
             _mariadb: None,
             _rabbitmq: None,
@@ -51,13 +59,28 @@ impl Servers {
                     .environment
                     .push((PG_BIN, bin.display().to_string()));
             }
-            servers._postgres =
+            let postgres =
                 servers.given_or_started(("PostgreSQL", "PostgreSQL"), POSTGRES_URL, || {
                     let server = PgServer::start_protected()?;
                     server.create_database(DATABASE)?;
                     let url = server.url_of(DATABASE);
                     Ok((server, url))
                 })?;
+            // In front of the throwaway server only. With a server given by
+            // URL, a PgBouncer in front of it can be given too (by
+            // `INBOX_TEST_PGBOUNCER_URL`, which the suite inherits).
+            servers._pgbouncer = match &postgres {
+                Some(server) => {
+                    servers.given_or_started(("PgBouncer", "PgBouncer"), PGBOUNCER_URL, || {
+                        let bouncer =
+                            PgBouncer::start(server, PoolMode::Transaction, PGBOUNCER_POOL_SIZE)?;
+                        let url = bouncer.url_of(DATABASE);
+                        Ok((bouncer, url))
+                    })?
+                }
+                None => None,
+            };
+            servers._postgres = postgres;
         }
         if backends.contains(&Backend::Mysql) {
             servers._mariadb =
@@ -119,6 +142,7 @@ impl Servers {
 impl Drop for Servers {
     fn drop(&mut self) {
         if self._postgres.is_some()
+            || self._pgbouncer.is_some()
             || self._mariadb.is_some()
             || self._rabbitmq.is_some()
             || self._nats.is_some()

@@ -12,7 +12,7 @@ mod sqlite;
 #[cfg(feature = "mysql")]
 pub use self::mysql::Mysql;
 #[cfg(feature = "postgres")]
-pub use self::postgres::{PgEncodedDatabase, Postgres};
+pub use self::postgres::{PgEncodedDatabase, Postgres, behind_pgbouncer, skipped_behind_pgbouncer};
 #[cfg(feature = "sqlite")]
 pub use self::sqlite::Sqlite;
 
@@ -100,6 +100,21 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     /// deadlock on the key's gap lock; the victims' claims are retried, and
     /// the retries can run out with a retryable `SerializationFailure`).
     const ROLLBACK_STORMS_MAY_OUTLAST_CLAIM_RETRIES: bool;
+
+    /// Whether this run leaves the backend's async tests out, after saying
+    /// why: PostgreSQL behind PgBouncer (see [`crate::behind_pgbouncer`]).
+    fn skips_async() -> bool {
+        false
+    }
+
+    /// Whether a test that needs a server session of its own per
+    /// connection (to watch or kill it by its id, or a session setting)
+    /// should return, after saying `why`: behind PgBouncer's transaction
+    /// pooling a connection has none.
+    fn skipped_without_sessions(why: &str) -> bool {
+        let _ = why;
+        false
+    }
 
     /// A fresh database with the inbox table, or `None` (after a loud
     /// `skipped:` line) when the server cannot be reached and
@@ -277,6 +292,13 @@ pub trait ServerBackend: TestBackend {
 #[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
 macro_rules! async_pools {
     ($connection:ty) => {
+        // Expanded in a backend's module, beside `super::async_pools`.
+        super::async_pools!(
+            $connection,
+            diesel_async::pooled_connection::ManagerConfig::default()
+        );
+    };
+    ($connection:ty, $config:expr) => {
         type Deadpool = diesel_async::pooled_connection::deadpool::Pool<$connection>;
         type Bb8 = diesel_async::pooled_connection::bb8::Pool<$connection>;
 
@@ -288,7 +310,7 @@ macro_rules! async_pools {
             use diesel_async::pooled_connection::{
                 AsyncDieselConnectionManager, ManagerConfig, deadpool,
             };
-            let mut config = ManagerConfig::default();
+            let mut config: ManagerConfig<$connection> = $config;
             config.recycling_method = recycling;
             deadpool::Pool::builder(AsyncDieselConnectionManager::new_with_config(url, config))
                 .max_size(size)
@@ -303,7 +325,7 @@ macro_rules! async_pools {
             timeout: std::time::Duration,
         ) -> impl std::future::Future<Output = Self::Bb8> + Send {
             use diesel_async::pooled_connection::{AsyncDieselConnectionManager, bb8};
-            let manager = AsyncDieselConnectionManager::new(url);
+            let manager = AsyncDieselConnectionManager::new_with_config(url, $config);
             async move {
                 bb8::Pool::builder()
                     .max_size(size)
