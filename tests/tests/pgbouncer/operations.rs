@@ -153,3 +153,51 @@ fn pruning_works_through_transaction_pooling() {
         "only the claims inside the window are left"
     );
 }
+
+/// diesel-async through transaction pooling: tokio-postgres prepares each
+/// statement by name and executes it in a second exchange, which a pooler
+/// spreading transactions over its server connections sends elsewhere
+/// when no transaction is open, so `establish` (its setup statements) or a
+/// statement outside a transaction fails with "prepared statement … does
+/// not exist"; a query error of that kind says `Reconnect`. What the
+/// guide's PgBouncer chapter tells diesel-async users, pinned: if a
+/// release of diesel-async stops doing it, this test fails and the chapter
+/// is to be changed.
+#[cfg(feature = "async")]
+#[test]
+fn diesel_async_outside_a_transaction_meets_missing_prepared_statements() {
+    use diesel_async::{AsyncConnection, AsyncPgConnection};
+    use inbox_runtime::{Recovery, recovery};
+
+    let Some((_server, bouncer)) = spread() else {
+        return;
+    };
+    let url = bouncer.url_of("postgres");
+    let failures: Vec<String> = inbox_tests::runtime::current_thread().block_on(async {
+        let mut failures = Vec::new();
+        for _ in 0..10 {
+            match AsyncPgConnection::establish(&url).await {
+                Err(error) => failures.push(format!("establish: {error}")),
+                Ok(mut conn) => {
+                    conn.set_prepared_statement_cache_size(CacheSize::Disabled);
+                    for _ in 0..3 {
+                        let select = diesel::sql_query("SELECT 1");
+                        let executed = diesel_async::RunQueryDsl::execute(select, &mut conn).await;
+                        if let Err(error) = executed {
+                            assert_eq!(recovery(&error), Recovery::Reconnect, "{error}");
+                            failures.push(format!("statement: {error}"));
+                        }
+                    }
+                }
+            }
+        }
+        failures
+    });
+    println!("diesel-async outside a transaction, behind round robin: {failures:?}");
+    assert!(
+        failures
+            .iter()
+            .any(|failure| failure.contains("prepared statement")),
+        "every establish and statement worked: {failures:?}"
+    );
+}
