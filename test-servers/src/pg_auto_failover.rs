@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use crate::mariadb::spawn_server;
 use crate::postgres::PgServer;
 use crate::process::{
-    free_ports, log_tail, on_path, os_user_ids, private_dir, require_installed, run,
-    running_as_root, wait_ready, with_port_retries,
+    free_ports, log_tail, on_path, os_user_ids, parent_and_group, private_dir, require_installed,
+    run, running_as_root, wait_ready, with_port_retries,
 };
 
 /// How long the monitor and each node may take to reach their state.
@@ -510,15 +510,7 @@ fn children_of(parent: u32) -> Vec<u32> {
     entries
         .filter_map(|entry| {
             let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
-            let ppid: u32 = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
+            let (ppid, _) = parent_and_group(pid)?;
             (ppid == parent).then_some(pid)
         })
         .collect()

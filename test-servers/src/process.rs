@@ -212,3 +212,19 @@ pub(crate) fn kill_and_remove(process: &mut Option<Child>, dir: &Path) {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The parent and the process group of process `pid` (from
+/// `/proc/<pid>/stat`), or `None` when it is gone.
+///
+/// ```
+/// let (_parent, group) = inbox_test_servers::parent_and_group(std::process::id()).unwrap();
+/// assert!(group > 0);
+/// ```
+pub fn parent_and_group(pid: u32) -> Option<(u32, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(1);
+    let parent = fields.next()?.parse().ok()?;
+    let group = fields.next()?.parse().ok()?;
+    Some((parent, group))
+}

@@ -98,14 +98,7 @@ fn kill_processes_under(dir: &Path) -> usize {
     matched
 }
 
-/// The process group of process `pid` (from `/proc/<pid>/stat`).
+/// The process group of process `pid`.
 fn process_group(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses.
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(2)?
-        .parse()
-        .ok()
+    inbox_test_servers::parent_and_group(pid).map(|(_, group)| group)
 }

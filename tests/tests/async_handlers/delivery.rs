@@ -182,8 +182,8 @@ pub async fn cancellation_at_every_await_point_leaves_nothing_half_done<B: Serve
             }
         }
         drop(direct);
-        let direct_effects = effects(&mut observer, &id).await;
-        let direct_claims = claims(&mut observer, "async.record", &id).await;
+        let (direct_effects, direct_claims) =
+            effects_and_claims(&mut observer, "async.record", &id).await;
         assert_eq!(
             direct_effects, direct_claims,
             "claim and effect commit together (after {polls} waits)"
@@ -213,14 +213,20 @@ pub async fn cancellation_at_every_await_point_leaves_nothing_half_done<B: Serve
             "exactly once after a cancellation ({redelivered:?})"
         );
 
-        // The redelivery of the directly held message processes it once.
+        // The redelivery of the directly held message processes it once. A
+        // COMMIT sent before the drop can still land after the read above
+        // (the server finishes it without its client): the redelivery's
+        // claim then waits for it and finds a duplicate.
         let mut fresh_conn = db.connect_async().await;
-        let expected = if direct_effects == 1 {
-            Outcome::Duplicate
+        let redelivered = record(&mut fresh_conn, &msg).await.unwrap();
+        if direct_effects == 1 {
+            assert_eq!(redelivered, Outcome::Duplicate);
         } else {
-            Outcome::Processed(0)
-        };
-        assert_eq!(record(&mut fresh_conn, &msg).await.unwrap(), expected);
+            assert!(
+                matches!(redelivered, Outcome::Processed(0) | Outcome::Duplicate),
+                "{redelivered:?}"
+            );
+        }
         assert_eq!(effects(&mut observer, &id).await, 1);
         if finished {
             break;

@@ -38,6 +38,27 @@ pub async fn claims(conn: &mut impl AsyncSqlRows, handler: &str, id: &str) -> i6
     .await
 }
 
+/// The effects of `id` and its claims by `handler` (see [`effects`],
+/// [`claims`]) read by one statement, so in one snapshot: a `COMMIT` the
+/// server finishes after its client dropped the connection cannot land
+/// between the two reads.
+pub async fn effects_and_claims(
+    conn: &mut impl AsyncSqlRows,
+    handler: &str,
+    id: &str,
+) -> (i64, i64) {
+    let both = conn
+        .bigint(&format!(
+            "SELECT (SELECT COUNT(*) FROM async_effects WHERE message_id = {id}) * 1000 \
+             + (SELECT COUNT(*) FROM inbox_messages WHERE handler = {handler} \
+                AND message_id = {id}) AS value",
+            id = literal(id),
+            handler = literal(handler),
+        ))
+        .await;
+    (both / 1000, both % 1000)
+}
+
 /// Every claim in the inbox.
 pub async fn all_claims(conn: &mut impl AsyncSqlRows) -> i64 {
     conn.bigint("SELECT COUNT(*) AS value FROM inbox_messages")

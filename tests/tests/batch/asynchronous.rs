@@ -297,9 +297,9 @@ pub async fn async_cancellation_at_every_await_point_leaves_nothing_half_done<B:
         }
         drop(conn);
         for id in &batch {
+            let (effects, claims) = effects_and_claims(&mut observer, id);
             assert_eq!(
-                effects(&mut observer, id),
-                claims(&mut observer, id),
+                effects, claims,
                 "{id}: claim and effect commit together (after {polls} waits)"
             );
         }

@@ -103,6 +103,20 @@ pub fn claims(conn: &mut impl SqlRows, id: &str) -> i64 {
     ))
 }
 
+/// The effects and the claims of `id` (see [`effects`], [`claims`]) read by
+/// one statement, so in one snapshot: a `COMMIT` the server finishes after
+/// its client dropped the connection cannot land between the two reads.
+pub fn effects_and_claims(conn: &mut impl SqlRows, id: &str) -> (i64, i64) {
+    let both = conn.bigint(&format!(
+        "SELECT (SELECT COUNT(*) FROM batch_effects WHERE message_id = {id}) * 1000 \
+         + (SELECT COUNT(*) FROM inbox_messages WHERE handler = {handler} AND message_id = {id}) \
+         AS value",
+        id = literal(id),
+        handler = literal(HANDLER),
+    ));
+    (both / 1000, both % 1000)
+}
+
 /// Every claim in the inbox.
 pub fn all_claims(conn: &mut impl SqlRows) -> i64 {
     conn.bigint("SELECT COUNT(*) AS value FROM inbox_messages")
