@@ -9,11 +9,12 @@
 //!
 //! 1. `cargo test --workspace --all-features --no-run`: every target built;
 //! 2. beside each other: `--test ui` (its output printed when it ends), and
-//!    the libraries', binaries' and every other suite's tests, then the
-//!    doctests;
-//! 3. the timed suites, their two lanes beside each other, and beside them
-//!    a third: the PostgreSQL tests of [`THROUGH_PGBOUNCER`] again, through
-//!    the suite's PgBouncer (each lane's output printed when it ends).
+//!    the libraries', binaries' (but the compile-pass cases) and every other
+//!    suite's tests;
+//! 3. the timed suites, their two lanes beside each other (the first then
+//!    runs the doctests), and beside them a third: the PostgreSQL tests of
+//!    [`THROUGH_PGBOUNCER`] again, through the suite's PgBouncer (each
+//!    lane's output printed when it ends).
 //!
 //! A phase that fails ends the run after it (the phase beside it is waited
 //! for), as `cargo test` stops at the first failing target.
@@ -34,6 +35,11 @@ const THROUGH_PGBOUNCER: [&str; 4] = ["batch", "e2e", "poison", "prune"];
 
 /// Where the suite's PgBouncer is (`crate::servers`).
 const PGBOUNCER_URL: &str = crate::servers::PGBOUNCER_URL;
+
+/// The binaries whose own tests run (`--bin`, a glob): every one but the
+/// compile-pass cases (`ui-pass-*`, whose test harnesses would only be
+/// compiled for nothing).
+const PROGRAMS: &str = "[!u]*";
 
 /// The compile-pass and compile-fail cases (trybuild).
 const COMPILE_CASES: &str = "ui";
@@ -61,14 +67,11 @@ pub fn run(root: &Path, cargo: impl Fn() -> Command) -> Result<u8, String> {
         whole(&["--test", COMPILE_CASES]),
         format!("the compile cases (`--test {COMPILE_CASES}`), run beside the suites"),
     )?;
-    let mut others = whole(&["--lib", "--bins"]);
+    let mut others = whole(&["--lib", "--bin", PROGRAMS]);
     for suite in &beside {
         others.args(["--test", suite]);
     }
-    let others_code = status(&mut others).and_then(|code| match code {
-        0 => status(&mut whole(&["--doc"])),
-        failed => Ok(failed),
-    });
+    let others_code = status(&mut others);
     let cases_code = cases.finish()?;
     match (others_code?, cases_code) {
         (0, 0) => {}
@@ -85,6 +88,9 @@ pub fn run(root: &Path, cargo: impl Fn() -> Command) -> Result<u8, String> {
             vec![(command, format!("the timed suites {lane:?}"))]
         })
         .collect();
+    // The doctests (mostly compiling) after the first lane's suites, which
+    // mostly wait.
+    lanes[0].push((whole(&["--doc"]), "the doctests".to_owned()));
     if let Some(pass) = through_pgbouncer(&whole) {
         lanes.push(vec![pass]);
     }
@@ -256,6 +262,43 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--bin` [`PROGRAMS`] picks every binary target of the workspace but
+    /// the compile-pass cases.
+    #[test]
+    fn the_programs_are_every_binary_but_the_compile_pass_cases() {
+        let output = Command::new(env!("CARGO"))
+            .args([
+                "metadata",
+                "--no-deps",
+                "--format-version",
+                "1",
+                "--offline",
+            ])
+            .output()
+            .expect("cargo metadata");
+        let metadata = String::from_utf8(output.stdout).expect("UTF-8 metadata");
+        // Each binary target is `{"kind":["bin"],…,"name":"<name>"` in the
+        // metadata's JSON.
+        let bins: Vec<&str> = metadata
+            .split("\"kind\":[\"bin\"]")
+            .skip(1)
+            .filter_map(|rest| rest.split("\"name\":\"").nth(1)?.split('"').next())
+            .collect();
+        assert!(bins.contains(&"xtask"), "{bins:?}");
+        assert!(
+            bins.iter().any(|bin| bin.starts_with("ui-pass-")),
+            "{bins:?}"
+        );
+        for bin in bins {
+            let picked = !bin.starts_with('u');
+            assert_eq!(
+                picked,
+                !bin.starts_with("ui-pass-"),
+                "{bin}: `--bin {PROGRAMS}` must pick every program and no compile-pass case"
+            );
+        }
+    }
 
     #[test]
     fn every_suite_runs_in_one_phase() {
