@@ -41,7 +41,9 @@ const PGBOUNCER_URL: &str = crate::servers::PGBOUNCER_URL;
 /// compiled for nothing).
 const PROGRAMS: &str = "[!u]*";
 
-/// The compile-pass and compile-fail cases (trybuild).
+/// The compile cases: `--test ui` is both the suite of `inbox-tests` that
+/// runs the compile-pass binaries and the trybuild suite of
+/// `inbox-compile-fail`.
 const COMPILE_CASES: &str = "ui";
 
 /// Where the suites are: one directory per suite, `tests/tests/<name>/main.rs`.

@@ -1,17 +1,9 @@
-//! The compile-pass and compile-fail suite of `#[idempotent]`.
-//!
-//! Every `pass/<group>/*.rs` must compile (and its `main` run); every
-//! `fail/<group>/*.rs` must fail to compile with exactly the diagnostics in
-//! the `.stderr` file next to it. After a deliberate change of a message,
-//! regenerate them with
-//! `TRYBUILD=overwrite cargo test -p inbox-tests --all-features --test ui`
-//! and read the diff.
-//!
-//! The pass cases are binaries of this package (`[[bin]] ui-pass-<group>-<case>`
-//! in its manifest), built with its other targets and run by
-//! [`pass_cases_run`]; the fail cases go through trybuild, which checks
-//! them all in one `cargo check --keep-going` (it builds cases one at a
-//! time, each after a `cargo clean`, as soon as one of them must pass).
+//! The compile-pass suite of `#[idempotent]`: every `pass/<group>/*.rs`
+//! must compile and its `main` run. The cases are binaries of this package
+//! (`[[bin]] ui-pass-<group>-<case>` in its manifest), built with its other
+//! targets and run by [`pass_cases_run`]. (The compile-fail cases are the
+//! package `inbox-compile-fail`'s, checked by trybuild there: with a pass
+//! case among them, trybuild built every case alone, after a `cargo clean`.)
 //!
 //! A case's directory says which features it needs, and [`GROUPS`] runs a
 //! directory exactly when they are all on, so a build with fewer backends
@@ -91,14 +83,6 @@ fn enabled_groups(kind: &str) -> Vec<String> {
     }
     groups.sort();
     groups
-}
-
-#[test]
-fn fail_cases_fail_with_their_diagnostics() {
-    let t = trybuild::TestCases::new();
-    for group in enabled_groups("fail") {
-        t.compile_fail(format!("tests/ui/fail/{group}/*.rs"));
-    }
 }
 
 /// Where cargo put this package's binaries: beside this test's `deps`
