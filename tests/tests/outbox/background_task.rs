@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use inbox_runtime::outbox::{BackgroundRelay, OutgoingMessage, Relay};
+use inbox_runtime::outbox::{BackgroundRelay, OutgoingMessage, Relay, RelayRound};
 use inbox_tests::terminate;
 use inbox_tests::{ServerBackend, SqlRows};
 
@@ -33,13 +33,25 @@ pub async fn a_relay_task_drains_follows_new_commits_and_survives_a_panic<B: Ser
     };
     let rounds = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&rounds);
+    // Rounds that found nothing to lease: the relay idles after one.
+    let idle_rounds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let idled = Arc::clone(&idle_rounds);
     let relay = BackgroundRelay::new(Relay::new().batch_size(7).lease(Duration::from_secs(1)))
         .idle_wait(Duration::from_secs(3600))
         .spawn_task(B::deadpool(db.url(), 2), flaky.clone(), move |round| {
+            if matches!(round, RelayRound::Done(report) if report.is_idle()) {
+                idled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
             seen.lock().unwrap().push(round.is_ok());
         });
     eventually_async("the backlog", || flaky.broker.payloads().len() == 30).await;
     assert_keys_in_order(&flaky.broker.payloads());
+    // The relay runs rounds until one finds nothing, then idles: a message
+    // committed before that round would go out with it.
+    eventually_async("an idle round after the backlog", || {
+        idle_rounds.load(std::sync::atomic::Ordering::SeqCst) > 0
+    })
+    .await;
 
     *flaky.panicked.lock().unwrap() = false;
     send_all(&mut conn, &[OutgoingMessage::new("receipts", "late")]);
