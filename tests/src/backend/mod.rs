@@ -127,9 +127,16 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     /// A new connection to this database.
     fn connect(&self) -> Self::Connection;
 
+    /// An r2d2 pool builder for this backend's connections, with what every
+    /// connection the harness makes needs (behind PgBouncer: the statement
+    /// cache off), for a pool to a URL of the test's choosing (a proxy).
+    fn pool_builder() -> diesel::r2d2::Builder<ConnectionManager<Self::Connection>> {
+        Pool::builder()
+    }
+
     /// An r2d2 pool of `size` connections to this database.
     fn pool(&self, size: u32) -> Pool<ConnectionManager<Self::Connection>> {
-        Pool::builder()
+        Self::pool_builder()
             .max_size(size)
             .build(ConnectionManager::new(self.url()))
             .expect("build a pool")

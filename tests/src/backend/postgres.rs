@@ -206,14 +206,13 @@ impl TestBackend for Postgres {
         conn
     }
 
-    fn pool(&self, size: u32) -> Pool<ConnectionManager<PgConnection>> {
-        let mut builder = Pool::builder().max_size(size);
-        if self.database.is_some() {
-            builder = builder.connection_customizer(Box::new(NoStatementCache));
+    fn pool_builder() -> diesel::r2d2::Builder<ConnectionManager<PgConnection>> {
+        let builder = Pool::builder();
+        if behind_pgbouncer() {
+            builder.connection_customizer(Box::new(NoStatementCache))
+        } else {
+            builder
         }
-        builder
-            .build(ConnectionManager::new(self.url()))
-            .expect("build a pool")
     }
 
     #[cfg(feature = "async")]

@@ -155,12 +155,12 @@ pub fn a_panicking_callback_does_not_stop_it<B: TestBackend>() {
 /// back: failed runs are reported and retried, then the pruner catches up.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub fn survives_a_restart<B: ServerBackend>() {
-    use diesel::r2d2::{ConnectionManager, Pool};
+    use diesel::r2d2::ConnectionManager;
 
     let Some(db) = B::open() else { return };
     let (template, upstream) = Proxy::split_url(db.url(), B::DEFAULT_PORT);
     let proxy = Proxy::start(&upstream);
-    let pool = Pool::builder()
+    let pool = B::pool_builder()
         .max_size(2)
         .build(ConnectionManager::<B::Connection>::new(
             proxy.url(&template),
