@@ -53,5 +53,5 @@ pub use nats::NatsServer;
 pub use pg_auto_failover::PgFormation;
 pub use pgbouncer::{PgBouncer, PoolMode};
 pub use postgres::{PgServer, Replication};
-pub use process::{free_ports, parent_and_group, running_as_root, unique_name};
+pub use process::{free_ports, kill_quietly, parent_and_group, running_as_root, unique_name};
 pub use rabbitmq::RabbitMqNode;

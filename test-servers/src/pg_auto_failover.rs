@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use crate::mariadb::spawn_server;
 use crate::postgres::PgServer;
 use crate::process::{
-    free_ports, log_tail, on_path, os_user_ids, parent_and_group, private_dir, require_installed,
-    run, running_as_root, wait_ready, with_port_retries,
+    free_ports, kill_quietly, log_tail, on_path, os_user_ids, parent_and_group, private_dir,
+    require_installed, run, running_as_root, wait_ready, with_port_retries,
 };
 
 /// How long the monitor and each node may take to reach their state.
@@ -492,14 +492,8 @@ fn kill_keeper(keeper: &Keeper) {
         .map(u32::to_string)
         .collect();
     targets.push(format!("-{group}"));
-    // A backend may have exited meanwhile: `kill` then complains, and the
-    // others are killed all the same.
-    let _ = Command::new("kill")
-        .arg("-KILL")
-        .arg("--")
-        .args(&targets)
-        .stderr(std::process::Stdio::null())
-        .status();
+    // A backend may have exited meanwhile.
+    kill_quietly(&targets);
 }
 
 /// The processes whose parent is `parent` (from `/proc`).

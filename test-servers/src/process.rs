@@ -228,3 +228,21 @@ pub fn parent_and_group(pid: u32) -> Option<(u32, u32)> {
     let group = fields.next()?.parse().ok()?;
     Some((parent, group))
 }
+
+/// SIGKILLs every one of `targets` (`kill -KILL -- <pid or -group>…`), and
+/// says nothing of one already gone: the others are killed all the same.
+///
+/// ```no_run
+/// inbox_test_servers::kill_quietly(&["12345".to_owned(), "-12340".to_owned()]);
+/// ```
+pub fn kill_quietly(targets: &[String]) {
+    if targets.is_empty() {
+        return;
+    }
+    let _ = Command::new("kill")
+        .arg("-KILL")
+        .arg("--")
+        .args(targets)
+        .stderr(std::process::Stdio::null())
+        .status();
+}

@@ -54,7 +54,9 @@ pub use self::backend::Mysql;
 pub use self::backend::Sqlite;
 pub use self::backend::{DieselBackend, ServerBackend, TestBackend};
 #[cfg(feature = "postgres")]
-pub use self::backend::{PgEncodedDatabase, Postgres, behind_pgbouncer, skipped_behind_pgbouncer};
+pub use self::backend::{
+    NoStatementCache, PgEncodedDatabase, Postgres, behind_pgbouncer, skipped_behind_pgbouncer,
+};
 #[cfg(feature = "async")]
 pub use self::cancel::CancelAfter;
 pub use self::connections::{connection_id, terminate};

@@ -10,7 +10,6 @@
 
 use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// The directory, removed (with its processes) on drop.
 pub struct Scratch {
@@ -85,16 +84,9 @@ fn kill_processes_under(dir: &Path) -> usize {
             }
         }
     }
-    if !targets.is_empty() {
-        targets.sort();
-        targets.dedup();
-        let _ = Command::new("kill")
-            .arg("-KILL")
-            .arg("--")
-            .args(&targets)
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
+    targets.sort();
+    targets.dedup();
+    inbox_test_servers::kill_quietly(&targets);
     matched
 }
 

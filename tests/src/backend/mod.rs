@@ -12,7 +12,9 @@ mod sqlite;
 #[cfg(feature = "mysql")]
 pub use self::mysql::Mysql;
 #[cfg(feature = "postgres")]
-pub use self::postgres::{PgEncodedDatabase, Postgres, behind_pgbouncer, skipped_behind_pgbouncer};
+pub use self::postgres::{
+    NoStatementCache, PgEncodedDatabase, Postgres, behind_pgbouncer, skipped_behind_pgbouncer,
+};
 #[cfg(feature = "sqlite")]
 pub use self::sqlite::Sqlite;
 

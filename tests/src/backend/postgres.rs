@@ -293,8 +293,16 @@ impl Drop for Postgres {
 
 /// Diesel's statement cache off on every connection an r2d2 pool opens (the
 /// guide's recipe for PgBouncer's transaction pooling).
+///
+/// ```
+/// use diesel::PgConnection;
+/// use diesel::r2d2::{ConnectionManager, Pool};
+///
+/// let _builder = Pool::<ConnectionManager<PgConnection>>::builder()
+///     .connection_customizer(Box::new(inbox_tests::NoStatementCache));
+/// ```
 #[derive(Debug)]
-struct NoStatementCache;
+pub struct NoStatementCache;
 
 impl diesel::r2d2::CustomizeConnection<PgConnection, diesel::r2d2::Error> for NoStatementCache {
     fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
@@ -351,15 +359,7 @@ impl PgEncodedDatabase {
         ))
         .execute(&mut admin)
         .expect("create the test database");
-        let (base, query) = admin_url
-            .split_once('?')
-            .map_or((admin_url.as_str(), ""), |(b, q)| (b, q));
-        let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
-        let url = if query.is_empty() {
-            format!("{server}/{name}")
-        } else {
-            format!("{server}/{name}?{query}")
-        };
+        let url = with_database(&admin_url, &name);
         let database = PgEncodedDatabase {
             admin_url,
             name,

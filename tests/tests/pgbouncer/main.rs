@@ -31,14 +31,14 @@ use std::thread;
 
 use diesel::connection::{CacheSize, SimpleConnection as _};
 use diesel::prelude::*;
-use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool};
+use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::sql_types::Text;
 use inbox_runtime::outbox::{
     self, BlockingPublisher, OutboxMessage, OutgoingMessage, PublishError,
 };
 use inbox_runtime::{Outcome, Recovery, idempotent, recovery};
 use inbox_test_servers::PgBouncer;
-use inbox_tests::{PgServer, PoolMode, SqlRows as _};
+use inbox_tests::{NoStatementCache, PgServer, PoolMode, SqlRows as _};
 
 /// A message of the tests' handler.
 struct Message {
@@ -80,6 +80,33 @@ fn behind(mode: PoolMode, pool_size: u32) -> Option<(PgServer, PgBouncer)> {
         .expect("the effects table");
     let bouncer = server.pgbouncer(mode, pool_size)?;
     Some((server, bouncer))
+}
+
+/// The server and, in front of it, a PgBouncer in transaction pooling that
+/// spreads each client's transactions over two server connections, both
+/// open (round robin).
+fn spread() -> Option<(PgServer, PgBouncer)> {
+    let (server, _) = behind(PoolMode::Transaction, 1)?;
+    let bouncer = PgBouncer::start_round_robin(&server, PoolMode::Transaction, 2)
+        .expect("PgBouncer, round robin");
+    open_server_connections(&bouncer, 2);
+    Some((server, bouncer))
+}
+
+/// Opens `count` server connections behind `bouncer` (each client holds a
+/// transaction open at once) and leaves them idle.
+fn open_server_connections(bouncer: &PgBouncer, count: usize) {
+    let mut clients: Vec<PgConnection> = (0..count)
+        .map(|_| through(bouncer, CacheSize::Disabled))
+        .collect();
+    for client in &mut clients {
+        client
+            .batch_execute("BEGIN; SELECT 1")
+            .expect("pin a server connection");
+    }
+    for client in &mut clients {
+        client.batch_execute("COMMIT").expect("release it");
+    }
 }
 
 /// A connection through `bouncer`, with Diesel's statement cache as `cache`.
@@ -132,18 +159,6 @@ fn transaction_pooling_with_the_statement_cache_says_reconnect_and_breaks_the_co
     let counts = effects(&server);
     assert_eq!(counts.get("t-1"), Some(&1));
     assert_eq!(counts.get("t-2"), Some(&1));
-}
-
-/// The guide's recipe: every connection an r2d2 pool opens has Diesel's
-/// statement cache off.
-#[derive(Debug)]
-struct NoStatementCache;
-
-impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for NoStatementCache {
-    fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
-        conn.set_prepared_statement_cache_size(CacheSize::Disabled);
-        Ok(())
-    }
 }
 
 /// Without the statement cache, transaction pooling carries every

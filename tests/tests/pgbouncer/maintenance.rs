@@ -7,28 +7,11 @@ use diesel::connection::{CacheSize, SimpleConnection as _};
 use diesel::prelude::*;
 use inbox_runtime::RetentionPolicy;
 use inbox_runtime::prune::partitioned::{self, Maintenance};
-use inbox_test_servers::PgBouncer;
-use inbox_tests::{PoolMode, SqlRows as _};
+use inbox_tests::SqlRows as _;
 
-use super::{behind, through};
+use super::{spread, through};
 
 const DAY: u64 = 86_400;
-
-/// Opens `count` server connections behind `bouncer` (each client holds a
-/// transaction open at once) and leaves them idle.
-pub(super) fn open_server_connections(bouncer: &PgBouncer, count: usize) {
-    let mut clients: Vec<PgConnection> = (0..count)
-        .map(|_| through(bouncer, CacheSize::Disabled))
-        .collect();
-    for client in &mut clients {
-        client
-            .batch_execute("BEGIN; SELECT 1")
-            .expect("pin a server connection");
-    }
-    for client in &mut clients {
-        client.batch_execute("COMMIT").expect("release it");
-    }
-}
 
 /// Behind a pooler that moves a client's consecutive statements from one
 /// server connection to the next (transaction pooling, round robin over
@@ -37,14 +20,11 @@ pub(super) fn open_server_connections(bouncer: &PgBouncer, count: usize) {
 /// on.
 #[test]
 fn maintenance_through_transaction_pooling_drops_what_expired_every_run() {
-    let Some((server, _)) = behind(PoolMode::Transaction, 1) else {
+    let Some((server, bouncer)) = spread() else {
         return;
     };
     let mut direct = PgConnection::establish(&server.url()).expect("connect directly");
     partitioned::setup(&mut direct).expect("the generation layout");
-    let bouncer = PgBouncer::start_round_robin(&server, PoolMode::Transaction, 2)
-        .expect("PgBouncer, round robin");
-    open_server_connections(&bouncer, 2);
     let policy = RetentionPolicy::new(Duration::from_secs(7 * DAY), Duration::from_secs(DAY))
         .expect("a policy");
     let maintenance = Maintenance::new(policy).expect("maintenance");

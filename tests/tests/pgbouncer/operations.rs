@@ -12,20 +12,9 @@ use inbox_runtime::{
     AckDecision, ClaimKey, HandlerName, InboxError, MaxAttempts, Outcome, Prune, RetentionPolicy,
     ack_decision, dead_letters, run_idempotent_batch, run_idempotent_with,
 };
-use inbox_test_servers::PgBouncer;
-use inbox_tests::{PgServer, PoolMode, SqlRows as _};
+use inbox_tests::SqlRows as _;
 
-use super::{behind, effects, through};
-
-/// The server and a PgBouncer in front of it that spreads each client's
-/// transactions over two server connections, both open.
-fn spread() -> Option<(PgServer, PgBouncer)> {
-    let (server, _) = behind(PoolMode::Transaction, 1)?;
-    let bouncer = PgBouncer::start_round_robin(&server, PoolMode::Transaction, 2)
-        .expect("PgBouncer, round robin");
-    super::maintenance::open_server_connections(&bouncer, 2);
-    Some((server, bouncer))
-}
+use super::{effects, spread, through};
 
 fn insert_effect(conn: &mut PgConnection, id: &str) -> QueryResult<()> {
     diesel::sql_query("INSERT INTO effects (id) VALUES ($1)")
