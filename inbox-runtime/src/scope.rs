@@ -28,7 +28,7 @@ use diesel::connection::{
 };
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 
-use crate::backend::InboxBackend;
+use crate::backend::{InboxBackend, LateTripwire};
 use crate::error::InboxError;
 use crate::execution::depth;
 use crate::recovery::is_transaction_aborted;
@@ -46,6 +46,9 @@ pub(crate) struct Scope {
     /// Whether a blocking connection sends the level's statements as
     /// prepared statements ([`InboxBackend::PREPARED_TRANSACTION_SQL`]).
     prepared_sql: bool,
+    /// The outermost transaction with its tripwire set after the claim
+    /// ([`InboxBackend::OUTERMOST_LATE_TRIPWIRE`]; `None` when bounded).
+    late_tripwire: Option<LateTripwire>,
 }
 
 /// The SQL of an outermost level, by backend and idle bound.
@@ -79,6 +82,10 @@ impl Scope {
         let bounded_begin = idle_limit
             .filter(|_| base == 0)
             .and_then(DB::bounded_idle_begin_sql);
+        let late_tripwire = match bounded_begin {
+            Some(_) => None,
+            None => DB::OUTERMOST_LATE_TRIPWIRE,
+        };
         let outermost = match bounded_begin {
             Some(begin) => Outermost {
                 begin: Cow::Owned(begin),
@@ -104,6 +111,7 @@ impl Scope {
             outermost,
             aborted_probe_sql: DB::ABORTED_TRANSACTION_PROBE_SQL,
             prepared_sql: DB::PREPARED_TRANSACTION_SQL,
+            late_tripwire,
         })
     }
 
@@ -121,6 +129,20 @@ impl Scope {
         } else {
             Cow::Owned(format!("SAVEPOINT {}", self.savepoint()))
         }
+    }
+
+    /// The outermost transaction with its tripwire set after the claim, if
+    /// this is the outermost level and the backend has one (see
+    /// [`InboxBackend::OUTERMOST_LATE_TRIPWIRE`]).
+    pub(crate) fn late_tripwire(&self) -> Option<LateTripwire> {
+        self.late_tripwire.filter(|_| self.is_outermost())
+    }
+
+    /// Whether [`execute`](Self::execute) sends each statement of a text on
+    /// its own, one round trip each (prepared statements on MySQL/MariaDB),
+    /// rather than the whole text in one.
+    pub(crate) fn sends_statements_one_by_one(&self) -> bool {
+        self.prepared_sql && !PREPARING_REFUSED.load(Ordering::Relaxed)
     }
 
     /// Commits the handler's level; on the outermost level, with the

@@ -42,8 +42,8 @@ pub fn statements_of<C: Connection, T>(
 /// COMMIT`), `ROLLBACK`, `count attempt`, `mark dead`; anything else as it
 /// was sent. MySQL/MariaDB's framing of an outermost transaction reads as
 /// the others': `autocommit` off and the savepoint `inbox_transaction` as
-/// `BEGIN`, the savepoint's release, `COMMIT` and `autocommit` restored as
-/// `COMMIT`, `ROLLBACK` and `autocommit` restored as `ROLLBACK` (the
+/// `BEGIN`, the savepoint's release and the commit by `autocommit` (turned
+/// on, then restored) as `COMMIT`, `ROLLBACK` and `autocommit` restored as `ROLLBACK` (the
 /// statements themselves are counted in `e2e/roundtrips.rs`). A statement sent as a prepared statement (MySQL's transaction
 /// statements) reads with its binds, none: `BEGIN -- binds: []`.
 ///
@@ -54,8 +54,7 @@ pub fn statements_of<C: Connection, T>(
 ///     "SET @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0 -- binds: []",
 ///     "SAVEPOINT inbox_transaction -- binds: []",
 ///     "RELEASE SAVEPOINT inbox_transaction -- binds: []",
-///     "COMMIT -- binds: []",
-///     "SET SESSION autocommit = @inbox_saved_autocommit -- binds: []",
+///     "SET SESSION autocommit = 1, SESSION autocommit = @inbox_saved_autocommit -- binds: []",
 /// ]
 /// .map(String::from);
 /// assert_eq!(inbox_tests::statement_shapes(&mysql), ["BEGIN", "COMMIT"]);
@@ -68,6 +67,7 @@ pub fn statement_shapes(statements: &[String]) -> Vec<&str> {
                 "BEGIN" => "BEGIN",
                 "ROLLBACK" => "ROLLBACK",
                 "COMMIT" | "SELECT 1; COMMIT" => "COMMIT",
+                sql if sql.starts_with("SET SESSION autocommit = 1,") => "COMMIT",
                 sql if sql.starts_with("SET @inbox_saved_autocommit") => "BEGIN",
                 sql if is_claim(sql) => "claim",
                 sql if sql.starts_with("INSERT INTO inbox_failures") => "count attempt",

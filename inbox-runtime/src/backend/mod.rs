@@ -161,14 +161,23 @@ pub trait InboxBackend: Backend + sealed::Sealed {
 
     /// Commits a handler's outermost transaction. On MySQL/MariaDB it first
     /// releases the savepoint [`OUTERMOST_BEGIN_SQL`](Self::OUTERMOST_BEGIN_SQL)
-    /// set (a failure stops the statements before `COMMIT`, and the runner
-    /// rolls back), and restores `autocommit` after it. On PostgreSQL it first runs
+    /// set (a failure stops the statements before the commit, and the runner
+    /// rolls back), then commits by turning `autocommit` back on and
+    /// restores its saved value, in one statement. On PostgreSQL it first runs
     /// a statement that fails when the transaction is aborted (a failed
     /// statement whose error the body ignored), because PostgreSQL answers
     /// `COMMIT` in an aborted transaction with a silent `ROLLBACK`; both go
     /// in one round trip.
     #[doc(hidden)]
     const OUTERMOST_COMMIT_SQL: &'static str;
+
+    /// The same outermost transaction with its tripwire (the savepoint of
+    /// [`OUTERMOST_BEGIN_SQL`](Self::OUTERMOST_BEGIN_SQL)) set after the
+    /// claim, for connections that pay a round trip per statement: a
+    /// duplicate, whose body never runs, then neither sets nor releases it.
+    /// `None` where the outermost transaction has no tripwire.
+    #[doc(hidden)]
+    const OUTERMOST_LATE_TRIPWIRE: Option<LateTripwire>;
 
     /// How a blocking connection sends the runner's transaction statements
     /// (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE SAVEPOINT`,
@@ -434,6 +443,20 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// SQL run first inside a pruning batch's transaction (`""`: none).
     #[doc(hidden)]
     const PRUNE_AFTER_BEGIN_SQL: &'static str;
+}
+
+/// An outermost transaction whose tripwire is set after the claim (see
+/// [`InboxBackend::OUTERMOST_LATE_TRIPWIRE`]): each text is one statement.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct LateTripwire {
+    /// Begins the transaction, without the tripwire.
+    pub begin: &'static str,
+    /// Sets the tripwire, once the id is claimed and before the body runs.
+    pub set: &'static str,
+    /// Ends a transaction whose tripwire was never set (a duplicate's, which
+    /// wrote nothing): commits it and restores the session.
+    pub end_unset: &'static str,
 }
 
 /// A claim's bound on its wait for a claim of the same key in flight, as

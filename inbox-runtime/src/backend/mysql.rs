@@ -6,10 +6,13 @@
 //!   missing). Ids are `VARBINARY`, so comparison is exact.
 //! - **Claim**: `INSERT IGNORE …` (ids are validated first, since `IGNORE`
 //!   would also silence truncation).
-//! - **Commit**: a plain `COMMIT`. On blocking connections `BEGIN`,
-//!   `COMMIT`, `ROLLBACK` and the savepoint statements go as prepared
-//!   statements, one round trip each (Diesel's `batch_execute` costs three:
-//!   it switches multi-statement mode on and off around the statement).
+//! - **Transaction**: `autocommit` off, a savepoint as the tripwire of the
+//!   deadlock guard (set after the claim on blocking connections, so that a
+//!   duplicate neither sets nor releases it), and the commit by turning
+//!   `autocommit` back on. On blocking connections these statements go as
+//!   prepared statements, one round trip each (Diesel's `batch_execute`
+//!   costs three: it switches multi-statement mode on and off around the
+//!   statement).
 //! - **Idle bound** of an async handler's transaction: the session's
 //!   `wait_timeout`, lowered for the transaction and restored at its end.
 //! - **Pruning batch**: a derived table of expired keys picked `FOR UPDATE
@@ -58,7 +61,8 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
     // A failed statement does not abort a transaction here, but a deadlock
     // (or a lock wait timeout with `innodb_rollback_on_timeout`) rolls the
     // whole transaction back; the commit's release of the savepoint the
-    // runner set at `BEGIN` then fails (1305 ER_SP_DOES_NOT_EXIST).
+    // runner set when it began or claimed then fails (1305
+    // ER_SP_DOES_NOT_EXIST).
     transaction_aborted: &[(
         "1305 ER_SP_DOES_NOT_EXIST",
         "SAVEPOINT inbox_transaction does not exist",
@@ -108,9 +112,9 @@ mod imp {
 
     use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{
-        BatchReports, FailureSql, InboxBackend, KeyedInsert, Lease, OutboxSql, PruneBatchStatement,
-        PrunedTable, StoredClaimSql, migration_sql, outbox_leasable, push_claim_row, sealed,
-        values_sql,
+        BatchReports, FailureSql, InboxBackend, KeyedInsert, LateTripwire, Lease, OutboxSql,
+        PruneBatchStatement, PrunedTable, StoredClaimSql, migration_sql, outbox_leasable,
+        push_claim_row, sealed, values_sql,
     };
     use crate::fingerprint::Fingerprint;
     use crate::key::ClaimKey;
@@ -263,6 +267,16 @@ mod imp {
 
     impl sealed::Sealed for Mysql {}
 
+    /// Commits the transaction and restores `autocommit`, in one statement:
+    /// turning `autocommit` on commits the open transaction (a commit the
+    /// server refuses, a Galera certification failure, fails the statement
+    /// and leaves `autocommit` off), then the saved value is put back.
+    macro_rules! commit_and_restore_autocommit {
+        () => {
+            "SET SESSION autocommit = 1, SESSION autocommit = @inbox_saved_autocommit"
+        };
+    }
+
     /// The batch claim, bound: a multi-row `INSERT IGNORE`, which reports
     /// only how many rows it inserted (MySQL has no `RETURNING`): all of
     /// them or none is an answer, in between is
@@ -331,8 +345,15 @@ mod imp {
         );
         const OUTERMOST_BEGIN_SQL: &'static str = "SET @inbox_saved_autocommit = @@SESSION.autocommit, \
              SESSION autocommit = 0; SAVEPOINT inbox_transaction";
-        const OUTERMOST_COMMIT_SQL: &'static str = "RELEASE SAVEPOINT inbox_transaction; COMMIT; \
-             SET SESSION autocommit = @inbox_saved_autocommit";
+        const OUTERMOST_COMMIT_SQL: &'static str = concat!(
+            "RELEASE SAVEPOINT inbox_transaction; ",
+            commit_and_restore_autocommit!()
+        );
+        const OUTERMOST_LATE_TRIPWIRE: Option<LateTripwire> = Some(LateTripwire {
+            begin: "SET @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0",
+            set: "SAVEPOINT inbox_transaction",
+            end_unset: commit_and_restore_autocommit!(),
+        });
         const OUTERMOST_ROLLBACK_SQL: &'static str =
             "ROLLBACK; SET SESSION autocommit = @inbox_saved_autocommit";
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;

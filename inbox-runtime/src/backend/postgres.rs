@@ -453,6 +453,7 @@ mod imp {
         const OUTERMOST_BEGIN_SQL: &'static str = "BEGIN";
         const OUTERMOST_ROLLBACK_SQL: &'static str = "ROLLBACK";
         const OUTERMOST_COMMIT_SQL: &'static str = "SELECT 1; COMMIT";
+        const OUTERMOST_LATE_TRIPWIRE: Option<crate::backend::LateTripwire> = None;
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = Some("SELECT 1");
         const PREPARED_TRANSACTION_SQL: bool = false;
         const BOUNDED_IDLE_END_SQL: &'static str = "";

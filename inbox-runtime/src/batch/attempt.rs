@@ -14,7 +14,7 @@ use super::{
 use crate::backend::{BatchClaimed, ClaimBound, InboxBackend};
 use crate::claim::Claim;
 use crate::delivery::executor::Executor;
-use crate::delivery::level::Level;
+use crate::delivery::level::{Level, Tripwire};
 use crate::delivery::single::deliver;
 use crate::delivery::steps::claim_or_refuse;
 use crate::error::{HandlerError, InboxError};
@@ -49,8 +49,8 @@ where
             true => self.options.resolved_claim_wait().bound(),
             false => None,
         };
-        let claims = match claim_all(exec, &level, batch, wait).await {
-            Ok(claims) => claims,
+        let (claims, tripwire) = match claim_all(exec, &level, batch, wait).await {
+            Ok(claimed) => claimed,
             Err(failure) => return attempt_after_claims_failed(failure),
         };
         deliveries.iter_mut().for_each(Delivery::claimed);
@@ -61,7 +61,7 @@ where
             let rolled_back = level.roll_back(exec).await;
             return attempt_after_body_failure(at, failure, rolled_back, &claims);
         }
-        let committed = level.commit(exec).await;
+        let committed = level.commit_after_claim(exec, tripwire).await;
         let broken = exec.status().transaction_depth().is_err();
         attempt_after_commit(committed, broken, deliveries, batch, claims)
     }
@@ -89,23 +89,32 @@ where
 /// Begins the batch's level and claims every id in it (see
 /// [`next_claim_mode`] for the tries), each claim waiting at most `wait` for
 /// a delivery of its id in flight. Returns the claims in batch order, with
-/// the level open.
+/// the level open, its tripwire armed if a body is to run.
 async fn claim_all<X: Executor, M>(
     exec: &mut X,
     level: &Level,
     batch: &[&Pending<'_, M>],
     wait: Option<Duration>,
-) -> Result<Vec<Claim>, ClaimFailure> {
+) -> Result<(Vec<Claim>, Tripwire), ClaimFailure> {
     let mut tries = RetryPolicy::CLAIM.tries();
     let mut mode = ClaimMode::Statements;
     loop {
-        level.begin(exec).await.map_err(ClaimFailure::Trouble)?;
+        let mut tripwire = level
+            .begin_for_claim(exec)
+            .await
+            .map_err(ClaimFailure::Trouble)?;
         let claimed = match mode {
             ClaimMode::Statements => claim_in_statements(exec, batch, wait).await,
             ClaimMode::OneByOne => claim_each(exec, batch, wait).await.map(Some),
         };
         let failure = match claimed {
-            Ok(Some(claims)) => return Ok(claims),
+            Ok(Some(claims)) if !claims.contains(&Claim::Claimed) => {
+                return Ok((claims, tripwire));
+            }
+            Ok(Some(claims)) => match level.arm(exec, &mut tripwire).await {
+                Ok(()) => return Ok((claims, tripwire)),
+                Err(error) => Some(ClaimFailure::Trouble(error)),
+            },
             Ok(None) => None,
             Err(failure) => Some(failure),
         };

@@ -384,6 +384,11 @@ where
         self.guard.set_open(open);
     }
 
+    /// diesel-async sends a text of several statements in one round trip.
+    fn pays_per_statement(&self, _scope: &Scope) -> bool {
+        false
+    }
+
     fn level_sql(
         &mut self,
         _scope: &Scope,

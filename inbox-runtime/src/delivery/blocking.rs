@@ -309,6 +309,10 @@ where
 
     fn set_open(&mut self, _open: bool) {}
 
+    fn pays_per_statement(&self, scope: &Scope) -> bool {
+        scope.sends_statements_one_by_one()
+    }
+
     fn level_sql(&mut self, scope: &Scope, sql: &str) -> Ready<QueryResult<()>> {
         ready(scope.execute(self.conn, sql))
     }

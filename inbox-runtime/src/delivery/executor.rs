@@ -42,6 +42,11 @@ pub(crate) trait Executor {
     /// if its future is dropped in between.
     fn set_open(&mut self, open: bool);
 
+    /// Whether [`level_sql`](Self::level_sql) costs a round trip per
+    /// statement of `scope`'s texts (a blocking MySQL/MariaDB connection's
+    /// prepared statements), rather than one per text.
+    fn pays_per_statement(&self, scope: &Scope) -> bool;
+
     /// One of `scope`'s level statements (begin, commit, rollback, the
     /// aborted probe), in one round trip.
     fn level_sql(

@@ -5,6 +5,7 @@
 use diesel::QueryResult;
 
 use super::executor::Executor;
+use crate::backend::LateTripwire;
 use crate::error::InboxError;
 use crate::error::Recovery;
 use crate::recovery::recovery;
@@ -42,8 +43,62 @@ impl Level {
     /// Sends `BEGIN` (or the savepoint). Marked open first, so a
     /// cancellation while it is in flight also marks the connection broken.
     pub(crate) async fn begin<X: Executor>(&self, exec: &mut X) -> Result<(), InboxError> {
+        self.begin_with(exec, &self.scope.begin_sql()).await
+    }
+
+    /// [`begin`](Self::begin) for a claim whose body may not run: where the
+    /// backend's outermost transaction has a tripwire and each statement
+    /// costs the executor a round trip, the tripwire is left unset, for
+    /// [`arm`](Self::arm) once the id is claimed (a duplicate then costs
+    /// neither setting nor releasing it).
+    pub(crate) async fn begin_for_claim<X: Executor>(
+        &self,
+        exec: &mut X,
+    ) -> Result<Tripwire, InboxError> {
+        match self.scope.late_tripwire() {
+            Some(late) if exec.pays_per_statement(&self.scope) => {
+                self.begin_with(exec, late.begin).await?;
+                Ok(Tripwire::Unset(late))
+            }
+            _ => {
+                self.begin(exec).await?;
+                Ok(Tripwire::Set)
+            }
+        }
+    }
+
+    /// Sets the tripwire [`begin_for_claim`](Self::begin_for_claim) left
+    /// unset, once an id is claimed and before a body runs (the level's
+    /// commit then releases it).
+    pub(crate) async fn arm<X: Executor>(
+        &self,
+        exec: &mut X,
+        tripwire: &mut Tripwire,
+    ) -> Result<(), InboxError> {
+        if let Tripwire::Unset(late) = *tripwire {
+            exec.level_sql(&self.scope, late.set).await?;
+            *tripwire = Tripwire::Set;
+        }
+        Ok(())
+    }
+
+    /// Commits a level [`begin_for_claim`](Self::begin_for_claim) began:
+    /// with [`commit`](Self::commit) once armed, otherwise (no id claimed,
+    /// no body ran, nothing written) without the tripwire's release.
+    pub(crate) async fn commit_after_claim<X: Executor>(
+        &self,
+        exec: &mut X,
+        tripwire: Tripwire,
+    ) -> Result<(), InboxError> {
+        match tripwire {
+            Tripwire::Set => self.commit(exec).await,
+            Tripwire::Unset(late) => self.commit_sql(exec, "", late.end_unset).await,
+        }
+    }
+
+    async fn begin_with<X: Executor>(&self, exec: &mut X, sql: &str) -> Result<(), InboxError> {
         exec.set_open(true);
-        if let Err(error) = exec.level_sql(&self.scope, &self.scope.begin_sql()).await {
+        if let Err(error) = exec.level_sql(&self.scope, sql).await {
             exec.set_open(false);
             return Err(error.into());
         }
@@ -66,12 +121,22 @@ impl Level {
         exec: &mut X,
         statements: &str,
     ) -> Result<(), InboxError> {
+        self.commit_sql(exec, statements, &self.scope.commit_sql())
+            .await
+    }
+
+    /// [`commit_with`](Self::commit_with), committing with `commit_sql`.
+    async fn commit_sql<X: Executor>(
+        &self,
+        exec: &mut X,
+        statements: &str,
+        commit_sql: &str,
+    ) -> Result<(), InboxError> {
         if !self.scope.is_open(exec.status())? {
             return Err(self.ended_by_body(exec));
         }
-        let commit_sql = self.scope.commit_sql();
         let sql = match statements {
-            "" => commit_sql,
+            "" => std::borrow::Cow::Borrowed(commit_sql),
             statements => std::borrow::Cow::Owned(format!("{statements}{commit_sql}")),
         };
         let Err(commit_error) = exec.level_sql(&self.scope, &sql).await else {
@@ -125,4 +190,14 @@ impl Level {
         self.scope
             .lose(exec.status(), diesel::result::Error::NotInTransaction)
     }
+}
+
+/// Whether an outermost transaction's tripwire is set (see
+/// [`Level::begin_for_claim`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Tripwire {
+    /// Set when the level began, or the level has none.
+    Set,
+    /// Left for after the claim.
+    Unset(LateTripwire),
 }

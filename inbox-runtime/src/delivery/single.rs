@@ -163,11 +163,18 @@ async fn claim_with_retries<X: Executor>(
 ) -> Result<Taken, InboxError> {
     let mut tries = RetryPolicy::CLAIM.tries();
     loop {
-        level.begin(exec).await?;
-        match take(exec, level.is_outermost(), key, read_result, wait).await {
+        let mut tripwire = level.begin_for_claim(exec).await?;
+        let taken = match take(exec, level.is_outermost(), key, read_result, wait).await {
+            Ok(Taken::Claimed) => level
+                .arm(exec, &mut tripwire)
+                .await
+                .map(|()| Taken::Claimed),
+            taken => taken,
+        };
+        match taken {
             Ok(Taken::Claimed) => return Ok(Taken::Claimed),
             Ok(Taken::Duplicate(stored)) => {
-                level.commit(exec).await?;
+                level.commit_after_claim(exec, tripwire).await?;
                 return Ok(Taken::Duplicate(stored));
             }
             Err(error) => {

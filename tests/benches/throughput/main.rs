@@ -103,6 +103,12 @@
 //!   round); `INBOX_BENCH_ROUND_TRIPS`: 1 (0 skips the proxy pass);
 //! - `INBOX_BENCH_PG_SYNCHRONOUS_COMMIT=off`: PostgreSQL sessions without
 //!   waiting for the WAL flush at commit, where round trips weigh most.
+//! - `INBOX_BENCH_NETWORK_DELAY_US`: 0; otherwise the throughput rounds of
+//!   the servers connect through a loopback proxy (`proxy.rs`) that
+//!   forwards every chunk that many microseconds after it arrived, either
+//!   way: a network between the service and its database (250: a round trip
+//!   costs 0.5 ms more, as within one zone of a cloud region). Every variant
+//!   pays it per round trip, the baseline included.
 //!
 //! The default run takes about 6 minutes with every backend and mode. It
 //! prints figures; it asserts nothing.
@@ -248,6 +254,9 @@ struct Config {
     slice: Duration,
     round_trips: bool,
     pg_synchronous_commit_off: bool,
+    /// Added to every chunk either way between the throughput rounds'
+    /// connections and their server (zero: connected directly).
+    network_delay: Duration,
 }
 
 fn env_list(name: &str, default: &str) -> Vec<String> {
@@ -294,6 +303,7 @@ impl Config {
             round_trips: env_number("INBOX_BENCH_ROUND_TRIPS", 1) == 1,
             pg_synchronous_commit_off: std::env::var("INBOX_BENCH_PG_SYNCHRONOUS_COMMIT")
                 .is_ok_and(|value| value == "off"),
+            network_delay: Duration::from_micros(env_number("INBOX_BENCH_NETWORK_DELAY_US", 0)),
         }
     }
 

@@ -192,7 +192,9 @@ async fn connect<C: AsyncBenchConnection>(url: &str, session_sql: Option<&str>) 
     conn
 }
 
-pub fn run<B: Server>(name: &str, config: &Config, db: &B, proxy: Option<&(Proxy, String)>) {
+/// The async configurations, their connections to `url` (the server's, or
+/// the network proxy's).
+pub fn run<B: Server>(name: &str, config: &Config, url: &str, proxy: Option<&(Proxy, String)>) {
     let runtime = inbox_tests::runtime::multi_thread(
         std::thread::available_parallelism().map_or(2, |n| n.get()),
     );
@@ -204,7 +206,7 @@ pub fn run<B: Server>(name: &str, config: &Config, db: &B, proxy: Option<&(Proxy
         .filter(|variant| !variant.blocking_only())
         .collect();
     let session = session_sql::<B>(config);
-    let url = B::async_tcp_url(db.url());
+    let url = B::async_tcp_url(url);
     let trips = proxy.map(|(proxy, proxied)| {
         runtime.block_on(async {
             let conn: B::Async = connect(&B::async_tcp_url(proxied), session).await;

@@ -1,7 +1,12 @@
 //! A loopback TCP proxy that counts round trips: the bench's server
-//! connections for the round-trip pass go through it.
+//! connections for the round-trip pass go through it. With a delay, it also
+//! stands for a network: every chunk of bytes, either way, is forwarded that
+//! long after it arrived (the throughput rounds of
+//! `INBOX_BENCH_NETWORK_DELAY_US`).
 //!
-//! One thread per direction of every proxied connection. A *flight* is
+//! Per proxied connection, one thread per direction (two with a delay: one
+//! reads, one forwards each chunk when its time comes, so chunks in flight
+//! together are delayed together, not one after another). A *flight* is
 //! what the client writes before the server answers: a read from the client
 //! socket that follows data the server sent (or that is the connection's
 //! first) starts a new flight. Statements the client pipelines without
@@ -14,7 +19,9 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::thread;
+use std::time::{Duration, Instant};
 
 pub struct Proxy {
     port: u16,
@@ -22,10 +29,12 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// A proxy to `upstream` (`host:port`) on a free port of 127.0.0.1. Its
-    /// threads end with the connections they serve; the acceptor lives as
-    /// long as the process.
-    pub fn start(upstream: &str) -> std::io::Result<Proxy> {
+    /// A proxy to `upstream` (`host:port`) on a free port of 127.0.0.1,
+    /// forwarding every chunk `delay` after it arrived, either way (zero:
+    /// at once; otherwise a round trip costs at least twice `delay` more).
+    /// Its threads end with the connections they serve; the acceptor lives
+    /// as long as the process.
+    pub fn delaying(upstream: &str, delay: Duration) -> std::io::Result<Proxy> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let port = listener.local_addr()?.port();
         let flights = Arc::new(AtomicU64::new(0));
@@ -37,7 +46,7 @@ impl Proxy {
                 let Ok(server) = TcpStream::connect(&upstream) else {
                     continue;
                 };
-                let _ = splice(client, server, Arc::clone(&counter));
+                let _ = splice(client, server, Arc::clone(&counter), delay);
             }
         });
         Ok(Proxy { port, flights })
@@ -52,6 +61,15 @@ impl Proxy {
     /// it (`scheme://[user[:password]@]host[:port]/…`, `default_port` when
     /// it names none).
     pub fn in_front_of(url: &str, default_port: u16) -> std::io::Result<(Proxy, String)> {
+        Proxy::delaying_in_front_of(url, default_port, Duration::ZERO)
+    }
+
+    /// [`in_front_of`](Self::in_front_of), with [`delaying`](Self::delaying)'s delay.
+    pub fn delaying_in_front_of(
+        url: &str,
+        default_port: u16,
+        delay: Duration,
+    ) -> std::io::Result<(Proxy, String)> {
         let scheme_end = url.find("://").expect("a URL with a scheme") + 3;
         let rest = &url[scheme_end..];
         let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
@@ -63,7 +81,7 @@ impl Proxy {
         } else {
             format!("{host}:{default_port}")
         };
-        let proxy = Proxy::start(&upstream)?;
+        let proxy = Proxy::delaying(&upstream, delay)?;
         let proxied = format!(
             "{}127.0.0.1:{}{}",
             &url[..scheme_end + host_start],
@@ -74,49 +92,81 @@ impl Proxy {
     }
 }
 
-/// Copies both ways between `client` and `server`, counting the client's
-/// flights into `flights`.
-fn splice(client: TcpStream, server: TcpStream, flights: Arc<AtomicU64>) -> std::io::Result<()> {
+/// Copies both ways between `client` and `server`, each chunk `delay`
+/// after it arrived, counting the client's flights into `flights`.
+fn splice(
+    client: TcpStream,
+    server: TcpStream,
+    flights: Arc<AtomicU64>,
+    delay: Duration,
+) -> std::io::Result<()> {
     client.set_nodelay(true)?;
     server.set_nodelay(true)?;
     // Whether the server has spoken since the client's last write: the
     // client's next read starts a new flight. The connection's first write
     // is a flight too.
     let server_spoke = Arc::new(AtomicBool::new(true));
-    let (mut client_in, mut server_out) = (client.try_clone()?, server.try_clone()?);
     let spoke = Arc::clone(&server_spoke);
-    thread::spawn(move || {
-        let mut buf = vec![0_u8; 64 * 1024];
-        loop {
-            let n = match client_in.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            if spoke.swap(false, Ordering::SeqCst) {
-                flights.fetch_add(1, Ordering::SeqCst);
-            }
-            if server_out.write_all(&buf[..n]).is_err() {
-                break;
-            }
+    let (client_in, server_out) = (client.try_clone()?, server.try_clone()?);
+    forward(client_in, server_out, delay, move || {
+        if spoke.swap(false, Ordering::SeqCst) {
+            flights.fetch_add(1, Ordering::SeqCst);
         }
-        let _ = server_out.shutdown(Shutdown::Write);
     });
-    let (mut server_in, mut client_out) = (server, client);
-    thread::spawn(move || {
-        let mut buf = vec![0_u8; 64 * 1024];
-        loop {
-            let n = match server_in.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            // Marked before the client can see the data: its answer must
-            // find the mark set.
-            server_spoke.store(true, Ordering::SeqCst);
-            if client_out.write_all(&buf[..n]).is_err() {
-                break;
-            }
-        }
-        let _ = client_out.shutdown(Shutdown::Write);
+    // Marked before the client can see the data: its answer must find the
+    // mark set.
+    forward(server, client, delay, move || {
+        server_spoke.store(true, Ordering::SeqCst)
     });
     Ok(())
+}
+
+/// Copies from `from` to `to` until either end closes, calling `arrived`
+/// for each chunk read, and writing it `delay` after it arrived.
+fn forward(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    delay: Duration,
+    arrived: impl Fn() + Send + 'static,
+) {
+    if delay.is_zero() {
+        thread::spawn(move || {
+            read_chunks(&mut from, &arrived, |bytes| to.write_all(bytes).is_ok());
+            let _ = to.shutdown(Shutdown::Write);
+        });
+        return;
+    }
+    let (sender, chunks) = mpsc::channel::<(Instant, Vec<u8>)>();
+    thread::spawn(move || {
+        read_chunks(&mut from, &arrived, |bytes| {
+            sender
+                .send((Instant::now() + delay, bytes.to_vec()))
+                .is_ok()
+        })
+    });
+    thread::spawn(move || {
+        for (due, bytes) in chunks {
+            thread::sleep(due.saturating_duration_since(Instant::now()));
+            if to.write_all(&bytes).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(Shutdown::Write);
+    });
+}
+
+/// Reads `from` until it closes or `chunk` refuses a chunk, calling
+/// `arrived` before handing each chunk on.
+fn read_chunks(from: &mut TcpStream, arrived: &impl Fn(), mut chunk: impl FnMut(&[u8]) -> bool) {
+    let mut buf = vec![0_u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        arrived();
+        if !chunk(&buf[..n]) {
+            break;
+        }
+    }
 }

@@ -48,12 +48,27 @@ pub fn server<B: Server>(name: &str, config: &Config) {
         Some(sql) => format!("{name} ({sql})"),
         None => name.to_owned(),
     };
+    // The throughput rounds' server: through the network proxy, if any.
+    let network = (!config.network_delay.is_zero()).then(|| {
+        Proxy::delaying_in_front_of(db.url(), B::DEFAULT_PORT, config.network_delay)
+            .expect("start the network proxy")
+    });
+    let (name, url) = match &network {
+        Some((_, proxied)) => (
+            format!(
+                "{name}, {} µs network delay each way",
+                config.network_delay.as_micros()
+            ),
+            proxied.clone(),
+        ),
+        None => (name, db.url().to_owned()),
+    };
     let most = config.connections.iter().copied().max().unwrap_or(1);
     db.connect()
         .batch_execute(&crate::connections::accounts_sql(most))
         .expect("create the accounts");
     let connect = || {
-        let mut conn = db.connect();
+        let mut conn = B::Connection::establish(&url).expect("connect");
         if let Some(sql) = session_sql::<B>(config) {
             conn.batch_execute(sql).expect("configure the session");
         }
@@ -112,7 +127,7 @@ pub fn server<B: Server>(name: &str, config: &Config) {
     }
     if config.runs("async") {
         #[cfg(feature = "async")]
-        crate::nonblocking::run::<B>(&name, config, &db, proxy.as_ref());
+        crate::nonblocking::run::<B>(&name, config, &url, proxy.as_ref());
         #[cfg(not(feature = "async"))]
         println!("\n{name}, async: not in this build (add `--features async`)");
     }
