@@ -19,6 +19,22 @@ const REQUIRE_DATABASES: &str = "INBOX_REQUIRE_DATABASES";
 /// [`crate::servers`]).
 const REQUIRE_BROKERS: &str = "INBOX_TEST_REQUIRE_BROKERS";
 
+/// Cargo's switch for incremental compilation of the workspace's crates.
+const INCREMENTAL: &str = "CARGO_INCREMENTAL";
+
+/// The incremental compilation of the whole suite's run: off, unless the
+/// caller chose (`CARGO_INCREMENTAL` set). That run builds every target
+/// once and runs it; the caches incremental compilation writes beside each
+/// crate would only cost time and disk (measured in CONTRIBUTING.md, "What
+/// a full run costs"). The quick loops, a few suites or one backend, keep
+/// cargo's default.
+fn one_shot_incremental() -> Option<&'static str> {
+    match std::env::var_os(INCREMENTAL) {
+        Some(_) => None,
+        None => Some("0"),
+    }
+}
+
 /// Runs the suite for `backends` with `environment` set and `cargo_args`
 /// appended; returns cargo's exit code (128 + the signal when one ended it).
 /// The whole suite without arguments runs in phases (see [`phases`]).
@@ -37,9 +53,13 @@ pub fn run(
     };
     let started = Instant::now();
     let code = if Backend::whole_suite(backends) && cargo_args.is_empty() {
+        let incremental = one_shot_incremental();
         phases::run(&workspace_root(), || {
             let mut command = configured(cargo());
             command.arg("test");
+            if let Some(value) = incremental {
+                command.env(INCREMENTAL, value);
+            }
             command
         })?
     } else {
