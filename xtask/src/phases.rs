@@ -3,7 +3,7 @@
 //! dependencies, then every case, CPU-bound) run beside the suites that
 //! mostly wait for their servers; the suites that time what real processes
 //! do (kills, restarts, a cluster, the brokers' chaos) run after them, away
-//! from the compilers, in two lanes side by side ([`TIMED_LANES`]): each of
+//! from the compilers, in lanes side by side ([`TIMED_LANES`]): each of
 //! them spends most of its time waiting for servers and processes (a
 //! failover, a node's rejoin, a broker's redelivery), little of it on a CPU.
 //!
@@ -11,8 +11,8 @@
 //! 2. beside each other: `--test ui` (its output printed when it ends), and
 //!    the libraries', binaries' (but the compile-pass cases) and every other
 //!    suite's tests;
-//! 3. the timed suites, their two lanes beside each other (the first then
-//!    runs the doctests), and beside them a third: the PostgreSQL tests of
+//! 3. the timed suites, their lanes beside each other (one then runs the
+//!    doctests), and beside them one more: the PostgreSQL tests of
 //!    [`THROUGH_PGBOUNCER`] again, through the suite's PgBouncer (each
 //!    lane's output printed when it ends).
 //!
@@ -21,13 +21,18 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::Instant;
 
 /// The suites that check timings of real processes (chaos kills, broker
-/// and server restarts, the Galera cluster, failovers), in two lanes that
-/// run side by side, each suite after the other in its lane. The two that
-/// use the most CPU (the Galera cluster's three servers, the PostgreSQL
-/// failovers' servers) are in different lanes.
-const TIMED_LANES: [&[&str]; 2] = [&["galera", "outbox_hop"], &["reconnect", "brokers"]];
+/// and server restarts, the Galera cluster, failovers), in lanes that run
+/// side by side, each suite after the other in its lane. The two that use
+/// the most CPU (the Galera cluster's three servers, the PostgreSQL
+/// failovers' servers) are in different lanes; the doctests (compiling,
+/// mostly) follow the failovers ([`DOCTESTS_AFTER`]), which end first.
+const TIMED_LANES: [&[&str]; 3] = [&["galera", "outbox_hop"], &["reconnect"], &["brokers"]];
+
+/// The lane of [`TIMED_LANES`] the doctests run at the end of.
+const DOCTESTS_AFTER: usize = 1;
 
 /// The suites whose PostgreSQL tests run a second time through PgBouncer's
 /// transaction pooling, in a lane of their own beside the timed suites.
@@ -60,7 +65,9 @@ pub fn run(root: &Path, cargo: impl Fn() -> Command) -> Result<u8, String> {
         command
     };
 
+    let started = Instant::now();
     let code = status(&mut whole(&["--no-run"]))?;
+    took("the build", started);
     if code != 0 {
         return Ok(code);
     }
@@ -73,7 +80,9 @@ pub fn run(root: &Path, cargo: impl Fn() -> Command) -> Result<u8, String> {
     for suite in &beside {
         others.args(["--test", suite]);
     }
+    let started = Instant::now();
     let others_code = status(&mut others);
+    took("the suites beside the compile cases", started);
     let cases_code = cases.finish()?;
     match (others_code?, cases_code) {
         (0, 0) => {}
@@ -90,13 +99,16 @@ pub fn run(root: &Path, cargo: impl Fn() -> Command) -> Result<u8, String> {
             vec![(command, format!("the timed suites {lane:?}"))]
         })
         .collect();
-    // The doctests (mostly compiling) after the first lane's suites, which
-    // mostly wait.
-    lanes[0].push((whole(&["--doc"]), "the doctests".to_owned()));
+    // The doctests (mostly compiling) after a lane's suites, which mostly
+    // wait.
+    lanes[DOCTESTS_AFTER].push((whole(&["--doc"]), "the doctests".to_owned()));
     if let Some(pass) = through_pgbouncer(&whole) {
         lanes.push(vec![pass]);
     }
-    run_lanes(lanes)
+    let started = Instant::now();
+    let code = run_lanes(lanes);
+    took("the timed suites' phase", started);
+    code
 }
 
 /// The PostgreSQL tests of [`THROUGH_PGBOUNCER`] run again through the
@@ -122,6 +134,14 @@ fn through_pgbouncer(whole: &impl Fn(&[&str]) -> Command) -> Option<(Command, St
         command,
         format!("the PostgreSQL tests of {THROUGH_PGBOUNCER:?} through PgBouncer"),
     ))
+}
+
+/// Says how long `what` took, from `started`.
+fn took(what: &str, started: Instant) {
+    eprintln!(
+        "xtask: {what} took {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
 }
 
 /// Runs each lane's commands one after the other, the lanes side by side,
@@ -167,6 +187,7 @@ fn run_lanes(lanes: Vec<Vec<(Command, String)>>) -> Result<u8, String> {
 struct Captured {
     child: std::process::Child,
     what: String,
+    started: Instant,
 }
 
 impl Captured {
@@ -177,7 +198,11 @@ impl Captured {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("{command:?}: {e}"))?;
-        Ok(Captured { child, what })
+        Ok(Captured {
+            child,
+            what,
+            started: Instant::now(),
+        })
     }
 
     /// Waits for the end, prints the output; the exit code.
@@ -186,7 +211,11 @@ impl Captured {
             .child
             .wait_with_output()
             .map_err(|e| format!("wait for {}: {e}", self.what))?;
-        eprintln!("xtask: {}:", self.what);
+        eprintln!(
+            "xtask: {} (ended {:.0} s after it started):",
+            self.what,
+            self.started.elapsed().as_secs_f64()
+        );
         eprint!("{}", String::from_utf8_lossy(&output.stdout));
         eprint!("{}", String::from_utf8_lossy(&output.stderr));
         Ok(exit_code(output.status))
