@@ -10,7 +10,7 @@
 //! 1. `cargo test --workspace --all-features --no-run`: every target built;
 //! 2. beside each other: `--test ui` (its output printed when it ends), and
 //!    the libraries', binaries' (but the compile-pass cases) and every other
-//!    suite's tests;
+//!    suite's tests, in two lanes ([`SECOND_LANE_BESIDE`]);
 //! 3. the timed suites, their lanes beside each other (one then runs the
 //!    doctests), and beside them one more: the PostgreSQL tests of
 //!    [`THROUGH_PGBOUNCER`] again, through the suite's PgBouncer (each
@@ -30,6 +30,12 @@ use std::time::Instant;
 /// failovers' servers) are in different lanes; the doctests (compiling,
 /// mostly) follow the failovers ([`DOCTESTS_AFTER`]), which end first.
 const TIMED_LANES: [&[&str]; 3] = [&["galera", "outbox_hop"], &["reconnect"], &["brokers"]];
+
+/// The suites beside the compile cases that run in a second lane, a cargo
+/// of their own beside the first: about half of the suites' time (they
+/// mostly wait for their servers), so that both lanes end with the
+/// compile cases.
+const SECOND_LANE_BESIDE: [&str; 5] = ["connection_loss", "http", "outbox", "poison", "prune"];
 
 /// The lane of [`TIMED_LANES`] the doctests run at the end of.
 const DOCTESTS_AFTER: usize = 1;
@@ -76,17 +82,31 @@ pub fn run(root: &Path, cargo: impl Fn() -> Command) -> Result<u8, String> {
         whole(&["--test", COMPILE_CASES]),
         format!("the compile cases (`--test {COMPILE_CASES}`), run beside the suites"),
     )?;
+    let (first, second): (Vec<&String>, Vec<&String>) = beside
+        .iter()
+        .partition(|suite| !SECOND_LANE_BESIDE.contains(&suite.as_str()));
+    let mut second_lane = whole(&[]);
+    for suite in second {
+        second_lane.args(["--test", suite]);
+    }
+    let second_lane = Captured::spawn(
+        second_lane,
+        format!("the suites {SECOND_LANE_BESIDE:?}, beside the others"),
+    )?;
     let mut others = whole(&["--lib", "--bin", PROGRAMS]);
-    for suite in &beside {
+    for suite in first {
         others.args(["--test", suite]);
     }
     let started = Instant::now();
     let others_code = status(&mut others);
     took("the suites beside the compile cases", started);
+    let second_code = second_lane.finish()?;
     let cases_code = cases.finish()?;
-    match (others_code?, cases_code) {
-        (0, 0) => {}
-        (0, code) | (code, _) => return Ok(code),
+    if let Some(code) = [others_code?, second_code, cases_code]
+        .into_iter()
+        .find(|code| *code != 0)
+    {
+        return Ok(code);
     }
 
     let mut lanes: Vec<Vec<(Command, String)>> = timed
@@ -245,6 +265,12 @@ fn suites(root: &Path) -> Result<(Vec<String>, Vec<Vec<String>>), String> {
             "the timed suites {TIMED_LANES:?} are not all in {}",
             dir.display()
         ));
+    }
+    if let Some(missing) = SECOND_LANE_BESIDE
+        .iter()
+        .find(|suite| !beside.iter().any(|name| name == *suite))
+    {
+        return Err(format!("no suite `{missing}` in {}", dir.display()));
     }
     let lanes = TIMED_LANES
         .iter()
