@@ -39,8 +39,9 @@ pub fn statements_of<C: Connection, T>(
 
 /// What each statement is: `BEGIN`, `claim`, `effect` (an `INSERT` into a
 /// table whose name contains `effects`), `COMMIT` (on PostgreSQL `SELECT 1;
-/// COMMIT`), `ROLLBACK`, `count attempt`, `mark dead`; anything else as it
-/// was sent. MySQL/MariaDB's framing of an outermost transaction reads as
+/// COMMIT`), `ROLLBACK`, `read stored` (a duplicate's read of the
+/// fingerprint and result stored with the claim it met), `count attempt`,
+/// `mark dead`; anything else as it was sent. MySQL/MariaDB's framing of an outermost transaction reads as
 /// the others': `autocommit` off and the savepoint `inbox_transaction` as
 /// `BEGIN`, the savepoint's release and the commit by `autocommit` (turned
 /// on, then restored) as `COMMIT`, `ROLLBACK` and `autocommit` restored as `ROLLBACK` (the
@@ -70,6 +71,9 @@ pub fn statement_shapes(statements: &[String]) -> Vec<&str> {
                 sql if sql.starts_with("SET SESSION autocommit = 1,") => "COMMIT",
                 sql if sql.starts_with("SET @inbox_saved_autocommit") => "BEGIN",
                 sql if is_claim(sql) => "claim",
+                sql if sql.starts_with("SELECT fingerprint, result FROM inbox_messages") => {
+                    "read stored"
+                }
                 sql if sql.starts_with("INSERT INTO inbox_failures") => "count attempt",
                 sql if sql.starts_with("UPDATE inbox_failures") => "mark dead",
                 sql if sql.starts_with("INSERT") && sql.contains("effects") => "effect",
@@ -90,7 +94,9 @@ fn is_claim(sql: &str) -> bool {
             .map_or(rest, |(_, statement)| statement),
         None => sql,
     };
-    (sql.starts_with("INSERT") || sql.starts_with("WITH inbox_wait"))
+    (sql.starts_with("INSERT")
+        || sql.starts_with("WITH inbox_wait")
+        || sql.starts_with("WITH inbox_claim"))
         && sql.contains("inbox_messages")
 }
 

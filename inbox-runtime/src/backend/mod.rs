@@ -48,7 +48,7 @@ pub(crate) use outbox_sql::outbox_leasable;
 pub use outbox_sql::{BacklogRow, DeadOutboxRow, KeyedInsert, Lease, OutboxRow, OutboxSql};
 pub(crate) use prune_batch::NextHandler;
 pub use prune_batch::{PruneBatchStatement, PruneScope, PrunedTable};
-pub use stored_claim::{StoredClaimRow, StoredClaimSql};
+pub use stored_claim::{ReadingClaimRow, StoredClaimRow, StoredClaimSql};
 
 /// A Diesel backend the inbox can store claims in: PostgreSQL (`postgres`
 /// feature), SQLite (`sqlite`) or MySQL/MariaDB (`mysql`).
@@ -237,6 +237,29 @@ pub trait InboxBackend: Backend + sealed::Sealed {
         out: AstPass<'_, 'b, Self>,
     ) -> QueryResult<()>;
 
+    /// Whether [`walk_reading_claim`](Self::walk_reading_claim) is
+    /// written: a claim that also reads what the claim it met stored, so
+    /// that a fingerprinted or result-storing duplicate costs the round
+    /// trip of a plain one.
+    #[doc(hidden)]
+    const CLAIM_READS_STORED: bool;
+
+    /// Writes the claim of `key` (storing `fingerprint`, bounded by
+    /// `bound`, when given) that returns one [`ReadingClaimRow`]: whether it
+    /// claimed the key and, when it did not, the fingerprint and result
+    /// stored with the claim it met, if the statement's snapshot sees that
+    /// claim (`seen`; a claim committed while this one waited for it is
+    /// not seen, nor one in an archived generation: read it then with
+    /// [`STORED_CLAIM_SQL`](Self::STORED_CLAIM_SQL)). Only where
+    /// [`CLAIM_READS_STORED`](Self::CLAIM_READS_STORED).
+    #[doc(hidden)]
+    fn walk_reading_claim<'b>(
+        key: &'b ClaimKey,
+        fingerprint: Option<&'b Fingerprint>,
+        bound: Option<&'b ClaimBound>,
+        out: AstPass<'_, 'b, Self>,
+    ) -> QueryResult<()>;
+
     /// Whether `error` is the server refusing the bounded claim's syntax (a
     /// MySQL server: no `SET STATEMENT`); recorded, so that the process
     /// sends unbounded claims from then on.
@@ -307,6 +330,30 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// [`StoredClaimSql`]).
     #[doc(hidden)]
     const STORED_CLAIM_SQL: StoredClaimSql;
+
+    /// The claim of `key` that reads what the claim it met stored
+    /// ([`walk_reading_claim`](Self::walk_reading_claim)), bounded by
+    /// `bound` when given: its one row.
+    #[doc(hidden)]
+    fn load_reading_claim<C>(
+        conn: &mut C,
+        key: &ClaimKey,
+        bound: Option<ClaimBound>,
+    ) -> QueryResult<Vec<ReadingClaimRow>>
+    where
+        C: diesel::connection::LoadConnection<Backend = Self>;
+
+    /// [`load_reading_claim`](Self::load_reading_claim) on a diesel-async
+    /// connection.
+    #[cfg(feature = "async")]
+    #[doc(hidden)]
+    fn load_reading_claim_async<'c, C>(
+        conn: &'c mut C,
+        key: &'c ClaimKey,
+        bound: Option<ClaimBound>,
+    ) -> impl std::future::Future<Output = QueryResult<Vec<ReadingClaimRow>>> + Send + 'c
+    where
+        C: diesel_async::AsyncConnection<Backend = Self>;
 
     /// The fingerprint and result stored with a claim: `sql` (one of
     /// [`STORED_CLAIM_SQL`](Self::STORED_CLAIM_SQL)'s selects) with `binds`.
@@ -791,6 +838,33 @@ macro_rules! bound_statement_fn {
             use diesel::RunQueryDsl;
             diesel::sql_query(<Self as crate::backend::InboxBackend>::FAILURE_SQL.dead_summary)
                 .load(conn)
+        }
+
+        fn load_reading_claim<C>(
+            conn: &mut C,
+            key: &crate::key::ClaimKey,
+            bound: Option<crate::backend::ClaimBound>,
+        ) -> QueryResult<Vec<crate::backend::ReadingClaimRow>>
+        where
+            C: diesel::connection::LoadConnection<Backend = Self>,
+        {
+            use diesel::RunQueryDsl;
+            crate::backend::stored_claim::ReadingClaimStatement { key, bound }.load(conn)
+        }
+
+        #[cfg(feature = "async")]
+        fn load_reading_claim_async<'c, C>(
+            conn: &'c mut C,
+            key: &'c crate::key::ClaimKey,
+            bound: Option<crate::backend::ClaimBound>,
+        ) -> impl std::future::Future<Output = QueryResult<Vec<crate::backend::ReadingClaimRow>>>
+        + Send
+        + 'c
+        where
+            C: diesel_async::AsyncConnection<Backend = Self>,
+        {
+            use diesel_async::RunQueryDsl;
+            crate::backend::stored_claim::ReadingClaimStatement { key, bound }.load(conn)
         }
 
         fn load_stored_claim<C>(

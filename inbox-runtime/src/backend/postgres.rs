@@ -453,6 +453,7 @@ mod imp {
         const OUTERMOST_BEGIN_SQL: &'static str = "BEGIN";
         const OUTERMOST_ROLLBACK_SQL: &'static str = "ROLLBACK";
         const OUTERMOST_COMMIT_SQL: &'static str = "SELECT 1; COMMIT";
+        const CLAIM_READS_STORED: bool = true;
         const OUTERMOST_LATE_TRIPWIRE: Option<crate::backend::LateTripwire> = None;
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = Some("SELECT 1");
         const PREPARED_TRANSACTION_SQL: bool = false;
@@ -515,6 +516,61 @@ mod imp {
                 " FROM inbox_wait ON CONFLICT (handler, message_id) DO NOTHING \
                  RETURNING set_config('lock_timeout', (SELECT previous FROM inbox_wait), true)",
             );
+            Ok(())
+        }
+
+        /// The claim in a data-modifying CTE (`inbox_claim`, after the
+        /// bound's `inbox_wait` when bounded, as in
+        /// [`walk_bounded_claim`](Self::walk_bounded_claim)), and the key's
+        /// row in the statement's snapshot beside it: a claim that met a
+        /// committed one reads what that one stored in the same round
+        /// trip. The CTE's own insert is not in the snapshot, so a new
+        /// claim's row reads as not seen.
+        fn walk_reading_claim<'b>(
+            key: &'b ClaimKey,
+            fingerprint: Option<&'b Fingerprint>,
+            bound: Option<&'b crate::backend::ClaimBound>,
+            mut out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            use diesel::sql_types::{Binary, Integer, Text};
+            if let Some(bound) = bound {
+                out.push_sql(
+                    "WITH inbox_wait AS MATERIALIZED (SELECT current_setting('lock_timeout') AS previous, \
+                     set_config('lock_timeout', ",
+                );
+                out.push_bind_param::<Integer, i32>(&bound.millis)?;
+                out.push_sql("::text, true) AS bound), inbox_claim AS (");
+            } else {
+                out.push_sql("WITH inbox_claim AS (");
+            }
+            match fingerprint {
+                None => out.push_sql("INSERT INTO inbox_messages (handler, message_id) SELECT "),
+                Some(_) => out.push_sql(
+                    "INSERT INTO inbox_messages (handler, message_id, fingerprint) SELECT ",
+                ),
+            }
+            out.push_bind_param::<Text, str>(key.handler().as_str())?;
+            out.push_sql(", ");
+            out.push_bind_param::<Text, str>(key.message_id())?;
+            if let Some(fingerprint) = fingerprint {
+                out.push_sql(", ");
+                out.push_bind_param::<Binary, [u8]>(fingerprint.as_bytes())?;
+            }
+            match bound {
+                Some(_) => out.push_sql(
+                    " FROM inbox_wait ON CONFLICT (handler, message_id) DO NOTHING \
+                     RETURNING set_config('lock_timeout', (SELECT previous FROM inbox_wait), true))",
+                ),
+                None => out.push_sql(" ON CONFLICT (handler, message_id) DO NOTHING RETURNING 1)"),
+            }
+            out.push_sql(
+                " SELECT EXISTS (SELECT 1 FROM inbox_claim) AS claimed, \
+                 found.message_id IS NOT NULL AS seen, found.fingerprint, found.result \
+                 FROM (SELECT 1) AS one LEFT JOIN inbox_messages AS found ON found.handler = ",
+            );
+            out.push_bind_param::<Text, str>(key.handler().as_str())?;
+            out.push_sql(" AND found.message_id = ");
+            out.push_bind_param::<Text, str>(key.message_id())?;
             Ok(())
         }
 

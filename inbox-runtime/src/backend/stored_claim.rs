@@ -1,8 +1,12 @@
 //! What a claim stores besides its key: the payload's fingerprint and the
 //! handler's result (see [`StoredClaimSql`]).
 
-use diesel::QueryableByName;
-use diesel::sql_types::{Binary, Nullable};
+use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use diesel::sql_types::{Binary, Bool, Nullable, Untyped};
+use diesel::{QueryResult, QueryableByName, RunQueryDsl};
+
+use crate::backend::{ClaimBound, InboxBackend};
+use crate::key::ClaimKey;
 
 /// One backend's statements over the `fingerprint` and `result` columns of
 /// `inbox_messages`. Each takes its binds in the order given.
@@ -33,3 +37,45 @@ pub struct StoredClaimRow {
     #[diesel(sql_type = Nullable<Binary>)]
     pub(crate) result: Option<Vec<u8>>,
 }
+
+/// What a claim that reads what it met returns
+/// ([`InboxBackend::walk_reading_claim`](crate::backend::InboxBackend::walk_reading_claim)).
+#[derive(QueryableByName, Debug)]
+pub struct ReadingClaimRow {
+    /// The claim inserted the key.
+    #[diesel(sql_type = Bool)]
+    pub(crate) claimed: bool,
+    /// The claim it met was in the statement's snapshot: `stored` holds
+    /// what that claim stored.
+    #[diesel(sql_type = Bool)]
+    pub(crate) seen: bool,
+    #[diesel(embed)]
+    pub(crate) stored: StoredClaimRow,
+}
+
+/// The claim that reads, for a key already claimed, what that claim stored
+/// ([`InboxBackend::walk_reading_claim`]), loaded as one
+/// [`ReadingClaimRow`]. Cached by its
+/// text (with a bound or without, a fingerprint or not).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReadingClaimStatement<'k> {
+    pub(crate) key: &'k ClaimKey,
+    pub(crate) bound: Option<ClaimBound>,
+}
+
+impl QueryId for ReadingClaimStatement<'_> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<DB: InboxBackend> QueryFragment<DB> for ReadingClaimStatement<'_> {
+    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        DB::walk_reading_claim(self.key, self.key.fingerprint(), self.bound.as_ref(), out)
+    }
+}
+
+impl Query for ReadingClaimStatement<'_> {
+    type SqlType = Untyped;
+}
+
+impl<C> RunQueryDsl<C> for ReadingClaimStatement<'_> {}

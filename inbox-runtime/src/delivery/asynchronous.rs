@@ -14,7 +14,9 @@ use diesel_async::{AsyncConnection, TransactionManager};
 use super::executor::Executor;
 use super::single::{Begun, Claimed, begin, deliver};
 use super::steps::claim_checked;
-use crate::backend::{BatchClaimed, Bind, ClaimBound, InboxBackend, StoredClaimRow};
+use crate::backend::{
+    BatchClaimed, Bind, ClaimBound, InboxBackend, ReadingClaimRow, StoredClaimRow,
+};
 use crate::claim::{BoundedClaimStatement, Claim, ClaimStatement, FingerprintedClaimStatement};
 use crate::error::{HandlerError, InboxError};
 use crate::execution::OpenTransactionGuard;
@@ -415,6 +417,15 @@ where
                 }
             }
         }
+    }
+
+    fn claim_reading(
+        &mut self,
+        key: &ClaimKey,
+        bound: Option<ClaimBound>,
+    ) -> impl Future<Output = QueryResult<Vec<ReadingClaimRow>>> + Send {
+        let conn = self.guard.conn();
+        async move { C::Backend::load_reading_claim_async(conn, key, bound).await }
     }
 
     fn execute_bound(

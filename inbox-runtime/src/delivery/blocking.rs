@@ -11,7 +11,9 @@ use diesel::connection::{LoadConnection, TransactionManager, TransactionManagerS
 use super::executor::Executor;
 use super::single::deliver;
 use super::steps::claim_checked;
-use crate::backend::{BatchClaimed, Bind, ClaimBound, InboxBackend, StoredClaimRow};
+use crate::backend::{
+    BatchClaimed, Bind, ClaimBound, InboxBackend, ReadingClaimRow, StoredClaimRow,
+};
 use crate::claim::{BoundedClaimStatement, Claim, ClaimStatement, FingerprintedClaimStatement};
 use crate::error::HandlerError;
 use crate::execution::block_ready;
@@ -326,6 +328,14 @@ where
                 FingerprintedClaimStatement { key, fingerprint }.execute(self.conn)
             }
         })
+    }
+
+    fn claim_reading(
+        &mut self,
+        key: &ClaimKey,
+        bound: Option<ClaimBound>,
+    ) -> Ready<QueryResult<Vec<ReadingClaimRow>>> {
+        ready(C::Backend::load_reading_claim(self.conn, key, bound))
     }
 
     fn execute_bound(

@@ -9,7 +9,9 @@ use std::time::Duration;
 use diesel::QueryResult;
 use diesel::connection::TransactionManagerStatus;
 
-use crate::backend::{BatchClaimed, Bind, ClaimBound, InboxBackend, StoredClaimRow};
+use crate::backend::{
+    BatchClaimed, Bind, ClaimBound, InboxBackend, ReadingClaimRow, StoredClaimRow,
+};
 use crate::key::ClaimKey;
 use crate::scope::Scope;
 
@@ -63,6 +65,16 @@ pub(crate) trait Executor {
         key: &ClaimKey,
         bound: Option<ClaimBound>,
     ) -> impl Future<Output = QueryResult<usize>> + Send;
+
+    /// The claim statement for `key` that also reads what the claim it met
+    /// stored ([`InboxBackend::walk_reading_claim`]; only where
+    /// [`InboxBackend::CLAIM_READS_STORED`]), bounded as
+    /// [`claim`](Self::claim) is: its one row.
+    fn claim_reading(
+        &mut self,
+        key: &ClaimKey,
+        bound: Option<ClaimBound>,
+    ) -> impl Future<Output = QueryResult<Vec<ReadingClaimRow>>> + Send;
 
     /// One of the backend's fixed statements with its values, as a
     /// prepared statement the connection caches: the rows it affected.

@@ -29,9 +29,7 @@ pub(crate) async fn claim_statement<X: Executor>(
     wait: Option<Duration>,
 ) -> diesel::QueryResult<Claim> {
     require_transaction(exec.status())?;
-    let bound = wait
-        .filter(|_| X::Backend::bounds_claims())
-        .map(ClaimBound::of);
+    let bound = claim_bound::<X::Backend>(wait);
     let affected = match exec.claim(key, bound).await {
         // A server without the bound's syntax ran nothing: claimed again,
         // unbounded (the backend remembers it for the process).
@@ -51,13 +49,30 @@ pub(crate) async fn claim_or_refuse<X: Executor>(
     wait: Option<Duration>,
 ) -> Result<Claim, InboxError> {
     let started = Instant::now();
-    claim_statement(exec, key, wait).await.map_err(|error| {
-        if wait.is_some() && is_lock_wait_timeout(&error) {
-            in_progress(key, started.elapsed())
-        } else {
-            refused_or_database(key, error)
-        }
-    })
+    claim_statement(exec, key, wait)
+        .await
+        .map_err(|error| claim_failure(key, wait, started, error))
+}
+
+/// The bound of a claim that waits at most `wait` for a delivery of its
+/// key in flight, where the backend bounds claims.
+fn claim_bound<DB: InboxBackend>(wait: Option<Duration>) -> Option<ClaimBound> {
+    wait.filter(|_| DB::bounds_claims()).map(ClaimBound::of)
+}
+
+/// A failed claim of `key` sent at `started`: a copy in flight past `wait`,
+/// a refused key, or a database failure.
+fn claim_failure(
+    key: &ClaimKey,
+    wait: Option<Duration>,
+    started: Instant,
+    error: diesel::result::Error,
+) -> InboxError {
+    if wait.is_some() && is_lock_wait_timeout(&error) {
+        in_progress(key, started.elapsed())
+    } else {
+        refused_or_database(key, error)
+    }
 }
 
 /// The answer to a copy whose first delivery is still in flight.
@@ -95,6 +110,10 @@ pub(crate) async fn take<X: Executor>(
     read_result: bool,
     wait: Option<Duration>,
 ) -> Result<Taken, InboxError> {
+    let reads_stored = key.fingerprint().is_some() || read_result;
+    if outermost && reads_stored && X::Backend::CLAIM_READS_STORED {
+        return take_reading(exec, key, wait).await;
+    }
     match claim_or_refuse(exec, key, wait).await? {
         Claim::Claimed => Ok(Taken::Claimed),
         Claim::Duplicate if !outermost && current::is_running(key) => {
@@ -111,6 +130,35 @@ pub(crate) async fn take<X: Executor>(
             duplicate_of(key, row).map(Taken::Duplicate)
         }
     }
+}
+
+/// [`take`] by the claim that also reads what the claim it met stored
+/// ([`InboxBackend::CLAIM_READS_STORED`]): a duplicate's fingerprint and
+/// result come in the claim's round trip, unless the claim it met is out
+/// of the statement's sight (committed while it waited, or archived), and
+/// are read on their own then.
+async fn take_reading<X: Executor>(
+    exec: &mut X,
+    key: &ClaimKey,
+    wait: Option<Duration>,
+) -> Result<Taken, InboxError> {
+    require_transaction(exec.status())?;
+    let started = Instant::now();
+    let rows = exec
+        .claim_reading(key, claim_bound::<X::Backend>(wait))
+        .await
+        .map_err(|error| claim_failure(key, wait, started, error))?;
+    let Some(row) = rows.into_iter().next() else {
+        return Err(InboxError::Database(diesel::result::Error::NotFound));
+    };
+    if row.claimed {
+        return Ok(Taken::Claimed);
+    }
+    let stored = match row.seen {
+        true => Some(row.stored),
+        false => stored_claim(exec, key).await?,
+    };
+    duplicate_of(key, stored).map(Taken::Duplicate)
 }
 
 /// The fingerprint and result stored with `key`'s claim, wherever the claim

@@ -7,7 +7,7 @@ use inbox_runtime::{
     AckDecision, Claim, ClaimKey, Fingerprint, HandlerName, InboxError, Outcome, PayloadConflict,
     ack_decision, claim, run_idempotent_batch,
 };
-use inbox_tests::{AppError, SqlRows, TestBackend};
+use inbox_tests::{AppError, SqlRows, TestBackend, statement_shapes as shape, statements_of};
 
 use crate::handlers::*;
 use crate::support::*;
@@ -181,7 +181,65 @@ pub fn claim_refuses_another_fingerprint<B: TestBackend>() {
     assert_eq!(claims(&mut conn, TRANSFER, "tc-1"), 1);
 }
 
+/// What a fingerprinted delivery sends. A duplicate's claim meets the
+/// stored claim and compares fingerprints: on PostgreSQL the claim
+/// statement reads the stored fingerprint itself, so a duplicate and a
+/// conflict send what a plain duplicate does (`BEGIN`, the claim, the
+/// commit; a conflict rolls back); MariaDB/MySQL and SQLite read it with a
+/// statement of its own.
+pub fn a_fingerprinted_duplicate_reads_the_stored_claim_in_its_claim<B: TestBackend>() {
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let read: &[&str] = match B::NAME {
+        "postgres" => &["BEGIN", "claim"],
+        _ => &["BEGIN", "claim", "read stored"],
+    };
+    let duplicate = [read, &["COMMIT"]].concat();
+    let conflict = [read, &["ROLLBACK"]].concat();
+    let first = Transfer::new("ts-1", "amount=1");
+    let (processed, sent) = statements_of(&mut conn, |conn| transfer(conn, &first));
+    assert_eq!(processed.unwrap(), Outcome::Processed(()));
+    assert_eq!(
+        shape(&sent),
+        ["BEGIN", "claim", "effect", "COMMIT"],
+        "{sent:#?}"
+    );
+
+    let again = Transfer::new("ts-1", "amount=1");
+    let (answer, sent) = statements_of(&mut conn, |conn| transfer(conn, &again));
+    assert_eq!(answer.unwrap(), Outcome::Duplicate);
+    assert_eq!(shape(&sent), duplicate, "a duplicate: {sent:#?}");
+
+    let changed = Transfer::new("ts-1", "amount=2");
+    let (answer, sent) = statements_of(&mut conn, |conn| transfer(conn, &changed));
+    assert!(
+        matches!(answer, Err(AppError::Inbox(InboxError::Conflict(_)))),
+        "{answer:?}"
+    );
+    assert_eq!(
+        shape(&sent),
+        conflict,
+        "a conflict (rolled back): {sent:#?}"
+    );
+    assert_eq!(changed.runs(), 0);
+    assert_eq!(applied(&mut conn, "ts-1"), ["amount=1"]);
+
+    // A stored result is read the same way.
+    assert!(
+        charge(&mut conn, &Charge::new("ts-2", 5))
+            .unwrap()
+            .is_processed()
+    );
+    let retry = Charge::new("ts-2", 5);
+    let (replayed, sent) = statements_of(&mut conn, |conn| charge(conn, &retry));
+    assert!(replayed.unwrap().is_replayed());
+    assert_eq!(retry.runs(), 0);
+    assert_eq!(shape(&sent), duplicate, "a stored result: {sent:#?}");
+}
+
 inbox_tests::backend_tests!(
+    a_fingerprinted_duplicate_reads_the_stored_claim_in_its_claim,
     a_fingerprinted_batch_body_stores_its_fingerprint,
     claim_refuses_another_fingerprint,
     the_same_payload_is_a_duplicate_and_another_a_conflict,

@@ -47,8 +47,15 @@ fn assert_old_inbox_works<B: TestBackend>(conn: &mut B::Connection) {
         other => panic!("a database error expected before the upgrade: {other:?}"),
     }
     assert_eq!(claims(conn, TRANSFER, "old-3"), 0);
-    // Storing a result fails too, after the body: the inbox's own step,
-    // not a failed attempt of the body (never dead, however often).
+    // Storing a result fails too: the inbox's own step, not a failed
+    // attempt of the body (never dead, however often). On PostgreSQL the
+    // claim itself reads the stored result of a claim it meets, and fails
+    // before the body; elsewhere the body runs and its result's write
+    // fails.
+    let body_runs = match B::NAME {
+        "postgres" => 0,
+        _ => 1,
+    };
     for _ in 0..3 {
         let storing = Charge::new("old-4", 4);
         let result = receipt_only(conn, &storing);
@@ -57,7 +64,7 @@ fn assert_old_inbox_works<B: TestBackend>(conn: &mut B::Connection) {
             other => panic!("a database error expected before the upgrade: {other:?}"),
         }
         assert_eq!(ack_decision(&result), AckDecision::Retry);
-        assert_eq!(storing.runs(), 1, "the body ran");
+        assert_eq!(storing.runs(), body_runs, "the body's runs");
     }
     assert_eq!(claims(conn, "payloads.receipt", "old-4"), 0);
     assert_eq!(applied(conn, "old-4"), Vec::<String>::new(), "rolled back");
