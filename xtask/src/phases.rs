@@ -28,8 +28,9 @@ use std::time::Instant;
 /// side by side, each suite after the other in its lane. The two that use
 /// the most CPU (the Galera cluster's three servers, the PostgreSQL
 /// failovers' servers) are in different lanes; the doctests (compiling,
-/// mostly) follow the brokers' chaos ([`DOCTESTS_AFTER`]), which ends
-/// first.
+/// mostly) follow the failovers ([`DOCTESTS_AFTER`]): after the brokers'
+/// chaos, which ends first, they compiled beside three lanes and slowed
+/// the longest, `galera` (113 s → 123 s for the phase, measured).
 const TIMED_LANES: [&[&str]; 3] = [&["galera", "outbox_hop"], &["reconnect"], &["brokers"]];
 
 /// The suites beside the compile cases that run in a second lane, a cargo
@@ -39,7 +40,7 @@ const TIMED_LANES: [&[&str]; 3] = [&["galera", "outbox_hop"], &["reconnect"], &[
 const SECOND_LANE_BESIDE: [&str; 5] = ["connection_loss", "http", "outbox", "poison", "prune"];
 
 /// The lane of [`TIMED_LANES`] the doctests run at the end of.
-const DOCTESTS_AFTER: usize = 2;
+const DOCTESTS_AFTER: usize = 1;
 
 /// The suites whose PostgreSQL tests run a second time through PgBouncer's
 /// transaction pooling, in a lane of their own beside the timed suites.
