@@ -251,14 +251,20 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// claim (`seen`; a claim committed while this one waited for it is
     /// not seen, nor one in an archived generation: read it then with
     /// [`STORED_CLAIM_SQL`](Self::STORED_CLAIM_SQL)). Only where
-    /// [`CLAIM_READS_STORED`](Self::CLAIM_READS_STORED).
+    /// [`CLAIM_READS_STORED`](Self::CLAIM_READS_STORED); elsewhere an
+    /// error, and never sent.
     #[doc(hidden)]
     fn walk_reading_claim<'b>(
         key: &'b ClaimKey,
         fingerprint: Option<&'b Fingerprint>,
         bound: Option<&'b ClaimBound>,
         out: AstPass<'_, 'b, Self>,
-    ) -> QueryResult<()>;
+    ) -> QueryResult<()> {
+        let _ = (key, fingerprint, bound, out);
+        Err(diesel::result::Error::QueryBuilderError(
+            "this backend's claim does not read what it met".into(),
+        ))
+    }
 
     /// Whether `error` is the server refusing the bounded claim's syntax (a
     /// MySQL server: no `SET STATEMENT`); recorded, so that the process

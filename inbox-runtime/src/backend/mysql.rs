@@ -349,6 +349,9 @@ mod imp {
             "RELEASE SAVEPOINT inbox_transaction; ",
             commit_and_restore_autocommit!()
         );
+        // MySQL has no statement that inserts and returns another row
+        // (MariaDB's `INSERT … RETURNING` returns what it inserted), and a
+        // blocking connection sends one statement per round trip.
         const CLAIM_READS_STORED: bool = false;
         const OUTERMOST_LATE_TRIPWIRE: Option<LateTripwire> = Some(LateTripwire {
             begin: "SET @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0",
@@ -384,21 +387,6 @@ mod imp {
         /// `SET STATEMENT innodb_lock_wait_timeout = N FOR` the claim
         /// (MariaDB): the session's own wait is untouched. InnoDB counts
         /// whole seconds, so the bound is rounded up.
-        /// Not written: MySQL has no statement that inserts and returns
-        /// another row (MariaDB's `INSERT … RETURNING` returns what it
-        /// inserted), and a blocking connection sends one statement per
-        /// round trip.
-        fn walk_reading_claim<'b>(
-            _key: &'b ClaimKey,
-            _fingerprint: Option<&'b Fingerprint>,
-            _bound: Option<&'b crate::backend::ClaimBound>,
-            _out: AstPass<'_, 'b, Self>,
-        ) -> QueryResult<()> {
-            Err(diesel::result::Error::QueryBuilderError(
-                "MySQL's claim does not read what it met".into(),
-            ))
-        }
-
         fn walk_bounded_claim<'b>(
             key: &'b ClaimKey,
             fingerprint: Option<&'b Fingerprint>,

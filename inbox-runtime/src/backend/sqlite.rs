@@ -297,6 +297,7 @@ mod imp {
         const OUTERMOST_BEGIN_SQL: &'static str = "BEGIN";
         const OUTERMOST_ROLLBACK_SQL: &'static str = "ROLLBACK";
         const OUTERMOST_COMMIT_SQL: &'static str = "COMMIT";
+        // An embedded database's reads cost no round trip.
         const CLAIM_READS_STORED: bool = false;
         const OUTERMOST_LATE_TRIPWIRE: Option<crate::backend::LateTripwire> = None;
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;
@@ -322,18 +323,6 @@ mod imp {
         /// `busy_timeout` says, and is refused as busy after it.
         fn bounds_claims() -> bool {
             false
-        }
-
-        /// Not written: an embedded database's reads cost no round trip.
-        fn walk_reading_claim<'b>(
-            _key: &'b ClaimKey,
-            _fingerprint: Option<&'b Fingerprint>,
-            _bound: Option<&'b crate::backend::ClaimBound>,
-            _out: AstPass<'_, 'b, Self>,
-        ) -> QueryResult<()> {
-            Err(diesel::result::Error::QueryBuilderError(
-                "SQLite's claim does not read what it met".into(),
-            ))
         }
 
         fn walk_bounded_claim<'b>(
