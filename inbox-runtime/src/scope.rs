@@ -47,7 +47,8 @@ pub(crate) struct Scope {
     /// prepared statements ([`InboxBackend::PREPARED_TRANSACTION_SQL`]).
     prepared_sql: bool,
     /// The outermost transaction with its tripwire set after the claim
-    /// ([`InboxBackend::OUTERMOST_LATE_TRIPWIRE`]; `None` when bounded).
+    /// ([`InboxBackend::OUTERMOST_LATE_TRIPWIRE`]; `None` when bounded, and
+    /// on a savepoint level).
     late_tripwire: Option<LateTripwire>,
 }
 
@@ -82,9 +83,9 @@ impl Scope {
         let bounded_begin = idle_limit
             .filter(|_| base == 0)
             .and_then(DB::bounded_idle_begin_sql);
-        let late_tripwire = match bounded_begin {
-            Some(_) => None,
-            None => DB::OUTERMOST_LATE_TRIPWIRE,
+        let late_tripwire = match (base, &bounded_begin) {
+            (0, None) => DB::OUTERMOST_LATE_TRIPWIRE,
+            _ => None,
         };
         let outermost = match bounded_begin {
             Some(begin) => Outermost {
@@ -135,7 +136,7 @@ impl Scope {
     /// this is the outermost level and the backend has one (see
     /// [`InboxBackend::OUTERMOST_LATE_TRIPWIRE`]).
     pub(crate) fn late_tripwire(&self) -> Option<LateTripwire> {
-        self.late_tripwire.filter(|_| self.is_outermost())
+        self.late_tripwire
     }
 
     /// Whether [`execute`](Self::execute) sends each statement of a text on

@@ -636,10 +636,41 @@ where
     str: diesel::serialize::ToSql<Text, DB>,
     [u8]: diesel::serialize::ToSql<diesel::sql_types::Binary, DB>,
 {
+    push_claim_columns(key, fingerprint, ("VALUES (", ")"), out)
+}
+
+/// [`push_claim_row`] as a `SELECT` of the values (`(handler, message_id[,
+/// fingerprint]) SELECT $1, $2[, $3]`), for a claim that reads them `FROM`
+/// a step before it.
+#[cfg(feature = "postgres")]
+pub(crate) fn push_claim_select<'b>(
+    key: &'b ClaimKey,
+    fingerprint: Option<&'b Fingerprint>,
+    out: &mut AstPass<'_, 'b, diesel::pg::Pg>,
+) -> QueryResult<()> {
+    push_claim_columns(key, fingerprint, ("SELECT ", ""), out)
+}
+
+/// The claim's columns, then its values as binds between `around`'s two
+/// texts.
+fn push_claim_columns<'b, DB>(
+    key: &'b ClaimKey,
+    fingerprint: Option<&'b Fingerprint>,
+    around: (&str, &str),
+    out: &mut AstPass<'_, 'b, DB>,
+) -> QueryResult<()>
+where
+    DB: Backend
+        + diesel::sql_types::HasSqlType<Text>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::Binary>,
+    str: diesel::serialize::ToSql<Text, DB>,
+    [u8]: diesel::serialize::ToSql<diesel::sql_types::Binary, DB>,
+{
     match fingerprint {
-        None => out.push_sql("(handler, message_id) VALUES ("),
-        Some(_) => out.push_sql("(handler, message_id, fingerprint) VALUES ("),
+        None => out.push_sql("(handler, message_id) "),
+        Some(_) => out.push_sql("(handler, message_id, fingerprint) "),
     }
+    out.push_sql(around.0);
     out.push_bind_param::<Text, str>(key.handler().as_str())?;
     out.push_sql(", ");
     out.push_bind_param::<Text, str>(key.message_id())?;
@@ -647,7 +678,7 @@ where
         out.push_sql(", ");
         out.push_bind_param::<diesel::sql_types::Binary, [u8]>(fingerprint.as_bytes())?;
     }
-    out.push_sql(")");
+    out.push_sql(around.1);
     Ok(())
 }
 

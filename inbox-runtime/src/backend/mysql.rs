@@ -267,6 +267,21 @@ mod imp {
 
     impl sealed::Sealed for Mysql {}
 
+    /// Begins a handler's transaction: `autocommit` off, its value saved.
+    macro_rules! autocommit_off {
+        () => {
+            "SET @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0"
+        };
+    }
+
+    /// The deadlock guard's tripwire: a savepoint that dies with the
+    /// transaction, released before the commit.
+    macro_rules! set_tripwire {
+        () => {
+            "SAVEPOINT inbox_transaction"
+        };
+    }
+
     /// Commits the transaction and restores `autocommit`, in one statement:
     /// turning `autocommit` on commits the open transaction (a commit the
     /// server refuses, a Galera certification failure, fails the statement
@@ -343,8 +358,7 @@ mod imp {
                 "down.sql"
             ),
         );
-        const OUTERMOST_BEGIN_SQL: &'static str = "SET @inbox_saved_autocommit = @@SESSION.autocommit, \
-             SESSION autocommit = 0; SAVEPOINT inbox_transaction";
+        const OUTERMOST_BEGIN_SQL: &'static str = concat!(autocommit_off!(), "; ", set_tripwire!());
         const OUTERMOST_COMMIT_SQL: &'static str = concat!(
             "RELEASE SAVEPOINT inbox_transaction; ",
             commit_and_restore_autocommit!()
@@ -354,8 +368,8 @@ mod imp {
         // blocking connection sends one statement per round trip.
         const CLAIM_READS_STORED: bool = false;
         const OUTERMOST_LATE_TRIPWIRE: Option<LateTripwire> = Some(LateTripwire {
-            begin: "SET @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0",
-            set: "SAVEPOINT inbox_transaction",
+            begin: autocommit_off!(),
+            set: set_tripwire!(),
             end_unset: commit_and_restore_autocommit!(),
         });
         const OUTERMOST_ROLLBACK_SQL: &'static str =

@@ -207,6 +207,28 @@ mod imp {
     const ARCHIVE_PRESENT_SQL: &str =
         "SELECT to_regclass('inbox_messages_archive') IS NOT NULL AS present";
 
+    /// A bounded claim's first step, `WITH inbox_wait AS MATERIALIZED
+    /// (…)`: reads the session's `lock_timeout`, then sets it to `bound`
+    /// for the transaction (`set_config(…, true)`).
+    fn push_wait<'b>(
+        bound: &'b crate::backend::ClaimBound,
+        out: &mut AstPass<'_, 'b, Pg>,
+    ) -> QueryResult<()> {
+        out.push_sql(
+            "WITH inbox_wait AS MATERIALIZED (SELECT current_setting('lock_timeout') AS previous, \
+             set_config('lock_timeout', ",
+        );
+        out.push_bind_param::<diesel::sql_types::Integer, i32>(&bound.millis)?;
+        out.push_sql("::text, true) AS bound)");
+        Ok(())
+    }
+
+    /// The end of a bounded claim's insert: its values read `FROM
+    /// inbox_wait` (so the bound is set first), and a new claim's
+    /// `RETURNING` puts the session's `lock_timeout` back.
+    const RESTORE_WAIT: &str = " FROM inbox_wait ON CONFLICT (handler, message_id) DO NOTHING \
+         RETURNING set_config('lock_timeout', (SELECT previous FROM inbox_wait), true)";
+
     /// Fingerprints and stored results, in the current table and, under
     /// the generation layout, in the archive.
     const STORED_CLAIMS: StoredClaimSql = StoredClaimSql {
@@ -495,27 +517,10 @@ mod imp {
             bound: &'b crate::backend::ClaimBound,
             mut out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
-            out.push_sql(
-                "WITH inbox_wait AS MATERIALIZED (SELECT current_setting('lock_timeout') AS previous, \
-                 set_config('lock_timeout', ",
-            );
-            out.push_bind_param::<diesel::sql_types::Integer, i32>(&bound.millis)?;
-            out.push_sql("::text, true) AS bound) INSERT INTO inbox_messages ");
-            match fingerprint {
-                None => out.push_sql("(handler, message_id) SELECT "),
-                Some(_) => out.push_sql("(handler, message_id, fingerprint) SELECT "),
-            }
-            out.push_bind_param::<diesel::sql_types::Text, str>(key.handler().as_str())?;
-            out.push_sql(", ");
-            out.push_bind_param::<diesel::sql_types::Text, str>(key.message_id())?;
-            if let Some(fingerprint) = fingerprint {
-                out.push_sql(", ");
-                out.push_bind_param::<diesel::sql_types::Binary, [u8]>(fingerprint.as_bytes())?;
-            }
-            out.push_sql(
-                " FROM inbox_wait ON CONFLICT (handler, message_id) DO NOTHING \
-                 RETURNING set_config('lock_timeout', (SELECT previous FROM inbox_wait), true)",
-            );
+            push_wait(bound, &mut out)?;
+            out.push_sql(" INSERT INTO inbox_messages ");
+            crate::backend::push_claim_select(key, fingerprint, &mut out)?;
+            out.push_sql(RESTORE_WAIT);
             Ok(())
         }
 
@@ -532,39 +537,21 @@ mod imp {
             bound: Option<&'b crate::backend::ClaimBound>,
             mut out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
-            use diesel::sql_types::{Binary, Integer, Text};
-            if let Some(bound) = bound {
-                out.push_sql(
-                    "WITH inbox_wait AS MATERIALIZED (SELECT current_setting('lock_timeout') AS previous, \
-                     set_config('lock_timeout', ",
-                );
-                out.push_bind_param::<Integer, i32>(&bound.millis)?;
-                out.push_sql("::text, true) AS bound), inbox_claim AS (");
-            } else {
-                out.push_sql("WITH inbox_claim AS (");
-            }
-            match fingerprint {
-                None => out.push_sql("INSERT INTO inbox_messages (handler, message_id) SELECT "),
-                Some(_) => out.push_sql(
-                    "INSERT INTO inbox_messages (handler, message_id, fingerprint) SELECT ",
-                ),
-            }
-            out.push_bind_param::<Text, str>(key.handler().as_str())?;
-            out.push_sql(", ");
-            out.push_bind_param::<Text, str>(key.message_id())?;
-            if let Some(fingerprint) = fingerprint {
-                out.push_sql(", ");
-                out.push_bind_param::<Binary, [u8]>(fingerprint.as_bytes())?;
-            }
+            use diesel::sql_types::Text;
             match bound {
-                Some(_) => out.push_sql(
-                    " FROM inbox_wait ON CONFLICT (handler, message_id) DO NOTHING \
-                     RETURNING set_config('lock_timeout', (SELECT previous FROM inbox_wait), true))",
-                ),
-                None => out.push_sql(" ON CONFLICT (handler, message_id) DO NOTHING RETURNING 1)"),
+                Some(bound) => {
+                    push_wait(bound, &mut out)?;
+                    out.push_sql(", inbox_claim AS (INSERT INTO inbox_messages ");
+                }
+                None => out.push_sql("WITH inbox_claim AS (INSERT INTO inbox_messages "),
+            }
+            crate::backend::push_claim_select(key, fingerprint, &mut out)?;
+            match bound {
+                Some(_) => out.push_sql(RESTORE_WAIT),
+                None => out.push_sql(" ON CONFLICT (handler, message_id) DO NOTHING RETURNING 1"),
             }
             out.push_sql(
-                " SELECT EXISTS (SELECT 1 FROM inbox_claim) AS claimed, \
+                ") SELECT EXISTS (SELECT 1 FROM inbox_claim) AS claimed, \
                  found.message_id IS NOT NULL AS seen, found.fingerprint, found.result \
                  FROM (SELECT 1) AS one LEFT JOIN inbox_messages AS found ON found.handler = ",
             );
