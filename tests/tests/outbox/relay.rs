@@ -376,10 +376,13 @@ pub fn a_killed_relay_connection_gives_its_messages_back_at_once<B: TestBackend>
         "k1 is locked by the stuck round, and k2 waits behind it"
     );
     // The stuck round's session: the one holding a lock on this test's
-    // outbox table (other suites' sessions share the database).
+    // outbox table (other suites' sessions share the database). Without a
+    // timeout `pg_terminate_backend` only sends the signal; with one it
+    // returns once the session has ended and its locks are gone.
     let killed = conn.bigint(
-        "SELECT COUNT(pg_terminate_backend(pid)) AS value FROM (SELECT DISTINCT pid FROM pg_locks \
-         WHERE relation = 'inbox_outbox'::regclass AND pid <> pg_backend_pid()) AS holders",
+        "SELECT COUNT(*) AS value FROM (SELECT DISTINCT pid FROM pg_locks \
+         WHERE relation = 'inbox_outbox'::regclass AND pid <> pg_backend_pid()) AS holders \
+         WHERE pg_terminate_backend(pid, 5000)",
     );
     assert_eq!(killed, 1, "the stuck round's session");
     drain(&relay, &mut conn, &mut broker);
