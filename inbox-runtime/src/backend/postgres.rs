@@ -138,6 +138,13 @@ BEGIN
 END
 $outer$";
 
+/// The schema of the outbox table a connection sees (an expression to
+/// select): the payload of its commit notifications (the trigger's
+/// `TG_TABLE_SCHEMA`), unquoted like it.
+#[cfg(feature = "postgres")]
+pub(crate) const OUTBOX_SCHEMA_SQL: &str = "(SELECT nspname FROM pg_namespace \
+     WHERE oid = (SELECT relnamespace FROM pg_class WHERE oid = 'inbox_outbox'::regclass))::text";
+
 /// Undoes [`ENABLE_OUTBOX_NOTIFY_SQL`].
 #[cfg(feature = "postgres")]
 pub(crate) const DISABLE_OUTBOX_NOTIFY_SQL: &str = "\

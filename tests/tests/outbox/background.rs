@@ -3,11 +3,14 @@
 //! once on `run_now`, backs off while the broker is unavailable, survives a
 //! panicking publisher, and stops when asked.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use inbox_runtime::Backoff;
-use inbox_runtime::outbox::{BackgroundRelay, OutgoingMessage, Relay, RelayRound, RelayRoundError};
+use inbox_runtime::outbox::{
+    self, BackgroundRelay, OutgoingMessage, Relay, RelayRound, RelayRoundError,
+};
 use inbox_tests::terminate;
 use inbox_tests::{ServerBackend, SqlRows, TestBackend};
 
@@ -17,7 +20,9 @@ inbox_tests::backend_tests! {
     a_relay_thread_drains_then_follows_new_commits,
     a_rate_limited_relay_thread_paces_its_rounds_and_run_now_does_not_skip_the_pace,
     a_relay_thread_backs_off_while_the_broker_is_unavailable_and_survives_a_panic;
-    only [postgres]: a_listening_relay_thread_wakes_on_commit_and_listens_again_after_a_kill;
+    only [postgres]:
+        a_listening_relay_thread_wakes_on_commit_and_listens_again_after_a_kill,
+        a_listening_relay_thread_sleeps_through_another_schemas_commits;
 }
 
 pub fn a_relay_thread_drains_then_follows_new_commits<B: TestBackend>() {
@@ -150,9 +155,7 @@ pub fn a_listening_relay_thread_wakes_on_commit_and_listens_again_after_a_kill<B
     let tag = "outbox-listening-thread";
     let broker = Broker::default();
     assert_eq!(
-        conn.bigint(
-            "SELECT count(*) AS value FROM pg_trigger WHERE tgname = 'inbox_outbox_notify'"
-        ),
+        notify_triggers(&mut conn),
         0,
         "commits notify nobody by default"
     );
@@ -163,9 +166,7 @@ pub fn a_listening_relay_thread_wakes_on_commit_and_listens_again_after_a_kill<B
         .unwrap();
     let first = listener_pid(&mut conn, tag, None);
     assert_eq!(
-        conn.bigint(
-            "SELECT count(*) AS value FROM pg_trigger WHERE tgname = 'inbox_outbox_notify'"
-        ),
+        notify_triggers(&mut conn),
         1,
         "the listening relay enabled the commit notifications"
     );
@@ -178,5 +179,47 @@ pub fn a_listening_relay_thread_wakes_on_commit_and_listens_again_after_a_kill<B
     eventually("the wake-up on the new connection", || {
         broker.payloads() == ["first", "second"]
     });
+    relay.stop().unwrap();
+}
+
+/// On PostgreSQL, the relays of every schema in a database listen on one
+/// channel, and a commit notifies it with its outbox's schema: a relay
+/// wakes for its own schema's commits only, not for another's.
+#[cfg(feature = "postgres")]
+pub fn a_listening_relay_thread_sleeps_through_another_schemas_commits<
+    B: ServerBackend<Connection = diesel::PgConnection>,
+>() {
+    let Some(db) = B::open() else { return };
+    let Some(other) = B::open() else { return };
+    let mut conn = db.connect();
+    let mut other_conn = other.connect();
+    outbox::enable_commit_notifications(&mut other_conn).unwrap();
+    let tag = "outbox-listening-own-schema";
+    let broker = Broker::default();
+    let rounds = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&rounds);
+    let relay = BackgroundRelay::new(Relay::new())
+        .idle_wait(Duration::from_secs(3600))
+        .wake_on_commit(db.tagged_url(tag))
+        .spawn(db.pool(2), broker.clone(), move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    listener_pid(&mut conn, tag, None);
+    eventually("the first round", || rounds.load(Ordering::SeqCst) == 1);
+    for n in 0..5 {
+        send_all(
+            &mut other_conn,
+            &[OutgoingMessage::new("receipts", format!("other {n}"))],
+        );
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        rounds.load(Ordering::SeqCst),
+        1,
+        "another schema's commits wake no round"
+    );
+    send_all(&mut conn, &[OutgoingMessage::new("receipts", "own")]);
+    eventually("the own commit's wake-up", || broker.payloads() == ["own"]);
     relay.stop().unwrap();
 }

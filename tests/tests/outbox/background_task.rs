@@ -92,9 +92,7 @@ pub async fn a_listening_relay_task_wakes_on_commit_and_listens_again_after_a_ki
     let tag = "outbox-listening-task";
     let broker = Broker::default();
     assert_eq!(
-        conn.bigint(
-            "SELECT count(*) AS value FROM pg_trigger WHERE tgname = 'inbox_outbox_notify'"
-        ),
+        notify_triggers(&mut conn),
         0,
         "commits notify nobody by default"
     );
@@ -104,9 +102,7 @@ pub async fn a_listening_relay_task_wakes_on_commit_and_listens_again_after_a_ki
         .spawn_task(B::deadpool(db.url(), 2), broker.clone(), |_| {});
     let first = listener_pid(&mut conn, tag, None);
     assert_eq!(
-        conn.bigint(
-            "SELECT count(*) AS value FROM pg_trigger WHERE tgname = 'inbox_outbox_notify'"
-        ),
+        notify_triggers(&mut conn),
         1,
         "the listening relay enabled the commit notifications"
     );

@@ -4,6 +4,8 @@
 //! creates when it connects, notifies the channel at commit). Between rounds
 //! the relay checks that connection for notifications every
 //! [`LISTEN_POLL`]: a read of what the server already sent, no round trip.
+//! Every schema's relays share the channel; a notification names the schema
+//! whose outbox committed, and a relay wakes for its own schema's only.
 //! A listener that cannot connect, or loses its connection, costs nothing
 //! but the wake-ups: the relay falls back to its idle wait and the listener
 //! connects again, at most once per [`RECONNECT_AFTER`].
@@ -12,8 +14,10 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
-use diesel::{Connection, PgConnection};
+use diesel::sql_types::Text;
+use diesel::{Connection, PgConnection, RunQueryDsl};
 
+use crate::backend::postgres::OUTBOX_SCHEMA_SQL;
 use crate::execution::Waited;
 use crate::outbox::enable_commit_notifications;
 
@@ -26,8 +30,15 @@ const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 /// A relay's listening connection, and when it may try to connect again.
 pub(super) struct CommitListener {
     url: String,
-    conn: Option<PgConnection>,
+    conn: Option<Listening>,
     next_connect: Instant,
+}
+
+/// A connection listening for commits, and the schema of the outbox it
+/// listens for (the payload of that outbox's notifications).
+pub(super) struct Listening {
+    conn: PgConnection,
+    schema: String,
 }
 
 impl CommitListener {
@@ -47,7 +58,7 @@ impl CommitListener {
     }
 
     /// Takes the outcome of a connection attempt.
-    fn connected(&mut self, conn: Result<PgConnection, String>) {
+    fn connected(&mut self, conn: Result<Listening, String>) {
         match conn {
             Ok(conn) => self.conn = Some(conn),
             Err(_error) => {
@@ -61,17 +72,18 @@ impl CommitListener {
         }
     }
 
-    /// Whether a notification arrived since the last call (all of them
-    /// taken). A connection that fails is dropped.
+    /// Whether a notification of this listener's schema arrived since the
+    /// last call (all of them taken, other schemas' ignored). A connection
+    /// that fails is dropped.
     fn heard(&mut self) -> bool {
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(Listening { conn, schema }) = self.conn.as_mut() else {
             return false;
         };
         let mut heard = false;
         let mut lost = false;
         for notification in conn.notifications_iter() {
             match notification {
-                Ok(_) => heard = true,
+                Ok(notification) => heard |= notification.payload == *schema,
                 Err(_) => {
                     lost = true;
                     break;
@@ -89,9 +101,12 @@ impl CommitListener {
 /// A listening connection to `url` (blocking), with the commit
 /// notifications enabled ([`enable_commit_notifications`]). A role that
 /// may not create the trigger listens all the same (someone else may have
-/// created it).
-pub(super) fn connect(url: &str) -> Result<PgConnection, String> {
+/// created it). Fails while the connection sees no outbox table.
+pub(super) fn connect(url: &str) -> Result<Listening, String> {
     let mut conn = PgConnection::establish(url).map_err(|error| error.to_string())?;
+    let schema = diesel::select(diesel::dsl::sql::<Text>(OUTBOX_SCHEMA_SQL))
+        .get_result(&mut conn)
+        .map_err(|error| error.to_string())?;
     if let Err(_error) = enable_commit_notifications(&mut conn) {
         #[cfg(feature = "log")]
         log::warn!(
@@ -102,7 +117,7 @@ pub(super) fn connect(url: &str) -> Result<PgConnection, String> {
     }
     conn.batch_execute("LISTEN inbox_outbox")
         .map_err(|error| error.to_string())?;
-    Ok(conn)
+    Ok(Listening { conn, schema })
 }
 
 /// The wait between rounds of a listening relay, for both front ends:
@@ -120,7 +135,7 @@ where
     W: FnMut(Duration) -> WF,
     WF: Future<Output = Waited>,
     R: FnMut(String) -> RF,
-    RF: Future<Output = Result<PgConnection, String>>,
+    RF: Future<Output = Result<Listening, String>>,
 {
     let deadline = Instant::now().checked_add(delay);
     loop {

@@ -159,7 +159,11 @@ impl BackgroundRelay {
     /// notifications ([`enable_commit_notifications`](crate::outbox::enable_commit_notifications):
     /// a trigger, created if missing; read its price there) and `LISTEN`s
     /// on the channel `inbox_outbox`; while idle it checks that connection
-    /// every 10 ms (a read of what the server sent, no round trip). Give it a direct URL, not one through a
+    /// every 10 ms (a read of what the server sent, no round trip). The
+    /// relays of every schema in the database share that channel: a
+    /// notification names the schema whose outbox committed, and the relay
+    /// wakes for the schema of the outbox `database_url` sees (its
+    /// `search_path`), which must be its pool's. Give it a direct URL, not one through a
     /// transaction-pooling PgBouncer (which does not carry `LISTEN`), and
     /// with a `connect_timeout`: the listener connects on the relay's thread
     /// (a task's: on tokio's blocking pool), and a stop waits for a
