@@ -39,6 +39,7 @@ pub mod guide;
 mod macros;
 mod migrated;
 mod panics;
+pub mod proxy;
 mod rows;
 #[cfg(feature = "async")]
 pub mod runtime;

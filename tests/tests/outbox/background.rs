@@ -12,7 +12,7 @@ use inbox_runtime::outbox::{
     self, BackgroundRelay, OutgoingMessage, Relay, RelayRound, RelayRoundError,
 };
 use inbox_tests::terminate;
-use inbox_tests::{ServerBackend, SqlRows, TestBackend};
+use inbox_tests::{ServerBackend, TestBackend};
 
 use crate::support::*;
 

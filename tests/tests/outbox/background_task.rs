@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use inbox_runtime::outbox::{BackgroundRelay, OutgoingMessage, Relay, RelayRound};
 use inbox_tests::terminate;
-use inbox_tests::{ServerBackend, SqlRows};
+use inbox_tests::ServerBackend;
 
 use crate::support::*;
 

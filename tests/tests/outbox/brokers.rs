@@ -20,6 +20,7 @@ use inbox_runtime::outbox::{
     Publisher, Relay,
 };
 use inbox_runtime::{Backoff, InboxBackend};
+use inbox_tests::proxy::Proxy;
 use inbox_tests::{AsyncSqlRows, TestBackend};
 use lapin::options::{
     BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
@@ -35,6 +36,7 @@ inbox_tests::backend_tests!(
     jetstream_gets_each_id_once_and_refuses_a_subject_without_stream,
     a_full_jetstream_stream_is_unavailable_and_a_message_it_can_never_take_refused,
     an_unreachable_broker_is_unavailable_not_refused,
+    a_stalled_broker_connection_holds_a_round_no_longer_than_its_lease,
 );
 
 fn amqp_url() -> String {
@@ -469,4 +471,88 @@ pub async fn an_unreachable_broker_is_unavailable_not_refused<B: TestBackend>() 
         .bigint("SELECT CAST(attempts AS BIGINT) AS value FROM inbox_outbox")
         .await;
     assert_eq!(attempts, 0, "unavailable rounds count nothing");
+}
+
+/// A broker connection that stops answering (a hung peer, a path that died
+/// without a reset, a connection RabbitMQ blocks in a resource alarm) holds
+/// a round for no longer than three quarters of the relay's lease: the
+/// publish is given up, its message comes back uncounted, and the next
+/// round publishes it on a new connection, under the same id.
+pub async fn a_stalled_broker_connection_holds_a_round_no_longer_than_its_lease<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let Some(amqp) = rabbitmq().await else { return };
+    let channel = amqp.create_channel().await.unwrap();
+    let queue = run_name("stalled");
+    channel
+        .queue_declare(
+            queue.as_str().into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let (template, upstream) = Proxy::split_url(&amqp_url(), 5672);
+    let proxy = Proxy::start(&upstream);
+    let mut publisher = LapinPublisher::new(proxy.url(&template), ConnectionProperties::default());
+    let relay = impatient_relay().lease(Duration::from_secs(2));
+    let mut conn = db.connect_async().await;
+    send_all(&mut conn, &[OutgoingMessage::new(queue.clone(), "before")]).await;
+    let first = relay
+        .run_once_async(&mut conn, &mut publisher)
+        .await
+        .unwrap();
+    assert_eq!(first.published, 1, "{first}");
+
+    proxy.stall();
+    let ids = send_all(&mut conn, &[OutgoingMessage::new(queue.clone(), "stalled")]).await;
+    let stalled = tokio::time::timeout(
+        Duration::from_secs(30),
+        relay.run_once_async(&mut conn, &mut publisher),
+    )
+    .await
+    .expect("the round ends though its broker connection is stalled")
+    .unwrap();
+    assert_eq!(
+        (stalled.published, stalled.unavailable, stalled.refused),
+        (0, 1, 0),
+        "{stalled}"
+    );
+    assert!(
+        stalled
+            .last_unavailable
+            .as_deref()
+            .is_some_and(|reason| reason.contains("1500 ms")),
+        "{stalled}"
+    );
+    let mut check = db.connect();
+    assert_eq!(outbox::backlog(&mut check).unwrap().pending, 1);
+    assert!(outbox::dead(&mut check, 0, 10).unwrap().is_empty());
+
+    let again = tokio::time::timeout(
+        Duration::from_secs(30),
+        relay.run_once_async(&mut conn, &mut publisher),
+    )
+    .await
+    .expect("the next round ends")
+    .unwrap();
+    assert_eq!(again.published, 1, "on a new connection: {again}");
+    let mut got = Vec::new();
+    while let Some(message) = channel
+        .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+    {
+        let id = message.delivery.properties.message_id().clone();
+        got.push((message.delivery.data.clone(), id.map(|id| id.to_string())));
+    }
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].0, b"before");
+    assert_eq!(
+        (&got[1].0[..], got[1].1.as_deref()),
+        (&b"stalled"[..], Some(ids[0].as_str()))
+    );
+    channel
+        .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
 }

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use inbox_runtime::Prune;
 use inbox_runtime::prune::{BackgroundPruner, PrunerRun};
 
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-use crate::proxy::Proxy;
 use crate::support::*;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use inbox_tests::proxy::Proxy;
 
 /// How long a test waits for something that should happen in well under a
 /// second, before failing rather than hanging.

@@ -39,7 +39,6 @@
 
 #![allow(missing_docs)]
 
-mod proxy;
 mod support;
 
 mod asynchronous;

@@ -13,8 +13,8 @@ use inbox_runtime::prune::{BackgroundPruner, PrunerRun};
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
 use crate::background::Seen;
-use crate::proxy::Proxy;
 use crate::support::*;
+use inbox_tests::proxy::Proxy;
 
 /// How long a test waits for something that should happen in well under a
 /// second, before failing rather than hanging.

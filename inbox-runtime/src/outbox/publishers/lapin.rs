@@ -46,7 +46,11 @@ const REFUSING_CODES: [u16; 3] = [404, 403, 406];
 /// could not store it) is [unavailable](PublishError::unavailable): the
 /// messages come back uncounted and the relay backs off. The publisher connects
 /// when it first publishes and reconnects (a new connection, or a new
-/// channel on the same one) in the round after one failed.
+/// channel on the same one) in the round after one failed. A publish that
+/// was dropped before it finished (the relay gives a publish three
+/// quarters of its lease: a connection that hangs, or that the broker
+/// blocks in a resource alarm) leaves a connection in an unknown state: the
+/// next publish opens a new one.
 ///
 /// ```no_run
 /// # #[cfg(all(feature = "postgres", feature = "r2d2"))]
@@ -67,6 +71,9 @@ pub struct LapinPublisher {
     exchange: String,
     connection: Option<Connection>,
     channel: Option<Channel>,
+    /// A publish began and has not finished: when the next one begins, it
+    /// was dropped midway.
+    publishing: bool,
 }
 
 impl LapinPublisher {
@@ -88,6 +95,7 @@ impl LapinPublisher {
             exchange: String::new(),
             connection: None,
             channel: None,
+            publishing: false,
         }
     }
 
@@ -160,6 +168,24 @@ impl fmt::Debug for LapinPublisher {
 
 impl Publisher for LapinPublisher {
     async fn publish(&mut self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        if std::mem::replace(&mut self.publishing, true) {
+            // The last publish was dropped midway: its connection may hang,
+            // and its confirms may still come.
+            self.channel = None;
+            self.connection = None;
+        }
+        let answers = self.publish_on_channel(messages).await;
+        self.publishing = false;
+        answers
+    }
+}
+
+impl LapinPublisher {
+    /// [`Publisher::publish`], once an abandoned connection is dropped.
+    async fn publish_on_channel(
+        &mut self,
+        messages: &[OutboxMessage],
+    ) -> Vec<Result<(), PublishError>> {
         let channel = match self.channel().await {
             Ok(channel) => channel,
             // No connection or channel: the broker's trouble, never the

@@ -54,6 +54,15 @@ pub(crate) trait RelayExec {
     /// Waits `wait` before a statement is tried again: the thread sleeps on
     /// a blocking connection, the task on an async one.
     fn pause(&mut self, wait: Duration) -> impl Future<Output = ()> + Send;
+
+    /// `work`'s output, or `None` when it has not finished within `limit`
+    /// (it is then dropped). On a blocking connection `work` is a blocking
+    /// publisher's answer, ready when called: it is never cut short.
+    fn within<T: Send>(
+        &mut self,
+        limit: Duration,
+        work: impl Future<Output = T> + Send,
+    ) -> impl Future<Output = Option<T>> + Send;
 }
 
 /// A step of a relay's own short transaction.
@@ -121,6 +130,14 @@ where
             std::thread::sleep(wait);
         }
         ready(())
+    }
+
+    async fn within<T: Send>(
+        &mut self,
+        _limit: Duration,
+        work: impl Future<Output = T> + Send,
+    ) -> Option<T> {
+        Some(work.await)
     }
 }
 
@@ -216,5 +233,13 @@ where
 
     fn pause(&mut self, wait: Duration) -> impl Future<Output = ()> + Send {
         tokio::time::sleep(wait)
+    }
+
+    async fn within<T: Send>(
+        &mut self,
+        limit: Duration,
+        work: impl Future<Output = T> + Send,
+    ) -> Option<T> {
+        tokio::time::timeout(limit, work).await.ok()
     }
 }

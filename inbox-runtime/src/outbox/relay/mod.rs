@@ -155,7 +155,13 @@ impl Relay {
     /// runs out while its round still publishes lets a second relay publish
     /// the same messages (absorbed downstream by their id, but published
     /// twice; on PostgreSQL the stalled round then fails with a database
-    /// error and records nothing).
+    /// error and records nothing). So a round's publish gets three quarters
+    /// of the lease: a [`Publisher`](super::Publisher) that has not answered by then (a
+    /// broker connection that hangs, one the broker blocks in a resource
+    /// alarm) is dropped, and the round's messages come back uncounted, as
+    /// [unavailable](super::PublishError::unavailable), before another relay may
+    /// take them. A [`BlockingPublisher`] answers when it returns: bound its
+    /// waits yourself, below that.
     ///
     /// ```
     /// let relay = inbox_runtime::outbox::Relay::new().lease(std::time::Duration::from_secs(60));
@@ -164,6 +170,11 @@ impl Relay {
     pub fn lease(mut self, lease: Duration) -> Relay {
         self.lease = lease.max(Duration::from_secs(1));
         self
+    }
+
+    /// How long a round's publish may take: three quarters of the lease.
+    pub(crate) fn publish_limit(&self) -> Duration {
+        self.lease / 4 * 3
     }
 
     /// How many refused publishes make a message dead (at least 1).

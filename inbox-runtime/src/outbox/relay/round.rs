@@ -208,10 +208,20 @@ where
             }),
         }
     }
+    let limit = relay.publish_limit();
     let mut answers = if messages.is_empty() {
         Vec::new()
     } else {
-        publisher.publish(&messages).await
+        match exec.within(limit, publisher.publish(&messages)).await {
+            Some(answers) => answers,
+            None => {
+                let reason = format!(
+                    "the publisher did not answer within {} ms, three quarters of the lease",
+                    limit.as_millis()
+                );
+                vec![Err(PublishError::unavailable(reason)); messages.len()]
+            }
+        }
     };
     answers.resize_with(messages.len(), || {
         Err(PublishError::unavailable(

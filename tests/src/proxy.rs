@@ -1,16 +1,32 @@
-//! A TCP proxy in front of a database server that a test can "restart":
-//! every open connection is cut and new ones are refused until it comes
-//! back. This simulates a database restart for one test only, so tests keep
-//! running in parallel against the shared servers.
+//! A TCP proxy in front of one server (a database or a broker) that a test
+//! can fault for itself alone, while the other tests keep using the shared
+//! server directly:
+//!
+//! - [`Proxy::down`]: every open connection is cut and new ones are refused
+//!   until [`Proxy::up`], as when the server restarts;
+//! - [`Proxy::stall`]: the open connections stay open but carry nothing
+//!   more either way, while new connections work, as when a peer hangs or
+//!   a connection's path dies without a reset.
+//!
+//! ```no_run
+//! use inbox_tests::proxy::Proxy;
+//!
+//! let (template, upstream) = Proxy::split_url("amqp://guest:guest@127.0.0.1:5672/%2f", 5672);
+//! let proxy = Proxy::start(&upstream);
+//! let url = proxy.url(&template);
+//! // ... connect through `url`, then:
+//! proxy.stall();
+//! # let _ = url;
+//! ```
 
-#![allow(dead_code)]
-
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::Duration;
 
+/// A proxy on a free local port; see the [module](self).
 pub struct Proxy {
     port: u16,
     shared: Arc<Shared>,
@@ -21,6 +37,10 @@ struct Shared {
     upstream: String,
     up: AtomicBool,
     closing: AtomicBool,
+    /// How many connections were accepted so far.
+    accepted: AtomicU64,
+    /// Connections numbered below this carry nothing more.
+    stalled_below: AtomicU64,
     /// Both ends of every proxied connection, to cut them.
     streams: Mutex<Vec<TcpStream>>,
 }
@@ -30,6 +50,13 @@ impl Shared {
         for stream in self.streams.lock().unwrap().drain(..) {
             let _ = stream.shutdown(Shutdown::Both);
         }
+    }
+
+    /// Whether connection `number` is stalled (and the proxy still runs).
+    fn stalls(&self, number: u64) -> bool {
+        number < self.stalled_below.load(Ordering::SeqCst)
+            && !self.closing.load(Ordering::SeqCst)
+            && self.up.load(Ordering::SeqCst)
     }
 }
 
@@ -42,6 +69,8 @@ impl Proxy {
             upstream: upstream.to_owned(),
             up: AtomicBool::new(true),
             closing: AtomicBool::new(false),
+            accepted: AtomicU64::new(0),
+            stalled_below: AtomicU64::new(0),
             streams: Mutex::new(Vec::new()),
         });
         let accept_shared = Arc::clone(&shared);
@@ -61,7 +90,8 @@ impl Proxy {
                 };
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
-                if let Err(error) = splice(&accept_shared, client, server) {
+                let number = accept_shared.accepted.fetch_add(1, Ordering::SeqCst);
+                if let Err(error) = splice(&accept_shared, number, client, server) {
                     eprintln!("proxy: {error}");
                 }
             }
@@ -73,8 +103,8 @@ impl Proxy {
         }
     }
 
-    /// `url` with its `host:port` replaced by this proxy's, and the original
-    /// `host:port` (for [`Proxy::start`]).
+    /// `url` with its `host:port` replaced by a placeholder for the proxy's,
+    /// and the original `host:port` (for [`Proxy::start`]).
     pub fn split_url(url: &str, default_port: u16) -> (String, String) {
         let scheme_end = url.find("://").expect("a URL with a scheme") + 3;
         let rest = &url[scheme_end..];
@@ -107,6 +137,14 @@ impl Proxy {
     pub fn up(&self) {
         self.shared.up.store(true, Ordering::SeqCst);
     }
+
+    /// Stalls every connection open now: nothing more goes through it
+    /// either way (what was read is held, not dropped), and it stays open
+    /// until [`Proxy::down`] or the proxy's end. New connections work.
+    pub fn stall(&self) {
+        let accepted = self.shared.accepted.load(Ordering::SeqCst);
+        self.shared.stalled_below.store(accepted, Ordering::SeqCst);
+    }
 }
 
 impl Drop for Proxy {
@@ -122,34 +160,52 @@ impl Drop for Proxy {
 }
 
 /// Copies bytes both ways on two threads; either side closing closes both.
-fn splice(shared: &Shared, client: TcpStream, server: TcpStream) -> io::Result<()> {
+fn splice(
+    shared: &Arc<Shared>,
+    number: u64,
+    client: TcpStream,
+    server: TcpStream,
+) -> io::Result<()> {
     {
         let mut streams = shared.streams.lock().unwrap();
         streams.push(client.try_clone()?);
         streams.push(server.try_clone()?);
     }
-    let (mut client_read, mut server_write) = (client.try_clone()?, server.try_clone()?);
-    thread::spawn(move || {
-        let _ = io::copy(&mut client_read, &mut server_write);
-        let _ = server_write.shutdown(Shutdown::Both);
-        let _ = client_read.shutdown(Shutdown::Both);
-    });
-    let (mut server_read, mut client_write) = (server, client);
-    thread::spawn(move || {
-        let _ = io::copy(&mut server_read, &mut client_write);
-        let _ = client_write.shutdown(Shutdown::Both);
-        let _ = server_read.shutdown(Shutdown::Both);
-    });
+    for (from, to) in [(client.try_clone()?, server.try_clone()?), (server, client)] {
+        let shared = Arc::clone(shared);
+        thread::spawn(move || pump(&shared, number, from, to));
+    }
     Ok(())
 }
 
-#[test]
-fn split_url_keeps_everything_but_the_address() {
-    let (template, upstream) =
-        Proxy::split_url("postgres://postgres@127.0.0.1:5432/test?options=-c", 5432);
-    assert_eq!(template, "postgres://postgres@{proxy}/test?options=-c");
-    assert_eq!(upstream, "127.0.0.1:5432");
-    let (template, upstream) = Proxy::split_url("mysql://root@localhost/db", 3306);
-    assert_eq!(template, "mysql://root@{proxy}/db");
-    assert_eq!(upstream, "localhost:3306");
+/// Copies `from` to `to` until either closes, holding what it read while
+/// connection `number` is stalled; then closes both.
+fn pump(shared: &Shared, number: u64, mut from: TcpStream, mut to: TcpStream) {
+    let mut buffer = [0; 16 * 1024];
+    while let Ok(read @ 1..) = from.read(&mut buffer) {
+        while shared.stalls(number) {
+            thread::sleep(Duration::from_millis(10));
+        }
+        if shared.closing.load(Ordering::SeqCst) || to.write_all(&buffer[..read]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+    let _ = from.shutdown(Shutdown::Both);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Proxy;
+
+    #[test]
+    fn split_url_keeps_everything_but_the_address() {
+        let (template, upstream) =
+            Proxy::split_url("postgres://postgres@127.0.0.1:5432/test?options=-c", 5432);
+        assert_eq!(template, "postgres://postgres@{proxy}/test?options=-c");
+        assert_eq!(upstream, "127.0.0.1:5432");
+        let (template, upstream) = Proxy::split_url("mysql://root@localhost/db", 3306);
+        assert_eq!(template, "mysql://root@{proxy}/db");
+        assert_eq!(upstream, "localhost:3306");
+    }
 }
