@@ -29,6 +29,9 @@
 //!   ends a COMMIT's wait for the standby reports the COMMIT as done.
 //! - `ha_manager`: the same consumer under pg_auto_failover, whose monitor
 //!   does the promotion (issue 28).
+//! - `relay`: the outbox's producer and its relay through the same
+//!   failover: every committed message published, none that the promoted
+//!   server does not hold.
 //!
 //! Run: `cargo test -p inbox-tests --all-features --test reconnect failover -- --nocapture`
 //! (the runs print their figures).
@@ -43,6 +46,7 @@ use crate::app::blocking::apply_payment;
 use crate::app::{Recovery, assert_exactly_once};
 
 mod ha_manager;
+mod relay;
 mod run;
 
 #[cfg(feature = "async")]

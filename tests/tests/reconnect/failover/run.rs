@@ -25,7 +25,7 @@ pub(super) const NO_WRITABLE_SERVER: Duration = Duration::from_millis(300);
 pub(super) struct Pair {
     pub(super) primary: PgServer,
     pub(super) standby: PgServer,
-    url: String,
+    pub(super) url: String,
 }
 
 impl Pair {
