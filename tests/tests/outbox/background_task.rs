@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use inbox_runtime::outbox::{BackgroundRelay, OutgoingMessage, Relay, RelayRound};
-use inbox_tests::terminate;
 use inbox_tests::ServerBackend;
+use inbox_tests::terminate;
 
 use crate::support::*;
 
