@@ -70,24 +70,9 @@ impl Proxy {
         default_port: u16,
         delay: Duration,
     ) -> std::io::Result<(Proxy, String)> {
-        let scheme_end = url.find("://").expect("a URL with a scheme") + 3;
-        let rest = &url[scheme_end..];
-        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-        let authority = &rest[..authority_end];
-        let host_start = authority.rfind('@').map_or(0, |at| at + 1);
-        let host = &authority[host_start..];
-        let upstream = if host.contains(':') {
-            host.to_owned()
-        } else {
-            format!("{host}:{default_port}")
-        };
+        let (template, upstream) = inbox_tests::proxy::Proxy::split_url(url, default_port);
         let proxy = Proxy::delaying(&upstream, delay)?;
-        let proxied = format!(
-            "{}127.0.0.1:{}{}",
-            &url[..scheme_end + host_start],
-            proxy.port,
-            &rest[authority_end..]
-        );
+        let proxied = template.replace("{proxy}", &format!("127.0.0.1:{}", proxy.port));
         Ok((proxy, proxied))
     }
 }

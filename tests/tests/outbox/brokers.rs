@@ -90,6 +90,18 @@ where
     .unwrap()
 }
 
+/// Declares the queue `name` (a run's own, see [`run_name`]).
+async fn declare_queue(channel: &lapin::Channel, name: &str) {
+    channel
+        .queue_declare(
+            name.into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+}
+
 /// Retries come due at once, and the second refusal is the last.
 fn impatient_relay() -> Relay {
     Relay::new().max_attempts(2).backoff(Backoff {
@@ -103,14 +115,7 @@ pub async fn rabbitmq_gets_confirmed_messages_and_refuses_unroutable_ones<B: Tes
     let Some(amqp) = rabbitmq().await else { return };
     let channel = amqp.create_channel().await.unwrap();
     let queue = run_name("receipts");
-    channel
-        .queue_declare(
-            queue.as_str().into(),
-            QueueDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+    declare_queue(&channel, &queue).await;
     let unroutable = run_name("nobody-listens");
     let mut conn = db.connect_async().await;
     let ids = send_all(
@@ -223,14 +228,7 @@ pub async fn rabbitmq_refuses_a_missing_exchange_and_the_publisher_reopens_its_c
         )
         .await
         .unwrap();
-    channel
-        .queue_declare(
-            queue.as_str().into(),
-            QueueDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+    declare_queue(&channel, &queue).await;
     channel
         .queue_bind(
             queue.as_str().into(),
@@ -483,14 +481,7 @@ pub async fn a_stalled_broker_connection_holds_a_round_no_longer_than_its_lease<
     let Some(amqp) = rabbitmq().await else { return };
     let channel = amqp.create_channel().await.unwrap();
     let queue = run_name("stalled");
-    channel
-        .queue_declare(
-            queue.as_str().into(),
-            QueueDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+    declare_queue(&channel, &queue).await;
     let (template, upstream) = Proxy::split_url(&amqp_url(), 5672);
     let proxy = Proxy::start(&upstream);
     let mut publisher = LapinPublisher::new(proxy.url(&template), ConnectionProperties::default());
