@@ -60,7 +60,22 @@ impl RabbitMqNode {
     /// ```
     pub fn start() -> Result<Self, String> {
         Self::installed()?;
-        with_port_retries(Self::try_start)
+        with_port_retries(|| Self::try_start(""))
+    }
+
+    /// [`start`](Self::start), with a memory high watermark of 1 MB: the
+    /// node is in a memory alarm from its boot on, and blocks every
+    /// connection that publishes (`connection.blocked`) for as long as it
+    /// runs. Consuming, declaring and the rest still work.
+    ///
+    /// ```no_run
+    /// let node = inbox_test_servers::RabbitMqNode::start_in_memory_alarm()?;
+    /// # let _ = node;
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start_in_memory_alarm() -> Result<Self, String> {
+        Self::installed()?;
+        with_port_retries(|| Self::try_start("vm_memory_high_watermark.absolute = 1MB\n"))
     }
 
     /// `Err` naming what is missing to run a node (RabbitMQ's start script,
@@ -94,7 +109,8 @@ impl RabbitMqNode {
         )
     }
 
-    fn try_start() -> Result<Self, String> {
+    /// Starts a node whose `rabbitmq.conf` also holds `extra_config`.
+    fn try_start(extra_config: &str) -> Result<Self, String> {
         let as_rabbitmq = running_as_root();
         let dir = private_dir("inbox_rabbitmq", as_rabbitmq.then_some(OS_USER))?;
         let ports = free_ports(3)?;
@@ -108,7 +124,10 @@ impl RabbitMqNode {
         let config = node.dir.join("rabbitmq.conf");
         write_private(
             &config,
-            &format!("default_user = {USER}\ndefault_pass = {}\n", node.password),
+            &format!(
+                "default_user = {USER}\ndefault_pass = {}\n{extra_config}",
+                node.password
+            ),
         )?;
         let plugins = node.dir.join("enabled_plugins");
         write_private(&plugins, "[].\n")?;

@@ -85,12 +85,12 @@ impl Proxy {
                     drop(client);
                     continue;
                 }
+                let number = accept_shared.accepted.fetch_add(1, Ordering::SeqCst);
                 let Ok(server) = TcpStream::connect(&accept_shared.upstream) else {
                     continue;
                 };
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
-                let number = accept_shared.accepted.fetch_add(1, Ordering::SeqCst);
                 if let Err(error) = splice(&accept_shared, number, client, server) {
                     eprintln!("proxy: {error}");
                 }
@@ -138,8 +138,13 @@ impl Proxy {
         self.shared.up.store(true, Ordering::SeqCst);
     }
 
-    /// Stalls every connection open now: nothing more goes through it
-    /// either way (what was read is held, not dropped), and it stays open
+    /// How many connections the proxy has taken while up.
+    pub fn connections(&self) -> u64 {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Stalls every connection taken so far: nothing more goes through it
+    /// either way (what it read is never delivered), and it stays open
     /// until [`Proxy::down`] or the proxy's end. New connections work.
     pub fn stall(&self) {
         let accepted = self.shared.accepted.load(Ordering::SeqCst);
@@ -178,13 +183,17 @@ fn splice(
     Ok(())
 }
 
-/// Copies `from` to `to` until either closes, holding what it read while
-/// connection `number` is stalled; then closes both.
+/// Copies `from` to `to` until either closes; once connection `number` is
+/// stalled, holds what it read until the connection is cut, never
+/// delivering it. Then closes both.
 fn pump(shared: &Shared, number: u64, mut from: TcpStream, mut to: TcpStream) {
     let mut buffer = [0; 16 * 1024];
     while let Ok(read @ 1..) = from.read(&mut buffer) {
-        while shared.stalls(number) {
-            thread::sleep(Duration::from_millis(10));
+        if shared.stalls(number) {
+            while shared.stalls(number) {
+                thread::sleep(Duration::from_millis(10));
+            }
+            break;
         }
         if shared.closing.load(Ordering::SeqCst) || to.write_all(&buffer[..read]).is_err() {
             break;

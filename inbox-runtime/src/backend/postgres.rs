@@ -141,7 +141,7 @@ $outer$";
 /// The schema of the outbox table a connection sees (an expression to
 /// select): the payload of its commit notifications (the trigger's
 /// `TG_TABLE_SCHEMA`), unquoted like it.
-#[cfg(feature = "postgres")]
+#[cfg(all(feature = "postgres", any(feature = "r2d2", feature = "tokio")))]
 pub(crate) const OUTBOX_SCHEMA_SQL: &str = "(SELECT nspname FROM pg_namespace \
      WHERE oid = (SELECT relnamespace FROM pg_class WHERE oid = 'inbox_outbox'::regclass))::text";
 

@@ -126,6 +126,12 @@ impl std::error::Error for PublishError {}
 /// publishes it again. A missing answer counts as
 /// [`PublishError::unavailable`].
 ///
+/// The relay drops the future of a publish that has not answered within
+/// three quarters of its [lease](super::Relay::lease), answering its
+/// messages unavailable: keep a publisher's state sound when its future is
+/// dropped at an await (a connection or channel it may have left midway is
+/// best replaced at the next publish, as `LapinPublisher` does).
+///
 /// Implementing it for another broker, Kafka with `rdkafka` for example:
 /// send each message with `FutureProducer::send` to the topic
 /// `message.destination`, with `message.ordering_key` as the record key

@@ -37,6 +37,7 @@ inbox_tests::backend_tests!(
     a_full_jetstream_stream_is_unavailable_and_a_message_it_can_never_take_refused,
     an_unreachable_broker_is_unavailable_not_refused,
     a_stalled_broker_connection_holds_a_round_no_longer_than_its_lease,
+    a_connection_rabbitmq_blocks_is_kept_and_answered_unavailable_at_once,
 );
 
 fn amqp_url() -> String {
@@ -485,7 +486,9 @@ pub async fn a_stalled_broker_connection_holds_a_round_no_longer_than_its_lease<
     let (template, upstream) = Proxy::split_url(&amqp_url(), 5672);
     let proxy = Proxy::start(&upstream);
     let mut publisher = LapinPublisher::new(proxy.url(&template), ConnectionProperties::default());
-    let relay = impatient_relay().lease(Duration::from_secs(2));
+    // The rounds that connect get the default lease (a busy machine may
+    // take a while to connect); the stalled one a short one.
+    let relay = impatient_relay();
     let mut conn = db.connect_async().await;
     send_all(&mut conn, &[OutgoingMessage::new(queue.clone(), "before")]).await;
     let first = relay
@@ -498,7 +501,10 @@ pub async fn a_stalled_broker_connection_holds_a_round_no_longer_than_its_lease<
     let ids = send_all(&mut conn, &[OutgoingMessage::new(queue.clone(), "stalled")]).await;
     let stalled = tokio::time::timeout(
         Duration::from_secs(30),
-        relay.run_once_async(&mut conn, &mut publisher),
+        relay
+            .clone()
+            .lease(Duration::from_secs(2))
+            .run_once_async(&mut conn, &mut publisher),
     )
     .await
     .expect("the round ends though its broker connection is stalled")
@@ -546,4 +552,64 @@ pub async fn a_stalled_broker_connection_holds_a_round_no_longer_than_its_lease<
         .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
         .await
         .unwrap();
+}
+
+/// RabbitMQ in a resource alarm blocks every connection that publishes and
+/// tells it so (`connection.blocked`). The first round's publish never
+/// hears back and is dropped at three quarters of the lease; every later
+/// round answers unavailable at once, without publishing, on the same
+/// connection: no new connection per round that the broker would block too
+/// and keep open.
+pub async fn a_connection_rabbitmq_blocks_is_kept_and_answered_unavailable_at_once<
+    B: TestBackend,
+>() {
+    let Some(db) = B::open() else { return };
+    let node = match inbox_test_servers::RabbitMqNode::start_in_memory_alarm() {
+        Ok(node) => node,
+        Err(error) => {
+            inbox_tests::report_unavailable_broker("a RabbitMQ node of its own", "-", &error);
+            return;
+        }
+    };
+    let (template, upstream) = Proxy::split_url(&node.url(), 5672);
+    let proxy = Proxy::start(&upstream);
+    let mut publisher = LapinPublisher::new(proxy.url(&template), ConnectionProperties::default());
+    let relay = impatient_relay().lease(Duration::from_secs(2));
+    let mut conn = db.connect_async().await;
+    send_all(
+        &mut conn,
+        &[OutgoingMessage::new("receipts", "during the alarm")],
+    )
+    .await;
+
+    let first = tokio::time::timeout(
+        Duration::from_secs(30),
+        relay.run_once_async(&mut conn, &mut publisher),
+    )
+    .await
+    .expect("the round ends though the broker blocks its publish")
+    .unwrap();
+    assert_eq!((first.published, first.unavailable), (0, 1), "{first}");
+    for _ in 0..3 {
+        let blocked = relay
+            .run_once_async(&mut conn, &mut publisher)
+            .await
+            .unwrap();
+        assert_eq!(
+            (blocked.published, blocked.unavailable),
+            (0, 1),
+            "{blocked}"
+        );
+        assert!(
+            blocked
+                .last_unavailable
+                .as_deref()
+                .is_some_and(|reason| reason.contains("resource alarm")),
+            "{blocked}"
+        );
+    }
+    assert_eq!(proxy.connections(), 1, "the blocked connection is kept");
+    let mut check = db.connect();
+    assert_eq!(outbox::backlog(&mut check).unwrap().pending, 1);
+    assert!(outbox::dead(&mut check, 0, 10).unwrap().is_empty());
 }

@@ -48,9 +48,11 @@ const REFUSING_CODES: [u16; 3] = [404, 403, 406];
 /// when it first publishes and reconnects (a new connection, or a new
 /// channel on the same one) in the round after one failed. A publish that
 /// was dropped before it finished (the relay gives a publish three
-/// quarters of its lease: a connection that hangs, or that the broker
-/// blocks in a resource alarm) leaves a connection in an unknown state: the
-/// next publish opens a new one.
+/// quarters of its lease) leaves its connection in an unknown state: the
+/// next publish opens a new one, unless the broker said it blocks that
+/// connection (`connection.blocked`, a resource alarm: memory or disk).
+/// Then, and for as long as the broker blocks it, a publish sends nothing
+/// and answers unavailable at once, on the same connection.
 ///
 /// ```no_run
 /// # #[cfg(all(feature = "postgres", feature = "r2d2"))]
@@ -168,9 +170,25 @@ impl fmt::Debug for LapinPublisher {
 
 impl Publisher for LapinPublisher {
     async fn publish(&mut self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
-        if std::mem::replace(&mut self.publishing, true) {
-            // The last publish was dropped midway: its connection may hang,
-            // and its confirms may still come.
+        let abandoned = std::mem::replace(&mut self.publishing, true);
+        if self
+            .connection
+            .as_ref()
+            .is_some_and(|c| c.status().blocked())
+        {
+            // A resource alarm: the broker takes no publish on any
+            // connection until it clears. Kept, not replaced: a new
+            // connection would be blocked too, and stay open.
+            self.publishing = false;
+            let answer = PublishError::unavailable(
+                "RabbitMQ blocks this connection's publishes (a resource alarm): nothing sent",
+            );
+            return messages.iter().map(|_| Err(answer.clone())).collect();
+        }
+        if abandoned {
+            // The last publish was dropped midway, on a connection the
+            // broker did not say it blocks: it may hang, and its confirms
+            // may still come.
             self.channel = None;
             self.connection = None;
         }

@@ -155,13 +155,19 @@ impl Relay {
     /// runs out while its round still publishes lets a second relay publish
     /// the same messages (absorbed downstream by their id, but published
     /// twice; on PostgreSQL the stalled round then fails with a database
-    /// error and records nothing). So a round's publish gets three quarters
-    /// of the lease: a [`Publisher`](super::Publisher) that has not answered by then (a
+    /// error and records nothing). So an async round's publish gets three
+    /// quarters of the lease: the publish future of a
+    /// [`Publisher`](super::Publisher) that has not answered by then (a
     /// broker connection that hangs, one the broker blocks in a resource
     /// alarm) is dropped, and the round's messages come back uncounted, as
-    /// [unavailable](super::PublishError::unavailable), before another relay may
-    /// take them. A [`BlockingPublisher`] answers when it returns: bound its
-    /// waits yourself, below that.
+    /// [unavailable](super::PublishError::unavailable), before another relay
+    /// may take them (the round then records nothing; on PostgreSQL it
+    /// still has to end its transaction before the server's idle limit, so
+    /// keep the lease well above a round's own statements). Copies the
+    /// dropped publish already handed to the broker may still arrive: they
+    /// carry the messages' ids, like every second publish. A
+    /// [`BlockingPublisher`] answers when it returns: bound its waits
+    /// yourself, below that.
     ///
     /// ```
     /// let relay = inbox_runtime::outbox::Relay::new().lease(std::time::Duration::from_secs(60));
@@ -250,7 +256,10 @@ impl Relay {
     /// on PostgreSQL once the connection's open transaction is rolled back
     /// (diesel-async does so on the connection's next use, a pool on
     /// checkout) or the server ends it after the lease, elsewhere when the
-    /// lease runs out.
+    /// lease runs out. Runs on tokio, with its timer enabled (`#[tokio::main]`
+    /// does; a runtime built by hand needs `enable_time`): the publish is
+    /// bounded by three quarters of the [lease](Self::lease), and retries
+    /// after a lock conflict wait.
     #[cfg(feature = "async")]
     pub async fn run_once_async<C, P>(
         &self,

@@ -5,7 +5,8 @@
 //! the relay checks that connection for notifications every
 //! [`LISTEN_POLL`]: a read of what the server already sent, no round trip.
 //! Every schema's relays share the channel; a notification names the schema
-//! whose outbox committed, and a relay wakes for its own schema's only.
+//! whose outbox committed, and a relay wakes for its own schema's only (for
+//! every notification if its connection sees no outbox table to name).
 //! A listener that cannot connect, or loses its connection, costs nothing
 //! but the wake-ups: the relay falls back to its idle wait and the listener
 //! connects again, at most once per [`RECONNECT_AFTER`].
@@ -35,10 +36,11 @@ pub(super) struct CommitListener {
 }
 
 /// A connection listening for commits, and the schema of the outbox it
-/// listens for (the payload of that outbox's notifications).
+/// listens for (the payload of that outbox's notifications): `None` when
+/// it sees no outbox table, and then every notification wakes it.
 pub(super) struct Listening {
     conn: PgConnection,
-    schema: String,
+    schema: Option<String>,
 }
 
 impl CommitListener {
@@ -83,7 +85,11 @@ impl CommitListener {
         let mut lost = false;
         for notification in conn.notifications_iter() {
             match notification {
-                Ok(notification) => heard |= notification.payload == *schema,
+                Ok(notification) => {
+                    heard |= schema
+                        .as_ref()
+                        .is_none_or(|own| notification.payload == *own);
+                }
                 Err(_) => {
                     lost = true;
                     break;
@@ -101,12 +107,22 @@ impl CommitListener {
 /// A listening connection to `url` (blocking), with the commit
 /// notifications enabled ([`enable_commit_notifications`]). A role that
 /// may not create the trigger listens all the same (someone else may have
-/// created it). Fails while the connection sees no outbox table.
+/// created it). A connection that sees no outbox table (a `search_path`
+/// the URL does not give, a table not created yet) wakes for every
+/// schema's commits.
 pub(super) fn connect(url: &str) -> Result<Listening, String> {
     let mut conn = PgConnection::establish(url).map_err(|error| error.to_string())?;
     let schema = diesel::select(diesel::dsl::sql::<Text>(OUTBOX_SCHEMA_SQL))
         .get_result(&mut conn)
-        .map_err(|error| error.to_string())?;
+        .inspect_err(|_error| {
+            #[cfg(feature = "log")]
+            log::warn!(
+                target: "inbox_runtime::outbox",
+                "the relay's listening connection sees no outbox table, so every schema's \
+                 commits wake it (give its URL the pool's search_path): {_error}"
+            );
+        })
+        .ok();
     if let Err(_error) = enable_commit_notifications(&mut conn) {
         #[cfg(feature = "log")]
         log::warn!(

@@ -163,7 +163,8 @@ impl BackgroundRelay {
     /// relays of every schema in the database share that channel: a
     /// notification names the schema whose outbox committed, and the relay
     /// wakes for the schema of the outbox `database_url` sees (its
-    /// `search_path`), which must be its pool's. Give it a direct URL, not one through a
+    /// `search_path`), which must be its pool's; a URL that sees no outbox
+    /// table wakes it for every schema's commits. Give it a direct URL, not one through a
     /// transaction-pooling PgBouncer (which does not carry `LISTEN`), and
     /// with a `connect_timeout`: the listener connects on the relay's thread
     /// (a task's: on tokio's blocking pool), and a stop waits for a
