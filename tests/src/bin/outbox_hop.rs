@@ -67,8 +67,11 @@
 //! Runs a `BackgroundRelay` as a tokio task over a deadpool pool of A's
 //! database, woken on commit, publishing to NATS JetStream through
 //! `JetStreamPublisher`, each destination under `<subject-prefix>.`. Its
-//! lease is 2 s, twice the JetStream context's 1 s wait for acks: the
-//! messages of a killed relay go out again 2 s later. After a round the
+//! lease is 6 s: the JetStream context's 1 s wait for acks bounds a round's
+//! publish well within it, and a held round (`hold`, below) is killed long
+//! before the relay would drop its publish, at three quarters of the lease.
+//! The round's row locks are its lease on PostgreSQL, so a killed relay's
+//! messages are free again as soon as its session ends. After a round the
 //! broker could not take, it backs off 100 ms, doubling up to 1 s. stdout:
 //! `ready`, then `confirmed <n>` after each batch the broker confirmed
 //! (before the relay marks it sent), `round unavailable <n> <reason>`,
@@ -578,7 +581,9 @@ async fn relay(database_url: &str, nats_url: &str, prefix: &str) -> Result<(), B
             held.store(true, Ordering::SeqCst);
         }
     });
-    // The wait for acks bounds a round's publish: well within the lease.
+    // The wait for acks bounds a round's publish: well within the lease,
+    // and a held round is killed well before the relay would drop its
+    // publish (at three quarters of the lease).
     let mut context = jetstream::new(client);
     context.set_timeout(Duration::from_secs(1));
     let publisher = Hop {
@@ -590,7 +595,7 @@ async fn relay(database_url: &str, nats_url: &str, prefix: &str) -> Result<(), B
     // with what B received.
     let relay = Relay::new()
         .batch_size(20)
-        .lease(Duration::from_secs(2))
+        .lease(Duration::from_secs(6))
         .keep_sent(true);
     let _task = BackgroundRelay::new(relay)
         .idle_wait(Duration::from_millis(200))

@@ -221,5 +221,15 @@ pub fn a_listening_relay_thread_sleeps_through_another_schemas_commits<
     );
     send_all(&mut conn, &[OutgoingMessage::new("receipts", "own")]);
     eventually("the own commit's wake-up", || broker.payloads() == ["own"]);
+    // The round that published it, then one that found nothing: a relay
+    // woken by the other schema's commits would have run more.
+    eventually("the idle round after it", || {
+        rounds.load(Ordering::SeqCst) >= 3
+    });
     relay.stop().unwrap();
+    assert_eq!(
+        rounds.load(Ordering::SeqCst),
+        3,
+        "the first, the own commit's, the idle one"
+    );
 }

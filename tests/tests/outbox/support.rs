@@ -186,9 +186,6 @@ pub async fn eventually_async(what: &str, done: impl Fn() -> bool) {
     }
 }
 
-/// The server connection (PostgreSQL) of a relay listening for commits
-/// under `application_name` `tag`, once it has run its `LISTEN`, other than
-/// `not`: waits up to 10 s for it.
 /// The commit-notification triggers on this test's own outbox table (the
 /// other tests' schemas share the database).
 pub fn notify_triggers(conn: &mut impl SqlRows) -> i64 {
@@ -198,6 +195,9 @@ pub fn notify_triggers(conn: &mut impl SqlRows) -> i64 {
     )
 }
 
+/// The server connection (PostgreSQL) of a relay listening for commits
+/// under `application_name` `tag`, once it has run its `LISTEN`, other than
+/// `not`: waits up to 10 s for it.
 pub fn listener_pid(conn: &mut impl SqlRows, tag: &str, not: Option<i64>) -> i64 {
     let sql = format!(
         "SELECT pid::bigint AS value FROM pg_stat_activity \

@@ -116,8 +116,19 @@ fn a_relay_publishes_every_committed_message_through_a_failover() {
     let mut committed = BTreeSet::new();
     let mut conn = None;
     let mut promoted_at = None;
+    let mut published_before = 0;
     for n in 0..MESSAGES {
         if n == FAIL_AT {
+            // The relay at work on the primary when it dies.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while broker.published().is_empty() {
+                assert!(
+                    Instant::now() < deadline,
+                    "the relay published nothing on the primary"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            published_before = broker.published().len();
             pair.primary.stop_immediate();
             std::thread::sleep(NO_WRITABLE_SERVER);
             pair.standby.promote();
@@ -187,8 +198,8 @@ fn a_relay_publishes_every_committed_message_through_a_failover() {
     let republished = published.len() - published_ids.len();
     println!(
         "failover relay: {} messages committed as acknowledged, {} held by the promoted server, \
-         {} copies published ({republished} published again under the same id), drained {:?} \
-         after the promotion",
+         {} copies published ({published_before} before the kill, {republished} published again \
+         under the same id), drained {:?} after the promotion",
         committed.len(),
         held.len(),
         published.len(),
