@@ -1,6 +1,6 @@
 //! Parses the attribute's arguments: `id`, `handler`, `conn`, `crate`,
 //! `outside_transaction`, `max_attempts`, `claim_wait`, `fingerprint`,
-//! `store_result` and `shared_scope` (documented for users on
+//! `trace`, `store_result` and `shared_scope` (documented for users on
 //! `inbox_runtime::idempotent`).
 //!
 //! Every argument is `name = value`, separated by commas, except the flags
@@ -45,6 +45,9 @@ pub(crate) struct Args {
     /// `fingerprint = msg.body`: the payload whose fingerprint is stored
     /// with the claim and compared on duplicates.
     pub(crate) fingerprint: Option<Expr>,
+    /// `trace = msg.traceparent`: the incoming message's W3C trace context
+    /// header, which the messages the body sends continue.
+    pub(crate) trace: Option<Expr>,
     /// `store_result` (a flag, at its span): the body's result is stored
     /// with the claim and returned to duplicates.
     pub(crate) store_result: Option<Span>,
@@ -137,6 +140,7 @@ fn parse_one(
             | "max_attempts"
             | "claim_wait"
             | "fingerprint"
+            | "trace"
             | "store_result"
             | "shared_scope"
     ) {
@@ -144,8 +148,8 @@ fn parse_one(
             name.span(),
             format!(
                 "unknown argument `{key}`; `#[idempotent]` takes `id`, `handler`, `conn`, \
-                 `max_attempts`, `claim_wait`, `fingerprint`, `store_result`, `shared_scope`, \
-                 `crate` and `outside_transaction`"
+                 `max_attempts`, `claim_wait`, `fingerprint`, `trace`, `store_result`, \
+                 `shared_scope`, `crate` and `outside_transaction`"
             ),
         ));
     }
@@ -187,6 +191,7 @@ fn parse_one(
         "max_attempts" => args.max_attempts = errors.keep(max_attempts(value)),
         "claim_wait" => args.claim_wait = errors.keep(claim_wait(value)),
         "fingerprint" => args.fingerprint = Some(value),
+        "trace" => args.trace = Some(value),
         _ => args.krate = errors.keep(crate_path(value)),
     }
     Ok(())

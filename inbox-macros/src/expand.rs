@@ -71,6 +71,7 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
         max_attempts,
         claim_wait,
         fingerprint,
+        trace,
         store_result,
         shared_scope,
     } = handler;
@@ -113,6 +114,7 @@ pub(crate) fn handler(handler: Handler) -> TokenStream {
             options: options_expr(&krate, max_attempts, claim_wait),
             store_result,
             body: braced(body_span, quote!(#(#stmts)*)),
+            trace: trace.as_ref(),
         },
     );
     let setup = &lent.setup;
@@ -450,6 +452,9 @@ struct RunParts<'a> {
     store_result: bool,
     /// The user's body, in the user's braces.
     body: Group,
+    /// `trace = ...`: the body runs in that trace
+    /// (`outbox::continuing`, `outbox::continuing_async`).
+    trace: Option<&'a Expr>,
 }
 
 /// `max_attempts = ...` as the runtime's `Option<MaxAttempts>`, spanned at
@@ -526,6 +531,7 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
         options,
         store_result,
         body,
+        trace,
     } = parts;
     let entry = |plain: &str, storing: &str| {
         let name = Ident::new(
@@ -540,6 +546,12 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
     match flavor {
         Flavor::Sync => {
             let entry = respanned(entry("run_sync", "run_sync_storing"), first);
+            let body = match trace {
+                None => body.to_token_stream(),
+                Some(trace) => quote_spanned! {trace.span()=>
+                    { #krate::outbox::continuing(&(#trace), || -> #output #body) }
+                },
+            };
             let args = parenthesized(
                 last,
                 quote!(#arg, #key, #options, |#param| -> #output #body),
@@ -559,6 +571,18 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
             let begin = respanned(entry("begin_async", "begin_async_storing"), first);
             let begin_args = parenthesized(last, quote!(#arg, #key, #options));
             let typed = respanned(quote!(#krate::__private::typed), first);
+            let body = quote! {
+                async {
+                    let #param = #transaction.conn();
+                    #body
+                }
+            };
+            let traced = match trace {
+                None => body,
+                Some(trace) => quote_spanned! {trace.span()=>
+                    #krate::outbox::continuing_async(&(#trace), #body)
+                },
+            };
             let finish = respanned(entry("finish_async", "finish_async_storing"), first);
             let finish_args = parenthesized(last, quote!(#transaction, #result));
             quote! {
@@ -568,10 +592,7 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
                 };
                 let #result = #krate::__private::catch_unwind(
                     #krate::__private::observed(&#transaction),
-                    #typed::<#output, _>(async {
-                        let #param = #transaction.conn();
-                        #body
-                    }),
+                    #typed::<#output, _>(#traced),
                 )
                 .await;
                 #finish::<_, #output> #finish_args.await

@@ -84,6 +84,9 @@ pub(crate) struct Handler {
     /// `fingerprint = ...`: the payload expression, rooted in a message
     /// parameter.
     pub(crate) fingerprint: Option<Expr>,
+    /// `trace = ...`: the incoming `traceparent` the body's outgoing
+    /// messages continue.
+    pub(crate) trace: Option<Expr>,
     /// `store_result`: the body's result is stored and replayed.
     pub(crate) store_result: bool,
     /// `shared_scope`: the scope is shared with other handlers on purpose.

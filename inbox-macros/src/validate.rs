@@ -99,6 +99,7 @@ pub(crate) fn handler(
             max_attempts: args.max_attempts,
             claim_wait: args.claim_wait,
             fingerprint: args.fingerprint,
+            trace: args.trace,
             store_result: args.store_result.is_some(),
             shared_scope: args.shared_scope.is_some(),
         }),

@@ -309,6 +309,13 @@ pub mod __private;
 ///   `serde::Serialize` value (see [`fingerprint`] for the encoding). Like
 ///   `id`, it must be rooted in a message parameter and not be a
 ///   per-delivery field.
+/// - **`trace = <expression>`**: the incoming message's W3C trace context
+///   header (`trace = msg.traceparent`: `&str`, `String` or an `Option` of
+///   one, see [`outbox::Traceparent`]). Every message the body records
+///   through the outbox that names no trace of its own continues that
+///   trace, with a span of its own (the body runs in
+///   [`outbox::continuing`], or [`outbox::continuing_async`]). A missing
+///   or invalid header continues nothing.
 /// - **`store_result`** (a flag, no value; feature `serde`): the body's
 ///   result is stored with the claim (as JSON, at most
 ///   [`MAX_STORED_RESULT_BYTES`]) and returned to later deliveries of the id

@@ -217,7 +217,7 @@ fn reports_argument_mistakes_together() {
         found,
         [
             "duplicate argument `id`: each argument may be given only once",
-            "unknown argument `colour`; `#[idempotent]` takes `id`, `handler`, `conn`, `max_attempts`, `claim_wait`, `fingerprint`, `store_result`, `shared_scope`, `crate` and `outside_transaction`",
+            "unknown argument `colour`; `#[idempotent]` takes `id`, `handler`, `conn`, `max_attempts`, `claim_wait`, `fingerprint`, `trace`, `store_result`, `shared_scope`, `crate` and `outside_transaction`",
             "`handler` takes a string literal, e.g. `handler = \"billing.apply_payment\"`",
             "`conn` takes the name of the connection parameter, e.g. `conn = db`",
             "`crate` takes the path of the `inbox_runtime` crate, e.g. `crate = \"::my_inbox\"`",

@@ -56,6 +56,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod continuing;
 mod dead;
 mod headers;
 mod id;
@@ -69,6 +70,7 @@ mod runner;
 mod trace;
 mod write;
 
+pub use continuing::{Traceparent, continuing, continuing_async};
 pub use dead::{Backlog, DeadMessage, backlog, dead, discard, revive};
 pub use id::OutboxId;
 pub use message::{MAX_HEADER_VALUE_BYTES, MAX_NAME_BYTES, OutgoingMessage};

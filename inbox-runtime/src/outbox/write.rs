@@ -5,6 +5,7 @@
 use diesel::connection::LoadConnection;
 
 use super::OutgoingMessage;
+use super::continuing;
 use super::headers;
 use super::id::OutboxId;
 use crate::backend::{Bind, InboxBackend, KeyedInsert};
@@ -40,7 +41,14 @@ pub(crate) async fn record<X: Executor>(
         });
     }
     let id = OutboxId::generate();
-    let headers = match message.trace() {
+    let trace = match message.trace() {
+        Some(trace) => Some(trace.clone()),
+        // A message that names no trace continues the running body's
+        // (`continuing`), unless it carries a `traceparent` of its own.
+        None if !has_traceparent(message) => continuing::current(),
+        None => None,
+    };
+    let headers = match trace {
         None => headers::encode(message.headers()),
         Some(trace) => {
             let mut all = message.headers().to_vec();
@@ -86,6 +94,14 @@ pub(crate) async fn record<X: Executor>(
         }
     }
     Ok(id)
+}
+
+/// Whether `message` carries a `traceparent` header its caller added.
+fn has_traceparent(message: &OutgoingMessage) -> bool {
+    message
+        .headers()
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("traceparent"))
 }
 
 /// Records `message` in the transaction open on `conn`, to be published by

@@ -18,6 +18,7 @@ inbox_tests::backend_tests!(
     refused_outside_an_async_transaction,
     an_async_handlers_unkeyed_message_is_written_with_its_commit_as_sent,
     a_dropped_async_round_gives_its_messages_back,
+    an_async_handlers_messages_continue_its_deliverys_trace,
 );
 
 #[idempotent(id = id, handler = "outbox.announce_async")]
@@ -232,4 +233,59 @@ pub async fn a_dropped_async_round_gives_its_messages_back<B: TestBackend>() {
     }
     assert_eq!(published, ["m1"]);
     assert_eq!(broker.confirmed.lock().unwrap()[0].id, id);
+}
+
+#[idempotent(id = id, handler = "outbox.traced_async", trace = traceparent)]
+async fn traced<C>(conn: &mut C, id: &str, traceparent: Option<String>) -> Result<(), AppError>
+where
+    C: AsyncConnection,
+    C::Backend: inbox_runtime::InboxBackend,
+{
+    outbox::send_async(
+        conn,
+        &OutgoingMessage::new("receipts", format!("{id} plain")),
+    )
+    .await?;
+    // A yield between the two: the trace is the body's at every poll.
+    tokio::task::yield_now().await;
+    outbox::send_async(
+        conn,
+        &OutgoingMessage::new("receipts", format!("{id} later")),
+    )
+    .await?;
+    Ok(())
+}
+
+/// `#[idempotent(trace = …)]` on an async handler: every message its body
+/// sends, before and after an await, continues the incoming trace; a
+/// delivery without the header continues none.
+pub async fn an_async_handlers_messages_continue_its_deliverys_trace<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect_async().await;
+    traced(&mut conn, "t-1", Some(INCOMING_TRACE.to_owned()))
+        .await
+        .unwrap();
+    traced(&mut conn, "t-2", None).await.unwrap();
+    let relay = Relay::new();
+    let mut broker = Broker::default();
+    while !relay
+        .run_once_async(&mut conn, &mut broker)
+        .await
+        .unwrap()
+        .is_idle()
+    {}
+    let traceparents = traceparents(&broker);
+    assert!(
+        continues_incoming(&traceparents["t-1 plain"]),
+        "{traceparents:?}"
+    );
+    assert!(
+        continues_incoming(&traceparents["t-1 later"]),
+        "{traceparents:?}"
+    );
+    assert_ne!(
+        traceparents["t-1 plain"], traceparents["t-1 later"],
+        "a span per message"
+    );
+    assert!(traceparents["t-2 plain"].is_empty(), "{traceparents:?}");
 }

@@ -25,7 +25,8 @@ inbox_tests::backend_tests! {
     a_relay_killed_mid_round_leaves_its_lease_then_another_publishes_the_same_ids,
     three_relays_publish_every_message_once_each_key_in_order,
     a_relay_refuses_to_run_inside_a_transaction,
-    a_message_continues_the_trace_it_was_sent_from;
+    a_message_continues_the_trace_it_was_sent_from,
+    a_handlers_messages_continue_its_deliverys_trace;
     only [postgres]:
     a_killed_relay_connection_gives_its_messages_back_at_once,
     a_round_stuck_past_its_lease_loses_its_messages_to_another_relay;
@@ -532,6 +533,44 @@ pub fn a_message_continues_the_trace_it_was_sent_from<B: TestBackend>() {
         confirmed[0].headers[0],
         ("kind".to_owned(), "receipt".to_owned())
     );
+}
+
+/// Sends two messages: one naming no trace, one with a `traceparent` of
+/// its own.
+#[inbox_runtime::idempotent(id = id, handler = "outbox.traced", trace = traceparent)]
+fn traced<C>(conn: &mut C, id: &str, traceparent: Option<&str>) -> Result<(), inbox_tests::AppError>
+where
+    C: diesel::connection::LoadConnection + diesel::r2d2::R2D2Connection,
+    C::Backend: inbox_runtime::InboxBackend,
+{
+    outbox::send(
+        conn,
+        &OutgoingMessage::new("receipts", format!("{id} plain")),
+    )?;
+    let own = OutgoingMessage::new("receipts", format!("{id} own")).header("traceparent", "given");
+    outbox::send(conn, &own)?;
+    Ok(())
+}
+
+/// `#[idempotent(trace = …)]`: what its body sends continues the incoming
+/// trace, unless it names one of its own; a delivery without the header,
+/// and the code after a traced delivery, continue none.
+pub fn a_handlers_messages_continue_its_deliverys_trace<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    traced(&mut conn, "t-1", Some(INCOMING_TRACE)).unwrap();
+    traced(&mut conn, "t-2", None).unwrap();
+    send_all(&mut conn, &[OutgoingMessage::new("receipts", "after")]);
+    let mut broker = Broker::default();
+    drain(&Relay::new(), &mut conn, &mut broker);
+    let traceparents = traceparents(&broker);
+    assert!(
+        continues_incoming(&traceparents["t-1 plain"]),
+        "{traceparents:?}"
+    );
+    assert_eq!(traceparents["t-1 own"], ["given"]);
+    assert!(traceparents["t-2 plain"].is_empty(), "{traceparents:?}");
+    assert!(traceparents["after"].is_empty(), "{traceparents:?}");
 }
 
 pub fn a_relay_refuses_to_run_inside_a_transaction<B: TestBackend>() {

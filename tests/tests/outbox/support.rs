@@ -218,3 +218,36 @@ pub fn listener_pid(conn: &mut impl SqlRows, tag: &str, not: Option<i64>) -> i64
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The incoming trace the trace tests continue.
+pub const INCOMING_TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// The `traceparent` headers of each message `broker` confirmed, by payload.
+pub fn traceparents(broker: &Broker) -> std::collections::BTreeMap<String, Vec<String>> {
+    broker
+        .confirmed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|message| {
+            let values = message
+                .headers
+                .iter()
+                .filter(|(name, _)| name == "traceparent")
+                .map(|(_, value)| value.clone())
+                .collect();
+            (
+                String::from_utf8_lossy(&message.payload).into_owned(),
+                values,
+            )
+        })
+        .collect()
+}
+
+/// Whether `traceparent` continues [`INCOMING_TRACE`]: its trace id and
+/// flags, a span of its own.
+pub fn continues_incoming(traceparent: &[String]) -> bool {
+    matches!(traceparent, [one] if one.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+        && one.ends_with("-01")
+        && !one.contains("00f067aa0ba902b7"))
+}
