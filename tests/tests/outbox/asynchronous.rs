@@ -21,6 +21,27 @@ inbox_tests::backend_tests!(
     an_async_handlers_messages_continue_its_deliverys_trace,
 );
 
+/// Relays every pending message with a default relay to a broker of its
+/// own: the broker, and how many rounds published something.
+async fn drain_async<C>(conn: &mut C) -> (Broker, usize)
+where
+    C: AsyncConnection,
+    C::Backend: inbox_runtime::InboxBackend,
+{
+    let relay = Relay::new();
+    let mut broker = Broker::default();
+    let mut rounds = 0;
+    while !relay
+        .run_once_async(conn, &mut broker)
+        .await
+        .unwrap()
+        .is_idle()
+    {
+        rounds += 1;
+    }
+    (broker, rounds)
+}
+
 #[idempotent(id = id, handler = "outbox.announce_async")]
 async fn announce<C>(conn: &mut C, id: &str, fail: bool) -> Result<(), AppError>
 where
@@ -48,17 +69,7 @@ pub async fn recorded_in_an_async_handler_once_and_relayed_in_key_order<B: TestB
             .await,
         3
     );
-    let relay = Relay::new();
-    let mut broker = Broker::default();
-    let mut rounds = 0;
-    while !relay
-        .run_once_async(&mut conn, &mut broker)
-        .await
-        .unwrap()
-        .is_idle()
-    {
-        rounds += 1;
-    }
+    let (broker, rounds) = drain_async(&mut conn).await;
     assert_eq!(rounds, 3, "one message of the key per round");
     assert_eq!(broker.payloads(), ["m-1", "m-2", "m-3"]);
     assert_eq!(
@@ -131,14 +142,7 @@ pub async fn an_async_handlers_unkeyed_message_is_written_with_its_commit_as_sen
     );
     unkeyed(&mut conn, "m-1", false).await.unwrap();
     unkeyed(&mut conn, "m-1", false).await.unwrap();
-    let relay = Relay::new();
-    let mut broker = Broker::default();
-    while !relay
-        .run_once_async(&mut conn, &mut broker)
-        .await
-        .unwrap()
-        .is_idle()
-    {}
+    let (broker, _) = drain_async(&mut conn).await;
     let confirmed = broker.confirmed.lock().unwrap().clone();
     assert_eq!(confirmed.len(), 2, "once, the duplicate wrote nothing");
     let awkward = confirmed
@@ -266,14 +270,7 @@ pub async fn an_async_handlers_messages_continue_its_deliverys_trace<B: TestBack
         .await
         .unwrap();
     traced(&mut conn, "t-2", None).await.unwrap();
-    let relay = Relay::new();
-    let mut broker = Broker::default();
-    while !relay
-        .run_once_async(&mut conn, &mut broker)
-        .await
-        .unwrap()
-        .is_idle()
-    {}
+    let (broker, _) = drain_async(&mut conn).await;
     let traceparents = traceparents(&broker);
     assert!(
         continues_incoming(&traceparents["t-1 plain"]),
