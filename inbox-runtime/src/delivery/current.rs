@@ -11,9 +11,9 @@
 //! batch still sees a duplicate (that message's own body runs it).
 
 use std::cell::RefCell;
-use std::future::{Future, poll_fn};
-use std::pin::pin;
+use std::future::Future;
 
+use crate::execution::installed::polled_with;
 use crate::key::ClaimKey;
 
 thread_local! {
@@ -35,31 +35,5 @@ pub(crate) async fn running<'k, F: Future>(
     body: F,
 ) -> F::Output {
     let keys: Vec<ClaimKey> = keys.into_iter().cloned().collect();
-    let mut body = pin!(body);
-    poll_fn(|cx| {
-        let _marked = Marked::new(&keys);
-        body.as_mut().poll(cx)
-    })
-    .await
-}
-
-/// Marks messages until dropped (also when their body panics), restoring
-/// the marks it replaced.
-struct Marked {
-    previous: Vec<ClaimKey>,
-}
-
-impl Marked {
-    fn new<'k>(keys: impl IntoIterator<Item = &'k ClaimKey>) -> Self {
-        let keys = keys.into_iter().cloned().collect();
-        let previous = RUNNING.with(|running| running.replace(keys));
-        Marked { previous }
-    }
-}
-
-impl Drop for Marked {
-    fn drop(&mut self) {
-        let previous = std::mem::take(&mut self.previous);
-        RUNNING.with(|running| *running.borrow_mut() = previous);
-    }
+    polled_with(&RUNNING, keys, body).await
 }

@@ -16,6 +16,7 @@ use std::pin::pin;
 
 use super::executor::Executor;
 use crate::execution::depth;
+use crate::execution::installed::Installed;
 
 thread_local! {
     static COLLECTING: RefCell<Option<Collector>> = const { RefCell::new(None) };
@@ -87,42 +88,13 @@ pub(crate) async fn collecting<F: Future>(
     let mut body = pin!(body);
     let mut collector = collector;
     let output = poll_fn(|cx| {
-        let installed = Installed::new(collector.take());
+        let installed = Installed::new(&COLLECTING, collector.take());
         let poll = body.as_mut().poll(cx);
-        collector = installed.remove();
+        collector = installed.take();
         poll
     })
     .await;
     (output, collector.unwrap_or_default())
-}
-
-/// A collector installed on this thread until removed or dropped (also
-/// when the body panics), the one it replaced put back.
-struct Installed {
-    previous: Option<Option<Collector>>,
-}
-
-impl Installed {
-    fn new(collector: Option<Collector>) -> Self {
-        let previous = COLLECTING.with(|collecting| collecting.replace(collector));
-        Installed {
-            previous: Some(previous),
-        }
-    }
-
-    /// Puts the previous collector back: the installed one.
-    fn remove(mut self) -> Option<Collector> {
-        let previous = self.previous.take().flatten();
-        COLLECTING.with(|collecting| collecting.replace(previous))
-    }
-}
-
-impl Drop for Installed {
-    fn drop(&mut self) {
-        if let Some(previous) = self.previous.take() {
-            COLLECTING.with(|collecting| *collecting.borrow_mut() = previous);
-        }
-    }
 }
 
 /// The address of `exec`'s connection: what tells the delivery's own

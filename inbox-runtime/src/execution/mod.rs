@@ -4,12 +4,14 @@
 //! leaves the connection unusable ([`broken`]), and, on
 //! diesel-async, what marks a connection broken when a future is dropped
 //! inside a transaction ([`guard`]), and how a background worker waits for
-//! its stop and run-now requests ([`signals`]).
+//! its stop and run-now requests ([`signals`]), and what a body's code
+//! finds in a thread-local slot while the body runs ([`installed`]).
 
 pub(crate) mod broken;
 pub(crate) mod depth;
 #[cfg(feature = "async")]
 pub(crate) mod guard;
+pub(crate) mod installed;
 pub(crate) mod ready;
 pub(crate) mod retry;
 pub(crate) mod signals;

@@ -8,10 +8,10 @@
 //! poll, so a task that moves between threads keeps it).
 
 use std::cell::RefCell;
-use std::future::{Future, poll_fn};
-use std::pin::pin;
+use std::future::Future;
 
 use super::trace::Trace;
+use crate::execution::installed::{Installed, polled_with};
 
 thread_local! {
     static CURRENT: RefCell<Option<Trace>> = const { RefCell::new(None) };
@@ -87,7 +87,7 @@ pub fn continuing<P, R>(traceparent: &P, body: impl FnOnce() -> R) -> R
 where
     P: Traceparent + ?Sized,
 {
-    let _current = Current::set(parse(traceparent));
+    let _current = Installed::new(&CURRENT, parse(traceparent));
     body()
 }
 
@@ -108,15 +108,7 @@ where
     P: Traceparent + ?Sized,
     F: Future,
 {
-    let trace = parse(traceparent);
-    async move {
-        let mut body = pin!(body);
-        poll_fn(|cx| {
-            let _current = Current::set(trace.clone());
-            body.as_mut().poll(cx)
-        })
-        .await
-    }
+    polled_with(&CURRENT, parse(traceparent), body)
 }
 
 /// The trace the running body continues, if any.
@@ -126,24 +118,4 @@ pub(crate) fn current() -> Option<Trace> {
 
 fn parse<P: Traceparent + ?Sized>(traceparent: &P) -> Option<Trace> {
     traceparent.traceparent().and_then(Trace::parse)
-}
-
-/// The thread's trace until dropped (also when the body panics), then the
-/// one it replaced.
-struct Current {
-    previous: Option<Trace>,
-}
-
-impl Current {
-    fn set(trace: Option<Trace>) -> Current {
-        let previous = CURRENT.with(|current| current.replace(trace));
-        Current { previous }
-    }
-}
-
-impl Drop for Current {
-    fn drop(&mut self) {
-        let previous = self.previous.take();
-        CURRENT.with(|current| *current.borrow_mut() = previous);
-    }
 }
