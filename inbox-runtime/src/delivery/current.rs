@@ -30,10 +30,10 @@ pub(crate) fn is_running(key: &ClaimKey) -> bool {
 /// `body`, with `keys` marked as the messages whose body runs (one, or
 /// every message a bulk body handles) while it is polled: a blocking body
 /// runs in its first poll, an async one across its polls.
-pub(crate) async fn running<'k, F: Future>(
+pub(crate) fn running<'k, F: Future>(
     keys: impl IntoIterator<Item = &'k ClaimKey>,
     body: F,
-) -> F::Output {
+) -> impl Future<Output = F::Output> {
     let keys: Vec<ClaimKey> = keys.into_iter().cloned().collect();
-    polled_with(&RUNNING, keys, body).await
+    polled_with(&RUNNING, keys, body)
 }
