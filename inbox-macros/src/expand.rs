@@ -16,7 +16,7 @@
 //! An `async fn` gets the same steps written out, without a closure:
 //!
 //! ```text
-//! let mut __inbox_transaction = match KRATE::__private::begin_async::<_, RET>(&mut *conn, __inbox_key, OPTIONS).await {
+//! let mut __inbox_transaction = match KRATE::__private::begin_async::<_, RET, _>(ROUTE, &mut *conn, __inbox_key, OPTIONS).await {
 //!     Ok(transaction) => transaction,          // the id is claimed: run the body
 //!     Err(done) => return done,                // duplicate, invalid id, database failure
 //! };
@@ -29,6 +29,11 @@
 //! ).await;
 //! KRATE::__private::finish_async::<_, RET>(__inbox_transaction, __inbox_result).await
 //! ```
+//!
+//! `ROUTE` is how the connection's type begins its claim, picked by autoref
+//! (`Pipelined`, the `BEGIN` sent with the claim, on `AsyncPgConnection`;
+//! `Sequential` on any other type):
+//! `{ use KRATE::__private::{RoutePipelined as _, RouteSequential as _}; (&KRATE::__private::ConnRoute::of(&&mut *conn)).route() }`.
 //!
 //! `OPTIONS` is the attribute's options as one runtime value,
 //! `KRATE::Options::new()` followed by a builder call per argument given
@@ -569,7 +574,15 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
             let done = Ident::new("__inbox_done", Span::mixed_site());
             let result = Ident::new("__inbox_result", Span::mixed_site());
             let begin = respanned(entry("begin_async", "begin_async_storing"), first);
-            let begin_args = parenthesized(last, quote!(#arg, #key, #options));
+            // How the connection's type begins the claim, picked by autoref:
+            // `BEGIN` pipelined with the claim on an `AsyncPgConnection`.
+            let route = quote! {
+                {
+                    use #krate::__private::{RoutePipelined as _, RouteSequential as _};
+                    (&#krate::__private::ConnRoute::of(&#arg)).route()
+                }
+            };
+            let begin_args = parenthesized(last, quote!(#route, #arg, #key, #options));
             let typed = respanned(quote!(#krate::__private::typed), first);
             let body = quote! {
                 async {
@@ -586,7 +599,7 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
             let finish = respanned(entry("finish_async", "finish_async_storing"), first);
             let finish_args = parenthesized(last, quote!(#transaction, #result));
             quote! {
-                let mut #transaction = match #begin::<#conn_type, #output> #begin_args.await {
+                let mut #transaction = match #begin::<#conn_type, #output, _> #begin_args.await {
                     ::core::result::Result::Ok(#transaction) => #transaction,
                     ::core::result::Result::Err(#done) => return #done,
                 };

@@ -366,6 +366,9 @@ pub use inbox_macros::idempotent;
 pub use ack::{AckDecision, Acknowledge, ack_decision};
 pub use attempts::MaxAttempts;
 pub use backend::InboxBackend;
+#[cfg(feature = "postgres")]
+#[doc(hidden)]
+pub use backend::postgres::PipelinedClaimStatement;
 pub use backoff::Backoff;
 pub use batch::{
     BatchReport, MAX_BATCH_MESSAGES, run_idempotent_batch, run_idempotent_batch_bulk,

@@ -215,9 +215,11 @@ where
 
 /// The first step of an async handler: the claimed transaction in which the
 /// body runs, or the handler's return value without running it (a duplicate,
-/// an invalid id, a database failure).
+/// an invalid id, a database failure). `route` is how the connection begins
+/// its claim ([`ConnRoute`]).
 #[cfg(feature = "async")]
-pub async fn begin_async<C, T>(
+pub async fn begin_async<C, T, R>(
+    route: R,
     conn: &mut C,
     key: Result<ClaimKey, InboxError>,
     options: Options,
@@ -228,14 +230,17 @@ where
     T: HandlerResult,
     T::Ok: OnDuplicate,
     T::Err: HandlerError,
+    R: BeginClaim<C>,
 {
-    begin_async_with::<Plain, C, T>(conn, key, options).await
+    let key = checked_async_key::<T>(key)?;
+    answered::<C, T>(route.begin(conn, key, options).await)
 }
 
 /// [`begin_async`] for `store_result`: a duplicate returns the stored
 /// result.
 #[cfg(feature = "async")]
-pub async fn begin_async_storing<C, T>(
+pub async fn begin_async_storing<C, T, R>(
+    route: R,
     conn: &mut C,
     key: Result<ClaimKey, InboxError>,
     options: Options,
@@ -246,33 +251,174 @@ where
     T: HandlerResult,
     T::Ok: StoredResult,
     T::Err: HandlerError,
+    R: BeginClaim<C>,
 {
-    begin_async_with::<Storing, C, T>(conn, key, options).await
+    let key = checked_async_key::<T>(key)?;
+    answered::<C, T>(route.begin_storing(conn, key, options).await)
 }
 
+/// The key, or the handler's answer to an invalid one.
 #[cfg(feature = "async")]
-async fn begin_async_with<P, C, T>(
-    conn: &mut C,
-    key: Result<ClaimKey, InboxError>,
-    options: Options,
-) -> Result<crate::ClaimedTransaction<'_, C>, T>
+fn checked_async_key<T>(key: Result<ClaimKey, InboxError>) -> Result<ClaimKey, T>
 where
-    P: Reply<T::Ok>,
-    C: diesel_async::AsyncConnection,
-    C::Backend: InboxBackend,
     T: HandlerResult,
     T::Err: HandlerError,
 {
-    use crate::delivery::asynchronous::claim_in_new_level;
-    use crate::delivery::single::Begun;
-    let key = key.map_err(|error| {
+    key.map_err(|error| {
         observe::invalid_key(&error);
         T::from_result(Err(error.into()))
-    })?;
-    match claim_in_new_level::<P, C, T::Ok>(conn, key, options).await {
-        Ok(Begun::Claimed(claimed)) => Ok(claimed),
-        Ok(Begun::Answered(answer)) => Err(T::from_result(Ok(answer))),
-        Err(error) => Err(T::from_result(Err(crate::error::into_handler_error(error)))),
+    })
+}
+
+/// The claimed transaction, or the handler's answer without its body.
+#[cfg(feature = "async")]
+fn answered<C, T>(begun: Begun<'_, C, T::Ok>) -> Result<crate::ClaimedTransaction<'_, C>, T>
+where
+    C: diesel_async::AsyncConnection,
+    T: HandlerResult,
+    T::Err: HandlerError,
+{
+    begun.map_err(|answer| T::from_result(answer.map_err(crate::error::into_handler_error)))
+}
+
+/// What beginning an async handler's claim comes to: the claimed
+/// transaction, or the answer without the body (a duplicate's, or the
+/// inbox's error).
+#[cfg(feature = "async")]
+pub type Begun<'c, C, R> = Result<crate::ClaimedTransaction<'c, C>, Result<R, InboxError>>;
+
+/// The type of an async handler's connection, for the expansion to pick how
+/// it begins its claim, by autoref (no specialization on stable Rust):
+/// `(&ConnRoute::of(&conn)).route()` with [`RoutePipelined`] and
+/// [`RouteSequential`] in scope is [`Pipelined`] for an `AsyncPgConnection`
+/// (the type itself, where the handler names it) and [`Sequential`] for any
+/// other type, a generic one included.
+pub struct ConnRoute<C>(core::marker::PhantomData<fn(C)>);
+
+impl<C> ConnRoute<C> {
+    /// The route of the connection `conn` lends (`&mut C`).
+    pub fn of(conn: &&mut C) -> Self {
+        let _ = conn;
+        ConnRoute(core::marker::PhantomData)
+    }
+}
+
+/// The route of an `AsyncPgConnection`: its `BEGIN` pipelined with the
+/// claim (`delivery::pipelined`).
+#[derive(Debug, Clone, Copy)]
+pub struct Pipelined;
+
+/// The route of any other connection: `BEGIN`, then the claim.
+#[derive(Debug, Clone, Copy)]
+pub struct Sequential;
+
+/// Picks [`Pipelined`] (found first, on `ConnRoute<AsyncPgConnection>`
+/// itself).
+pub trait RoutePipelined {
+    /// [`Pipelined`].
+    fn route(&self) -> Pipelined {
+        Pipelined
+    }
+}
+
+#[cfg(feature = "async-postgres")]
+impl RoutePipelined for ConnRoute<diesel_async::AsyncPgConnection> {}
+
+/// Picks [`Sequential`] (found after an autoref, for every type).
+pub trait RouteSequential {
+    /// [`Sequential`].
+    fn route(&self) -> Sequential {
+        Sequential
+    }
+}
+
+impl<C> RouteSequential for &ConnRoute<C> {}
+
+/// How a route begins a handler's level on `C` and claims in it (see
+/// `delivery::asynchronous::claim_in_new_level`).
+#[cfg(feature = "async")]
+pub trait BeginClaim<C>
+where
+    C: diesel_async::AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    /// For a handler whose duplicate answers `R::on_duplicate()`.
+    fn begin<R: OnDuplicate>(
+        self,
+        conn: &mut C,
+        key: ClaimKey,
+        options: Options,
+    ) -> impl core::future::Future<Output = Begun<'_, C, R>> + Send;
+
+    /// For a handler whose duplicate answers the stored result.
+    fn begin_storing<R: StoredResult>(
+        self,
+        conn: &mut C,
+        key: ClaimKey,
+        options: Options,
+    ) -> impl core::future::Future<Output = Begun<'_, C, R>> + Send;
+}
+
+#[cfg(feature = "async")]
+impl<C> BeginClaim<C> for Sequential
+where
+    C: diesel_async::AsyncConnection,
+    C::Backend: InboxBackend,
+{
+    async fn begin<R: OnDuplicate>(
+        self,
+        conn: &mut C,
+        key: ClaimKey,
+        options: Options,
+    ) -> Begun<'_, C, R> {
+        use crate::delivery::asynchronous::claim_in_new_level;
+        begun(claim_in_new_level::<Plain, C, R>(conn, key, options).await)
+    }
+
+    async fn begin_storing<R: StoredResult>(
+        self,
+        conn: &mut C,
+        key: ClaimKey,
+        options: Options,
+    ) -> Begun<'_, C, R> {
+        use crate::delivery::asynchronous::claim_in_new_level;
+        begun(claim_in_new_level::<Storing, C, R>(conn, key, options).await)
+    }
+}
+
+#[cfg(feature = "async-postgres")]
+impl BeginClaim<diesel_async::AsyncPgConnection> for Pipelined {
+    async fn begin<R: OnDuplicate>(
+        self,
+        conn: &mut diesel_async::AsyncPgConnection,
+        key: ClaimKey,
+        options: Options,
+    ) -> Begun<'_, diesel_async::AsyncPgConnection, R> {
+        use crate::delivery::pipelined::claim_in_new_level;
+        begun(claim_in_new_level::<Plain, R>(conn, key, options).await)
+    }
+
+    async fn begin_storing<R: StoredResult>(
+        self,
+        conn: &mut diesel_async::AsyncPgConnection,
+        key: ClaimKey,
+        options: Options,
+    ) -> Begun<'_, diesel_async::AsyncPgConnection, R> {
+        use crate::delivery::pipelined::claim_in_new_level;
+        begun(claim_in_new_level::<Storing, R>(conn, key, options).await)
+    }
+}
+
+/// The delivery core's answer as [`Begun`].
+#[cfg(feature = "async")]
+fn begun<C: diesel_async::AsyncConnection, R>(
+    begun: Result<crate::delivery::single::Begun<R, crate::ClaimedTransaction<'_, C>>, InboxError>,
+) -> Begun<'_, C, R> {
+    use crate::delivery::single::Begun as Core;
+    match begun {
+        Ok(Core::Claimed(claimed)) => Ok(claimed),
+        Ok(Core::Answered(answer)) => Err(Ok(answer)),
+        Err(error) => Err(Err(error)),
     }
 }
 
@@ -352,7 +498,8 @@ where
 /// `async fn` handler fails to compile with one sentence that names the
 /// missing feature (the other steps below type-check and add no error).
 #[cfg(not(feature = "async"))]
-pub fn begin_async<C, T>(
+pub fn begin_async<C, T, R>(
+    _route: R,
     conn: &mut C,
     _key: Result<ClaimKey, InboxError>,
     _options: Options,
@@ -366,7 +513,8 @@ where
 
 /// Stands in for `begin_async_storing` without the `async` feature.
 #[cfg(not(feature = "async"))]
-pub fn begin_async_storing<C, T>(
+pub fn begin_async_storing<C, T, R>(
+    route: R,
     conn: &mut C,
     key: Result<ClaimKey, InboxError>,
     options: Options,
@@ -374,7 +522,7 @@ pub fn begin_async_storing<C, T>(
 where
     C: AsyncFeatureEnabled,
 {
-    begin_async(conn, key, options)
+    begin_async(route, conn, key, options)
 }
 
 /// Stands in for `finish_async_storing` without the `async` feature.

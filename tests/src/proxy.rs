@@ -8,6 +8,10 @@
 //!   more either way, while new connections work, as when a peer hangs or
 //!   a connection's path dies without a reset.
 //!
+//! It also counts round trips, as [`Proxy::flights`]: what a client sends
+//! before the server next answers (its pipelined messages included) is one
+//! flight.
+//!
 //! ```no_run
 //! use inbox_tests::proxy::Proxy;
 //!
@@ -41,6 +45,8 @@ struct Shared {
     accepted: AtomicU64,
     /// Connections numbered below this carry nothing more.
     stalled_below: AtomicU64,
+    /// Client→server flights so far, over every connection.
+    flights: AtomicU64,
     /// Both ends of every proxied connection, to cut them.
     streams: Mutex<Vec<TcpStream>>,
 }
@@ -71,6 +77,7 @@ impl Proxy {
             closing: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
             stalled_below: AtomicU64::new(0),
+            flights: AtomicU64::new(0),
             streams: Mutex::new(Vec::new()),
         });
         let accept_shared = Arc::clone(&shared);
@@ -143,6 +150,14 @@ impl Proxy {
         self.shared.accepted.load(Ordering::SeqCst)
     }
 
+    /// Round trips so far, over every connection: client→server flights,
+    /// each begun by the first read from the client after the server sent
+    /// something (or the connection's first). Messages a client pipelines
+    /// (written before the answer to the first came back) are one flight.
+    pub fn flights(&self) -> u64 {
+        self.shared.flights.load(Ordering::SeqCst)
+    }
+
     /// Stalls every connection taken so far: nothing more goes through it
     /// either way (what it read is never delivered), and it stays open
     /// until [`Proxy::down`] or the proxy's end. New connections work.
@@ -176,26 +191,59 @@ fn splice(
         streams.push(client.try_clone()?);
         streams.push(server.try_clone()?);
     }
-    for (from, to) in [(client.try_clone()?, server.try_clone()?), (server, client)] {
+    // Whether the server sent something since the client's last read: the
+    // client's next read starts a new flight.
+    let answered = Arc::new(AtomicBool::new(true));
+    let directions = [
+        (client.try_clone()?, server.try_clone()?, Direction::Asks),
+        (server, client, Direction::Answers),
+    ];
+    for (from, to, direction) in directions {
         let shared = Arc::clone(shared);
-        thread::spawn(move || pump(&shared, number, from, to));
+        let answered = Arc::clone(&answered);
+        thread::spawn(move || {
+            let counted = |shared: &Shared| match direction {
+                Direction::Asks if answered.swap(false, Ordering::SeqCst) => {
+                    shared.flights.fetch_add(1, Ordering::SeqCst);
+                }
+                Direction::Asks => {}
+                Direction::Answers => answered.store(true, Ordering::SeqCst),
+            };
+            pump(&shared, number, from, to, counted)
+        });
     }
     Ok(())
 }
 
-/// Copies `from` to `to` until either closes; once connection `number` is
-/// stalled, holds what it read until the connection is cut, never
-/// delivering it. Then closes both.
-fn pump(shared: &Shared, number: u64, mut from: TcpStream, mut to: TcpStream) {
+/// Which way a pump copies.
+#[derive(Clone, Copy)]
+enum Direction {
+    /// Client to server.
+    Asks,
+    /// Server to client.
+    Answers,
+}
+
+/// Copies `from` to `to` until either closes, calling `read` after each
+/// read; once connection `number` is stalled, holds what it read until the
+/// connection is cut, never delivering it. Then closes both.
+fn pump(
+    shared: &Shared,
+    number: u64,
+    mut from: TcpStream,
+    mut to: TcpStream,
+    read: impl Fn(&Shared),
+) {
     let mut buffer = [0; 16 * 1024];
-    while let Ok(read @ 1..) = from.read(&mut buffer) {
+    while let Ok(bytes @ 1..) = from.read(&mut buffer) {
+        read(shared);
         if shared.stalls(number) {
             while shared.stalls(number) {
                 thread::sleep(Duration::from_millis(10));
             }
             break;
         }
-        if shared.closing.load(Ordering::SeqCst) || to.write_all(&buffer[..read]).is_err() {
+        if shared.closing.load(Ordering::SeqCst) || to.write_all(&buffer[..bytes]).is_err() {
             break;
         }
     }

@@ -398,9 +398,18 @@ fn expands_the_async_shape_without_a_closure() {
     let run = out.run_async();
     let (transaction, transaction_mut) = &run.transaction;
     assert!(transaction_mut, "`conn()` borrows the transaction mutably");
-    // `let mut T = match begin_async::<_, RET>(&mut *conn, KEY, OPTIONS).await { .. }`
+    // `let mut T = match begin_async::<_, RET, _>(ROUTE, &mut *conn, KEY, OPTIONS).await { .. }`
     assert_eq!(run.begin.entry, runtime("::inbox_runtime", "begin_async"));
-    assert_eq!(run.begin.types, [parse_quote!(_), ret.clone()]);
+    assert_eq!(
+        run.begin.types,
+        [parse_quote!(_), ret.clone(), parse_quote!(_)]
+    );
+    // ROUTE: the connection's type picks, by autoref, how it begins.
+    let route: Expr = parse_quote!({
+        use ::inbox_runtime::__private::{RoutePipelined as _, RouteSequential as _};
+        (&::inbox_runtime::__private::ConnRoute::of(&&mut *conn)).route()
+    });
+    assert_eq!(run.route, route, "{}", text(&run.route));
     assert_eq!(
         run.begin.args,
         [

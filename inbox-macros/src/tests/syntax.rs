@@ -158,8 +158,12 @@ pub(super) struct RunSync {
 pub(super) struct RunAsync {
     /// The local holding the transaction, and whether it is `mut`.
     pub(super) transaction: (Ident, bool),
-    /// The call beginning the transaction.
+    /// The call beginning the transaction, without its first argument,
+    /// the route ([`route`](Self::route)).
     pub(super) begin: Call,
+    /// The first argument of `begin`: how the connection's type begins
+    /// its claim.
+    pub(super) route: Expr,
     /// The `match` on what `begin` returned.
     pub(super) begun: ExprMatch,
     /// The local holding the body's result.
@@ -287,9 +291,13 @@ impl Expanded {
         let [Expr::Async(body)] = &typed.args[..] else {
             panic!("`typed` takes an `async` block: {}", text(typed_call));
         };
+        let mut begin = call(awaited(&begun.expr));
+        assert!(!begin.args.is_empty(), "`begin_async` takes the route first");
+        let route = begin.args.remove(0);
         RunAsync {
             transaction: (transaction.clone(), transaction_mut),
-            begin: call(awaited(&begun.expr)),
+            begin,
+            route,
             begun: begun.clone(),
             result: result.clone(),
             body: body.block.clone(),

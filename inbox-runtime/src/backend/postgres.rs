@@ -102,6 +102,10 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
 
 #[cfg(all(feature = "postgres", feature = "migrations"))]
 pub(crate) use imp::MIGRATIONS;
+#[cfg(feature = "postgres")]
+pub use imp::PipelinedClaimStatement;
+#[cfg(feature = "async-postgres")]
+pub(crate) use imp::{PIPELINED_CLAIMING_SQL, PipelinedReadingClaimStatement};
 
 /// Makes a transaction that recorded outgoing messages notify the channel
 /// `inbox_outbox` when it commits (none on a rollback; one per inserting
@@ -216,17 +220,185 @@ mod imp {
 
     /// A bounded claim's first step, `WITH inbox_wait AS MATERIALIZED
     /// (…)`: reads the session's `lock_timeout`, then sets it to `bound`
-    /// for the transaction (`set_config(…, true)`).
+    /// for the transaction (`set_config(…, true)`). A `guarded` claim
+    /// reads it through [`CLAIMING_GUARD`] (see [`PipelinedClaimStatement`]).
     fn push_wait<'b>(
         bound: &'b crate::backend::ClaimBound,
+        guarded: bool,
         out: &mut AstPass<'_, 'b, Pg>,
     ) -> QueryResult<()> {
-        out.push_sql(
-            "WITH inbox_wait AS MATERIALIZED (SELECT current_setting('lock_timeout') AS previous, \
-             set_config('lock_timeout', ",
-        );
+        out.push_sql(match guarded {
+            false => "WITH inbox_wait AS MATERIALIZED (SELECT current_setting('lock_timeout') AS previous, ",
+            true => concat!(
+                "WITH inbox_wait AS MATERIALIZED (SELECT ",
+                claiming_guard!(),
+                " AS previous, "
+            ),
+        });
+        out.push_sql("set_config('lock_timeout', ");
         out.push_bind_param::<diesel::sql_types::Integer, i32>(&bound.millis)?;
         out.push_sql("::text, true) AS bound)");
+        Ok(())
+    }
+
+    /// `current_setting('lock_timeout')`, or, where the transaction block
+    /// the pipelined begin opens ([`PIPELINED_CLAIMING_SQL`]) is not open,
+    /// an error: `current_setting` of a parameter that does not exist
+    /// (SQLSTATE 42704, "unrecognized configuration parameter \"inbox.claim
+    /// refused: no transaction block\""). The name is chosen per row, so the
+    /// planner cannot evaluate it ahead of time.
+    macro_rules! claiming_guard {
+        () => {
+            "current_setting(CASE WHEN current_setting('inbox.claiming', true) = 'on' \
+             THEN 'lock_timeout' ELSE 'inbox.claim refused: no transaction block' END)"
+        };
+    }
+    use claiming_guard;
+
+    /// Sent after the outermost `BEGIN` (and its idle bound) in the text an
+    /// async PostgreSQL connection pipelines with the claim: marks the
+    /// transaction block that [`claiming_guard!`] looks for. `SET LOCAL`
+    /// ends with the transaction; if the `BEGIN` failed, this never runs.
+    #[cfg(feature = "async-postgres")]
+    pub(crate) const PIPELINED_CLAIMING_SQL: &str = "SET LOCAL inbox.claiming = 'on'";
+
+    /// The claim an async PostgreSQL connection sends in the same flight
+    /// as the `BEGIN` before it (pipelined, see `delivery::pipelined`): the
+    /// bounded or unbounded claim, its fingerprint included, that refuses
+    /// to run unless the pipelined begin's transaction block is open. So a
+    /// `BEGIN` that failed (a cancelled statement, say) cannot leave the
+    /// claim to commit on its own, apart from the effects: it fails with
+    /// the guard's error instead ([`claiming_guard!`]).
+    #[doc(hidden)]
+    #[derive(Debug, Clone, Copy)]
+    pub struct PipelinedClaimStatement<'k> {
+        pub(crate) key: &'k ClaimKey,
+        pub(crate) bound: Option<crate::backend::ClaimBound>,
+    }
+
+    impl<'k> PipelinedClaimStatement<'k> {
+        /// The guarded claim of `key` waiting at most `bound` (`None`: as
+        /// long as the server lets it) for a claim of the same key in flight.
+        ///
+        /// ```no_run
+        /// # #[cfg(feature = "postgres")] {
+        /// use diesel::RunQueryDsl;
+        /// use inbox_runtime::{ClaimKey, HandlerName, PipelinedClaimStatement};
+        ///
+        /// let key = ClaimKey::new(HandlerName::new("billing")?, "pay-1")?;
+        /// # let mut conn: diesel::PgConnection = unimplemented!();
+        /// // Outside the pipelined begin's transaction block, refused:
+        /// assert!(PipelinedClaimStatement::new(&key, None).execute(&mut conn).is_err());
+        /// # }
+        /// # Ok::<(), inbox_runtime::InboxError>(())
+        /// ```
+        pub fn new(key: &'k ClaimKey, bound: Option<std::time::Duration>) -> Self {
+            let bound = bound.map(crate::backend::ClaimBound::of);
+            PipelinedClaimStatement { key, bound }
+        }
+    }
+
+    impl diesel::query_builder::QueryId for PipelinedClaimStatement<'_> {
+        type QueryId = ();
+        const HAS_STATIC_QUERY_ID: bool = false;
+    }
+
+    impl diesel::query_builder::QueryFragment<Pg> for PipelinedClaimStatement<'_> {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+            match &self.bound {
+                Some(bound) => push_wait(bound, true, &mut out)?,
+                None => out.push_sql(concat!(
+                    "WITH inbox_wait AS MATERIALIZED (SELECT ",
+                    claiming_guard!(),
+                    " AS previous)"
+                )),
+            }
+            out.push_sql(" INSERT INTO inbox_messages ");
+            crate::backend::push_claim_select(self.key, self.key.fingerprint(), &mut out)?;
+            out.push_sql(match self.bound {
+                Some(_) => RESTORE_WAIT,
+                None => " FROM inbox_wait ON CONFLICT (handler, message_id) DO NOTHING",
+            });
+            Ok(())
+        }
+    }
+
+    impl<C> diesel::RunQueryDsl<C> for PipelinedClaimStatement<'_> {}
+
+    /// [`PipelinedClaimStatement`] that also reads what the claim it met
+    /// stored, as [`walk_reading_claim`](InboxBackend::walk_reading_claim)
+    /// does: one [`ReadingClaimRow`](crate::backend::ReadingClaimRow).
+    #[cfg(feature = "async-postgres")]
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct PipelinedReadingClaimStatement<'k> {
+        pub(crate) key: &'k ClaimKey,
+        pub(crate) bound: Option<crate::backend::ClaimBound>,
+    }
+
+    #[cfg(feature = "async-postgres")]
+    impl diesel::query_builder::QueryId for PipelinedReadingClaimStatement<'_> {
+        type QueryId = ();
+        const HAS_STATIC_QUERY_ID: bool = false;
+    }
+
+    #[cfg(feature = "async-postgres")]
+    impl diesel::query_builder::QueryFragment<Pg> for PipelinedReadingClaimStatement<'_> {
+        fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+            walk_reading(
+                self.key,
+                self.key.fingerprint(),
+                self.bound.as_ref(),
+                true,
+                out,
+            )
+        }
+    }
+
+    #[cfg(feature = "async-postgres")]
+    impl diesel::query_builder::Query for PipelinedReadingClaimStatement<'_> {
+        type SqlType = diesel::sql_types::Untyped;
+    }
+
+    /// The reading claim ([`InboxBackend::walk_reading_claim`]); `guarded`
+    /// as [`PipelinedClaimStatement`] is.
+    fn walk_reading<'b>(
+        key: &'b ClaimKey,
+        fingerprint: Option<&'b Fingerprint>,
+        bound: Option<&'b crate::backend::ClaimBound>,
+        guarded: bool,
+        mut out: AstPass<'_, 'b, Pg>,
+    ) -> QueryResult<()> {
+        use diesel::sql_types::Text;
+        match (bound, guarded) {
+            (Some(bound), _) => {
+                push_wait(bound, guarded, &mut out)?;
+                out.push_sql(", inbox_claim AS (INSERT INTO inbox_messages ");
+            }
+            (None, false) => out.push_sql("WITH inbox_claim AS (INSERT INTO inbox_messages "),
+            (None, true) => out.push_sql(concat!(
+                "WITH inbox_wait AS MATERIALIZED (SELECT ",
+                claiming_guard!(),
+                " AS previous), inbox_claim AS (INSERT INTO inbox_messages "
+            )),
+        }
+        crate::backend::push_claim_select(key, fingerprint, &mut out)?;
+        match (bound, guarded) {
+            (Some(_), _) => out.push_sql(RESTORE_WAIT),
+            (None, false) => {
+                out.push_sql(" ON CONFLICT (handler, message_id) DO NOTHING RETURNING 1")
+            }
+            (None, true) => out.push_sql(
+                " FROM inbox_wait ON CONFLICT (handler, message_id) DO NOTHING RETURNING 1",
+            ),
+        }
+        out.push_sql(
+            ") SELECT EXISTS (SELECT 1 FROM inbox_claim) AS claimed, \
+             found.message_id IS NOT NULL AS seen, found.fingerprint, found.result \
+             FROM (SELECT 1) AS one LEFT JOIN inbox_messages AS found ON found.handler = ",
+        );
+        out.push_bind_param::<Text, str>(key.handler().as_str())?;
+        out.push_sql(" AND found.message_id = ");
+        out.push_bind_param::<Text, str>(key.message_id())?;
         Ok(())
     }
 
@@ -524,7 +696,7 @@ mod imp {
             bound: &'b crate::backend::ClaimBound,
             mut out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
-            push_wait(bound, &mut out)?;
+            push_wait(bound, false, &mut out)?;
             out.push_sql(" INSERT INTO inbox_messages ");
             crate::backend::push_claim_select(key, fingerprint, &mut out)?;
             out.push_sql(RESTORE_WAIT);
@@ -542,30 +714,9 @@ mod imp {
             key: &'b ClaimKey,
             fingerprint: Option<&'b Fingerprint>,
             bound: Option<&'b crate::backend::ClaimBound>,
-            mut out: AstPass<'_, 'b, Self>,
+            out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
-            use diesel::sql_types::Text;
-            match bound {
-                Some(bound) => {
-                    push_wait(bound, &mut out)?;
-                    out.push_sql(", inbox_claim AS (INSERT INTO inbox_messages ");
-                }
-                None => out.push_sql("WITH inbox_claim AS (INSERT INTO inbox_messages "),
-            }
-            crate::backend::push_claim_select(key, fingerprint, &mut out)?;
-            match bound {
-                Some(_) => out.push_sql(RESTORE_WAIT),
-                None => out.push_sql(" ON CONFLICT (handler, message_id) DO NOTHING RETURNING 1"),
-            }
-            out.push_sql(
-                ") SELECT EXISTS (SELECT 1 FROM inbox_claim) AS claimed, \
-                 found.message_id IS NOT NULL AS seen, found.fingerprint, found.result \
-                 FROM (SELECT 1) AS one LEFT JOIN inbox_messages AS found ON found.handler = ",
-            );
-            out.push_bind_param::<Text, str>(key.handler().as_str())?;
-            out.push_sql(" AND found.message_id = ");
-            out.push_bind_param::<Text, str>(key.message_id())?;
-            Ok(())
+            walk_reading(key, fingerprint, bound, false, out)
         }
 
         /// Picks and locks the oldest expired rows, skipping rows another

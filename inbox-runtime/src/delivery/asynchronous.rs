@@ -253,7 +253,7 @@ where
 {
     let mut exec = Async::new(conn);
     Ok(match begin::<P, R, _>(&mut exec, key, options).await? {
-        Begun::Claimed(claimed) => Begun::Claimed(ClaimedTransaction { exec, claimed }),
+        Begun::Claimed(claimed) => Begun::Claimed(ClaimedTransaction::new(exec, claimed)),
         Begun::Answered(answer) => Begun::Answered(answer),
     })
 }
@@ -273,6 +273,13 @@ pub struct ClaimedTransaction<'c, C: AsyncConnection> {
     exec: Async<'c, C>,
     /// The claim's level, and the delivery it belongs to.
     claimed: Claimed,
+}
+
+impl<'c, C: AsyncConnection> ClaimedTransaction<'c, C> {
+    /// The transaction `claimed` holds, open on `exec`.
+    pub(crate) fn new(exec: Async<'c, C>, claimed: Claimed) -> Self {
+        ClaimedTransaction { exec, claimed }
+    }
 }
 
 impl<C> ClaimedTransaction<'_, C>

@@ -57,6 +57,19 @@ pub(crate) trait Executor {
         sql: &str,
     ) -> impl Future<Output = QueryResult<()>> + Send;
 
+    /// Opens the outermost level of `scope` with `sql` for the claim that
+    /// follows at once: sent now, or held by an executor that sends it in
+    /// one flight with that claim (an async PostgreSQL connection, see
+    /// [`pipelined`](super::pipelined)), whose claim then refuses to run
+    /// unless the level opened.
+    fn begin_for_claim(
+        &mut self,
+        scope: &Scope,
+        sql: &str,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        self.level_sql(scope, sql)
+    }
+
     /// The claim statement for `key` (with its fingerprint, if it has
     /// one), waiting at most `bound` for a claim of the same key in flight
     /// (`None`: as long as the server lets it): the rows it inserted.

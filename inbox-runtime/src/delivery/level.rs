@@ -50,7 +50,9 @@ impl Level {
     /// backend's outermost transaction has a tripwire and each statement
     /// costs the executor a round trip, the tripwire is left unset, for
     /// [`arm`](Self::arm) once the id is claimed (a duplicate then costs
-    /// neither setting nor releasing it).
+    /// neither setting nor releasing it). An outermost `BEGIN` goes through
+    /// [`Executor::begin_for_claim`], which may hold it to send with the
+    /// claim.
     pub(crate) async fn begin_for_claim<X: Executor>(
         &self,
         exec: &mut X,
@@ -59,6 +61,14 @@ impl Level {
             Some(late) if exec.pays_per_statement(&self.scope) => {
                 self.begin_with(exec, late.begin).await?;
                 Ok(Tripwire::Unset(late))
+            }
+            _ if self.is_outermost() => {
+                exec.set_open(true);
+                let begun = exec
+                    .begin_for_claim(&self.scope, &self.scope.begin_sql())
+                    .await;
+                self.entered(exec, begun)?;
+                Ok(Tripwire::Set)
             }
             _ => {
                 self.begin(exec).await?;
@@ -98,7 +108,18 @@ impl Level {
 
     async fn begin_with<X: Executor>(&self, exec: &mut X, sql: &str) -> Result<(), InboxError> {
         exec.set_open(true);
-        if let Err(error) = exec.level_sql(&self.scope, sql).await {
+        let begun = exec.level_sql(&self.scope, sql).await;
+        self.entered(exec, begun)
+    }
+
+    /// Records the level as open once its begin went through (the
+    /// executor was marked open before it was sent).
+    fn entered<X: Executor>(
+        &self,
+        exec: &mut X,
+        begun: diesel::QueryResult<()>,
+    ) -> Result<(), InboxError> {
+        if let Err(error) = begun {
             exec.set_open(false);
             return Err(error.into());
         }

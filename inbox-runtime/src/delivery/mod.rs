@@ -14,7 +14,9 @@
 //!
 //! [`blocking`] drives the core on the calling thread (its executor's steps
 //! are ready when called, so one poll completes a delivery); `asynchronous`
-//! (feature `async`) awaits it on diesel-async connections. The batch form
+//! (feature `async`) awaits it on diesel-async connections, and `pipelined`
+//! on an `AsyncPgConnection` with its `BEGIN` sent in one flight with the
+//! claim. The batch form
 //! (`crate::batch`) runs its claims over the same executors.
 
 pub(crate) mod blocking;
@@ -27,3 +29,5 @@ pub(crate) mod steps;
 
 #[cfg(feature = "async")]
 pub(crate) mod asynchronous;
+#[cfg(feature = "async-postgres")]
+pub(crate) mod pipelined;

@@ -99,7 +99,7 @@ mod nonblocking {
     use diesel::prelude::*;
     use diesel::sql_types::Text;
     use diesel_async::{AsyncConnection, RunQueryDsl};
-    use inbox_runtime::InboxBackend;
+    use inbox_runtime::{InboxBackend, InboxError, Outcome, idempotent};
 
     use super::bench_account;
 
@@ -123,6 +123,16 @@ mod nonblocking {
             handler: &'a str,
             id: &'a str,
         ) -> impl Future<Output = QueryResult<usize>> + Send + 'a;
+
+        /// Message `id` through an `#[idempotent]` handler written for
+        /// this connection type, whose body is [`effect`](Self::effect):
+        /// what a user's handler on it costs (on `AsyncPgConnection`, its
+        /// `BEGIN` travels with the claim).
+        fn handle(
+            &mut self,
+            id: u64,
+            account: i64,
+        ) -> impl Future<Output = Result<Outcome<()>, InboxError>> + Send;
     }
 
     macro_rules! nonblocking {
@@ -156,6 +166,23 @@ mod nonblocking {
                         .bind::<Text, _>(handler)
                         .bind::<Text, _>(id)
                         .execute(self)
+                }
+
+                fn handle(
+                    &mut self,
+                    id: u64,
+                    account: i64,
+                ) -> impl Future<Output = Result<Outcome<()>, InboxError>> + Send {
+                    #[idempotent(id = id, handler = "bench.throughput", shared_scope)]
+                    async fn handle(
+                        conn: &mut $connection,
+                        id: u64,
+                        account: i64,
+                    ) -> Result<Outcome<()>, InboxError> {
+                        conn.effect(account).await?;
+                        Ok(Outcome::Processed(()))
+                    }
+                    handle(self, id, account)
                 }
             }
         };

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use diesel_async::RunQueryDsl;
 use inbox_runtime::{
-    ClaimStatement, HandlerName, run_idempotent_async, run_idempotent_batch_async,
+    ClaimStatement, HandlerName, Outcome, run_idempotent_async, run_idempotent_batch_async,
     run_idempotent_batch_bulk_async,
 };
 
@@ -85,26 +85,14 @@ impl<C: AsyncBenchConnection> AsyncWorker<C> {
                     .expect("claim-uncached");
             }
             Variant::Handler => {
-                run_idempotent_async(
-                    &mut self.conn,
-                    key(handler, fresh_ids(1)),
-                    async |conn: &mut C| conn.effect(account).await.map(drop),
-                )
-                .await
-                .expect("handler");
+                let outcome = self.conn.handle(fresh_ids(1), account).await;
+                assert_eq!(outcome.expect("handler"), Outcome::Processed(()));
             }
             Variant::Duplicate => {
                 let id = self.redeliver[self.next_redelivery % self.redeliver.len()];
                 self.next_redelivery += 1;
-                run_idempotent_async(
-                    &mut self.conn,
-                    key(handler, id),
-                    async |_: &mut C| -> QueryResult<()> {
-                        unreachable!("a duplicate's body does not run")
-                    },
-                )
-                .await
-                .expect("duplicate");
+                let outcome = self.conn.handle(id, account).await;
+                assert_eq!(outcome.expect("duplicate"), Outcome::Duplicate);
             }
             Variant::Batch(size) => {
                 let first = fresh_ids(size);

@@ -46,11 +46,45 @@ impl Msg {
     }
 }
 
-/// Records one effect row, then behaves as the message asks.
-#[idempotent(id = msg.id, handler = "async.record", shared_scope)]
+/// Records one effect row, then behaves as the message asks: on an
+/// `AsyncPgConnection` through [`record_pg`], the handler written for that
+/// type (whose `BEGIN` travels with its claim, as for users who name the
+/// type), on any other through [`record_generic`]. So the suite's
+/// PostgreSQL tests take the pipelined path, and MariaDB's (and the pooled
+/// handlers' below) the sequential one.
 pub async fn record<C>(conn: &mut C, msg: &Msg) -> Result<Outcome<i32>, AppError>
 where
+    C: AsyncConnection<Backend: InboxBackend> + 'static,
+{
+    #[cfg(feature = "postgres")]
+    if let Some(conn) = (conn as &mut dyn std::any::Any).downcast_mut() {
+        return record_pg(conn, msg).await;
+    }
+    record_generic(conn, msg).await
+}
+
+/// [`record`]'s handler for any connection type.
+#[idempotent(id = msg.id, handler = "async.record", shared_scope)]
+pub async fn record_generic<C>(conn: &mut C, msg: &Msg) -> Result<Outcome<i32>, AppError>
+where
     C: AsyncConnection<Backend: InboxBackend>,
+{
+    record_body(conn, msg).await
+}
+
+/// [`record`]'s handler for `AsyncPgConnection` itself.
+#[cfg(feature = "postgres")]
+#[idempotent(id = msg.id, handler = "async.record", shared_scope)]
+pub async fn record_pg(
+    conn: &mut diesel_async::AsyncPgConnection,
+    msg: &Msg,
+) -> Result<Outcome<i32>, AppError> {
+    record_body(conn, msg).await
+}
+
+async fn record_body<C>(conn: &mut C, msg: &Msg) -> Result<Outcome<i32>, AppError>
+where
+    C: AsyncConnection,
 {
     write_effect(conn, &msg.id, msg.worker).await?;
     tokio::task::yield_now().await;

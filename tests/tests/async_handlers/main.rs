@@ -15,6 +15,8 @@ mod delivery;
 mod failure;
 mod handlers;
 mod in_flight;
+#[cfg(feature = "postgres")]
+mod pipelining;
 mod race;
 mod roundtrips;
 mod support;

@@ -1,0 +1,216 @@
+//! An async PostgreSQL delivery in one round trip fewer (features `async`
+//! and `postgres`): the outermost `BEGIN` travels in one flight with the
+//! claim after it.
+//!
+//! diesel-async pipelines the queries it is given through a shared
+//! `&AsyncPgConnection`: both are written before either answer is read, and
+//! the server runs them in order. A processed message then costs `BEGIN` +
+//! claim, the body's statements, the commit; a duplicate `BEGIN` + claim and
+//! the commit.
+//!
+//! What pipelining must not do is let the claim commit on its own: if the
+//! `BEGIN` fails (a cancelled statement, an error in its text), the claim
+//! after it would run outside a transaction block, commit at once, and the
+//! message's effects would never join it. So the held `BEGIN` is sent with
+//! a mark of its transaction block ([`PIPELINED_CLAIMING_SQL`], a `SET
+//! LOCAL` after it in the same text, skipped when anything before it
+//! failed), and the claim is the guarded one
+//! ([`PipelinedClaimStatement`]): outside that block it fails and writes
+//! nothing. The delivery reports the `BEGIN`'s own error then.
+//!
+//! Only a handler whose connection is an `AsyncPgConnection` (the type
+//! itself) takes this path: `#[idempotent]` routes it here from the type it
+//! sees (see `__private::ConnRoute`). A generic connection type cannot be
+//! told apart from the others without `'static` bounds the public API does
+//! not ask for, so it sends `BEGIN` and the claim one after the other.
+
+use std::time::Duration;
+
+use diesel::QueryResult;
+use diesel::connection::TransactionManagerStatus;
+use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use futures_util::future::{Either, join};
+
+use super::asynchronous::{Async, ClaimedTransaction};
+use super::executor::Executor;
+use super::single::{Begun, begin};
+use crate::backend::postgres::{
+    PIPELINED_CLAIMING_SQL, PipelinedClaimStatement, PipelinedReadingClaimStatement,
+};
+use crate::backend::{BatchClaimed, Bind, ClaimBound, ReadingClaimRow, StoredClaimRow};
+use crate::error::InboxError;
+use crate::key::ClaimKey;
+use crate::options::Options;
+use crate::scope::Scope;
+use crate::stored::Reply;
+
+/// [`begin`] on an `AsyncPgConnection`, its `BEGIN` pipelined with the
+/// claim: the async front end's `claim_in_new_level` for that connection.
+pub(crate) async fn claim_in_new_level<P, R>(
+    conn: &mut AsyncPgConnection,
+    key: ClaimKey,
+    options: Options,
+) -> Result<Begun<R, ClaimedTransaction<'_, AsyncPgConnection>>, InboxError>
+where
+    P: Reply<R>,
+{
+    let mut exec = Pipelined::new(conn);
+    Ok(match begin::<P, R, _>(&mut exec, key, options).await? {
+        Begun::Claimed(claimed) => Begun::Claimed(ClaimedTransaction::new(exec.exec, claimed)),
+        Begun::Answered(answer) => Begun::Answered(answer),
+    })
+}
+
+/// The async executor of an `AsyncPgConnection` that holds the outermost
+/// `BEGIN` for the claim that follows (see the [module](self)).
+pub(crate) struct Pipelined<'c> {
+    exec: Async<'c, AsyncPgConnection>,
+    /// The outermost `BEGIN` not sent yet, with its transaction block's
+    /// mark.
+    held: Option<String>,
+}
+
+impl<'c> Pipelined<'c> {
+    fn new(conn: &'c mut AsyncPgConnection) -> Self {
+        Pipelined {
+            exec: Async::new(conn),
+            held: None,
+        }
+    }
+
+    /// Sends the held `BEGIN`, if any, on its own: for a statement other
+    /// than the claim (the delivery core sends none before the claim).
+    fn flush(&mut self) -> impl Future<Output = QueryResult<()>> + Send {
+        let held = self.held.take();
+        let conn = self.exec.conn();
+        async move {
+            match held {
+                Some(begin) => conn.batch_execute(&begin).await,
+                None => Ok(()),
+            }
+        }
+    }
+}
+
+/// The held `BEGIN` and the statement after it, written together; the
+/// `BEGIN`'s failure is the one reported (the statement then failed on its
+/// guard, or in the aborted block, and wrote nothing).
+async fn after_begin<T>(
+    conn: &AsyncPgConnection,
+    begin: &str,
+    statement: impl Future<Output = QueryResult<T>>,
+) -> QueryResult<T> {
+    let mut begin_conn = conn;
+    let (begun, done) = join(begin_conn.batch_execute(begin), statement).await;
+    begun?;
+    done
+}
+
+impl Executor for Pipelined<'_> {
+    type Backend = diesel::pg::Pg;
+    type Conn = AsyncPgConnection;
+
+    fn conn(&mut self) -> &mut AsyncPgConnection {
+        self.exec.conn()
+    }
+
+    fn status(&mut self) -> &mut TransactionManagerStatus {
+        self.exec.status()
+    }
+
+    fn idle_limit(&self) -> Option<Duration> {
+        self.exec.idle_limit()
+    }
+
+    fn set_open(&mut self, open: bool) {
+        self.exec.set_open(open);
+    }
+
+    fn pays_per_statement(&self, scope: &Scope) -> bool {
+        self.exec.pays_per_statement(scope)
+    }
+
+    async fn level_sql(&mut self, scope: &Scope, sql: &str) -> QueryResult<()> {
+        self.flush().await?;
+        self.exec.level_sql(scope, sql).await
+    }
+
+    /// Holds the `BEGIN` for the claim.
+    fn begin_for_claim(
+        &mut self,
+        _scope: &Scope,
+        sql: &str,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        let begin = format!("{sql}; {PIPELINED_CLAIMING_SQL}");
+        async move {
+            self.flush().await?;
+            self.held = Some(begin);
+            Ok(())
+        }
+    }
+
+    fn claim(
+        &mut self,
+        key: &ClaimKey,
+        bound: Option<ClaimBound>,
+    ) -> impl Future<Output = QueryResult<usize>> + Send {
+        match self.held.take() {
+            None => Either::Left(self.exec.claim(key, bound)),
+            Some(begin) => {
+                let conn: &AsyncPgConnection = self.exec.conn();
+                Either::Right(async move {
+                    let mut claim_conn = conn;
+                    let claim = PipelinedClaimStatement { key, bound }.execute(&mut claim_conn);
+                    after_begin(conn, &begin, claim).await
+                })
+            }
+        }
+    }
+
+    fn claim_reading(
+        &mut self,
+        key: &ClaimKey,
+        bound: Option<ClaimBound>,
+    ) -> impl Future<Output = QueryResult<Vec<ReadingClaimRow>>> + Send {
+        match self.held.take() {
+            None => Either::Left(self.exec.claim_reading(key, bound)),
+            Some(begin) => {
+                let conn: &AsyncPgConnection = self.exec.conn();
+                Either::Right(async move {
+                    let mut claim_conn = conn;
+                    let claim = PipelinedReadingClaimStatement { key, bound }.load(&mut claim_conn);
+                    after_begin(conn, &begin, claim).await
+                })
+            }
+        }
+    }
+
+    async fn execute_bound(&mut self, sql: &'static str, binds: &[Bind<'_>]) -> QueryResult<usize> {
+        self.flush().await?;
+        self.exec.execute_bound(sql, binds).await
+    }
+
+    async fn load_stored_claim(
+        &mut self,
+        sql: &'static str,
+        binds: &[Bind<'_>],
+    ) -> QueryResult<Vec<StoredClaimRow>> {
+        self.flush().await?;
+        self.exec.load_stored_claim(sql, binds).await
+    }
+
+    async fn load_flag(&mut self, sql: &'static str) -> QueryResult<bool> {
+        self.flush().await?;
+        self.exec.load_flag(sql).await
+    }
+
+    async fn claim_batch(
+        &mut self,
+        handler: &str,
+        ids: &[&str],
+        bound: Option<&ClaimBound>,
+    ) -> QueryResult<BatchClaimed> {
+        self.flush().await?;
+        self.exec.claim_batch(handler, ids, bound).await
+    }
+}
