@@ -33,7 +33,7 @@
 //! `ROUTE` is how the connection's type begins its claim, picked by autoref
 //! (`Pipelined`, the `BEGIN` sent with the claim, on `AsyncPgConnection`;
 //! `Sequential` on any other type):
-//! `{ use KRATE::__private::{RoutePipelined as _, RouteSequential as _}; (&KRATE::__private::ConnRoute::of(&&mut *conn)).route() }`.
+//! `{ use KRATE::__private::{RoutePipelined as _, RouteSequential as _}; (&KRATE::__private::ConnRoute::of(&&mut *conn)).inbox_route() }`.
 //!
 //! `OPTIONS` is the attribute's options as one runtime value,
 //! `KRATE::Options::new()` followed by a builder call per argument given
@@ -576,10 +576,13 @@ fn run(flavor: Flavor, parts: &RunParts) -> TokenStream {
             let begin = respanned(entry("begin_async", "begin_async_storing"), first);
             // How the connection's type begins the claim, picked by autoref:
             // `BEGIN` pipelined with the claim on an `AsyncPgConnection`.
+            // Spanned at the connection parameter: a type that is not a
+            // diesel-async connection is reported there.
+            let of = quote_spanned!(lent.span=> #krate::__private::ConnRoute::of(&#arg));
             let route = quote! {
                 {
                     use #krate::__private::{RoutePipelined as _, RouteSequential as _};
-                    (&#krate::__private::ConnRoute::of(&#arg)).route()
+                    (&#of).inbox_route()
                 }
             };
             let begin_args = parenthesized(last, quote!(#route, #arg, #key, #options));

@@ -337,7 +337,9 @@ pub mod __private;
 /// (`C: diesel::connection::LoadConnection` with `C::Backend:`
 /// [`InboxBackend`]), or, with the `async` feature, an `async fn` on a
 /// diesel-async connection (`#[async_trait]` methods are refused: write the
-/// trait with a native `async fn`). It returns `Result<R, E>`:
+/// trait with a native `async fn`). On `AsyncPgConnection` named as such,
+/// the `BEGIN` is sent in one flight with the claim (see
+/// `run_idempotent_async`). It returns `Result<R, E>`:
 ///
 /// - `R = ()`: a duplicate returns `Ok(())`.
 /// - `R = `[`Outcome<T>`](Outcome): the body returns

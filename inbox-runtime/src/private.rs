@@ -289,19 +289,45 @@ pub type Begun<'c, C, R> = Result<crate::ClaimedTransaction<'c, C>, Result<R, In
 
 /// The type of an async handler's connection, for the expansion to pick how
 /// it begins its claim, by autoref (no specialization on stable Rust):
-/// `(&ConnRoute::of(&conn)).route()` with [`RoutePipelined`] and
+/// `(&ConnRoute::of(&conn)).inbox_route()` with [`RoutePipelined`] and
 /// [`RouteSequential`] in scope is [`Pipelined`] for an `AsyncPgConnection`
 /// (the type itself, where the handler names it) and [`Sequential`] for any
 /// other type, a generic one included.
 pub struct ConnRoute<C>(core::marker::PhantomData<fn(C)>);
 
 impl<C> ConnRoute<C> {
-    /// The route of the connection `conn` lends (`&mut C`).
+    /// The route of the connection `conn` lends (`&mut C`), which must be a
+    /// diesel-async connection (a wrong type is reported here, at the
+    /// handler's connection parameter).
+    #[cfg(feature = "async")]
+    pub fn of(conn: &&mut C) -> Self
+    where
+        C: AsyncHandlerConnection,
+    {
+        let _ = conn;
+        ConnRoute(core::marker::PhantomData)
+    }
+
+    /// The route of the connection `conn` lends (`&mut C`); without the
+    /// `async` feature, `begin_async` reports the missing feature.
+    #[cfg(not(feature = "async"))]
     pub fn of(conn: &&mut C) -> Self {
         let _ = conn;
         ConnRoute(core::marker::PhantomData)
     }
 }
+
+/// The connection of an `async fn` handler: any diesel-async connection.
+#[cfg(feature = "async")]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a diesel-async connection, which an `async fn` handler runs on",
+    label = "not a diesel-async connection",
+    note = "take `&mut AsyncPgConnection` or `&mut AsyncMysqlConnection` (or a deadpool `Object` or bb8 `PooledConnection` of one); a blocking connection goes with a handler that is not `async`"
+)]
+pub trait AsyncHandlerConnection {}
+
+#[cfg(feature = "async")]
+impl<C: diesel_async::AsyncConnection> AsyncHandlerConnection for C {}
 
 /// The route of an `AsyncPgConnection`: its `BEGIN` pipelined with the
 /// claim (`delivery::pipelined`).
@@ -316,18 +342,22 @@ pub struct Sequential;
 /// itself).
 pub trait RoutePipelined {
     /// [`Pipelined`].
-    fn route(&self) -> Pipelined {
+    fn inbox_route(&self) -> Pipelined {
         Pipelined
     }
 }
 
-#[cfg(feature = "async-postgres")]
-impl RoutePipelined for ConnRoute<diesel_async::AsyncPgConnection> {}
+#[cfg(all(feature = "async", feature = "postgres"))]
+impl<C: Pipelining> RoutePipelined for ConnRoute<C> {}
+
+/// What a connection needs for [`Pipelined`].
+#[cfg(all(feature = "async", feature = "postgres"))]
+pub use crate::delivery::pipelined::Pipelining;
 
 /// Picks [`Sequential`] (found after an autoref, for every type).
 pub trait RouteSequential {
     /// [`Sequential`].
-    fn route(&self) -> Sequential {
+    fn inbox_route(&self) -> Sequential {
         Sequential
     }
 }
@@ -386,26 +416,26 @@ where
     }
 }
 
-#[cfg(feature = "async-postgres")]
-impl BeginClaim<diesel_async::AsyncPgConnection> for Pipelined {
+#[cfg(all(feature = "async", feature = "postgres"))]
+impl<C: Pipelining> BeginClaim<C> for Pipelined {
     async fn begin<R: OnDuplicate>(
         self,
-        conn: &mut diesel_async::AsyncPgConnection,
+        conn: &mut C,
         key: ClaimKey,
         options: Options,
-    ) -> Begun<'_, diesel_async::AsyncPgConnection, R> {
+    ) -> Begun<'_, C, R> {
         use crate::delivery::pipelined::claim_in_new_level;
-        begun(claim_in_new_level::<Plain, R>(conn, key, options).await)
+        begun(claim_in_new_level::<Plain, R, C>(conn, key, options).await)
     }
 
     async fn begin_storing<R: StoredResult>(
         self,
-        conn: &mut diesel_async::AsyncPgConnection,
+        conn: &mut C,
         key: ClaimKey,
         options: Options,
-    ) -> Begun<'_, diesel_async::AsyncPgConnection, R> {
+    ) -> Begun<'_, C, R> {
         use crate::delivery::pipelined::claim_in_new_level;
-        begun(claim_in_new_level::<Storing, R>(conn, key, options).await)
+        begun(claim_in_new_level::<Storing, R, C>(conn, key, options).await)
     }
 }
 

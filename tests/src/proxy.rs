@@ -10,7 +10,8 @@
 //!
 //! It also counts round trips, as [`Proxy::flights`]: what a client sends
 //! before the server next answers (its pipelined messages included) is one
-//! flight.
+//! flight. And [`Proxy::corrupt_next`] changes bytes of one message on its
+//! way to the server, as a fault the server then refuses.
 //!
 //! ```no_run
 //! use inbox_tests::proxy::Proxy;
@@ -47,6 +48,8 @@ struct Shared {
     stalled_below: AtomicU64,
     /// Client→server flights so far, over every connection.
     flights: AtomicU64,
+    /// Bytes to replace, once, in what a client sends next.
+    corruption: Mutex<Option<(Vec<u8>, Vec<u8>)>>,
     /// Both ends of every proxied connection, to cut them.
     streams: Mutex<Vec<TcpStream>>,
 }
@@ -55,6 +58,19 @@ impl Shared {
     fn cut_all(&self) {
         for stream in self.streams.lock().unwrap().drain(..) {
             let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Makes the corruption [`Proxy::corrupt_next`] asked for in `chunk`,
+    /// if it holds the bytes to replace.
+    fn corrupt(&self, chunk: &mut [u8]) {
+        let mut corruption = self.corruption.lock().unwrap();
+        let Some((from, to)) = corruption.as_ref() else {
+            return;
+        };
+        if let Some(at) = chunk.windows(from.len()).position(|window| window == from) {
+            chunk[at..at + to.len()].copy_from_slice(to);
+            *corruption = None;
         }
     }
 
@@ -78,6 +94,7 @@ impl Proxy {
             accepted: AtomicU64::new(0),
             stalled_below: AtomicU64::new(0),
             flights: AtomicU64::new(0),
+            corruption: Mutex::new(None),
             streams: Mutex::new(Vec::new()),
         });
         let accept_shared = Arc::clone(&shared);
@@ -158,6 +175,20 @@ impl Proxy {
         self.shared.flights.load(Ordering::SeqCst)
     }
 
+    /// Replaces the first `from` in the next chunk a client sends that
+    /// contains it with `to`, of the same length (so the protocol's framing
+    /// stays intact), once: the server receives the message corrupted.
+    pub fn corrupt_next(&self, from: &[u8], to: &[u8]) {
+        assert_eq!(from.len(), to.len(), "a corruption keeps the length");
+        *self.shared.corruption.lock().unwrap() = Some((from.to_vec(), to.to_vec()));
+    }
+
+    /// Whether a corruption asked for by [`corrupt_next`](Self::corrupt_next)
+    /// is still to be made.
+    pub fn corruption_pending(&self) -> bool {
+        self.shared.corruption.lock().unwrap().is_some()
+    }
+
     /// Stalls every connection taken so far: nothing more goes through it
     /// either way (what it read is never delivered), and it stays open
     /// until [`Proxy::down`] or the proxy's end. New connections work.
@@ -202,14 +233,16 @@ fn splice(
         let shared = Arc::clone(shared);
         let answered = Arc::clone(&answered);
         thread::spawn(move || {
-            let counted = |shared: &Shared| match direction {
-                Direction::Asks if answered.swap(false, Ordering::SeqCst) => {
-                    shared.flights.fetch_add(1, Ordering::SeqCst);
+            let read = |shared: &Shared, chunk: &mut [u8]| match direction {
+                Direction::Asks => {
+                    if answered.swap(false, Ordering::SeqCst) {
+                        shared.flights.fetch_add(1, Ordering::SeqCst);
+                    }
+                    shared.corrupt(chunk);
                 }
-                Direction::Asks => {}
                 Direction::Answers => answered.store(true, Ordering::SeqCst),
             };
-            pump(&shared, number, from, to, counted)
+            pump(&shared, number, from, to, read)
         });
     }
     Ok(())
@@ -224,19 +257,20 @@ enum Direction {
     Answers,
 }
 
-/// Copies `from` to `to` until either closes, calling `read` after each
-/// read; once connection `number` is stalled, holds what it read until the
-/// connection is cut, never delivering it. Then closes both.
+/// Copies `from` to `to` until either closes, passing each chunk read to
+/// `read` before it goes on; once connection `number` is stalled, holds
+/// what it read until the connection is cut, never delivering it. Then
+/// closes both.
 fn pump(
     shared: &Shared,
     number: u64,
     mut from: TcpStream,
     mut to: TcpStream,
-    read: impl Fn(&Shared),
+    read: impl Fn(&Shared, &mut [u8]),
 ) {
     let mut buffer = [0; 16 * 1024];
     while let Ok(bytes @ 1..) = from.read(&mut buffer) {
-        read(shared);
+        read(shared, &mut buffer[..bytes]);
         if shared.stalls(number) {
             while shared.stalls(number) {
                 thread::sleep(Duration::from_millis(10));

@@ -407,7 +407,7 @@ fn expands_the_async_shape_without_a_closure() {
     // ROUTE: the connection's type picks, by autoref, how it begins.
     let route: Expr = parse_quote!({
         use ::inbox_runtime::__private::{RoutePipelined as _, RouteSequential as _};
-        (&::inbox_runtime::__private::ConnRoute::of(&&mut *conn)).route()
+        (&::inbox_runtime::__private::ConnRoute::of(&&mut *conn)).inbox_route()
     });
     assert_eq!(run.route, route, "{}", text(&run.route));
     assert_eq!(

@@ -292,7 +292,10 @@ impl Expanded {
             panic!("`typed` takes an `async` block: {}", text(typed_call));
         };
         let mut begin = call(awaited(&begun.expr));
-        assert!(!begin.args.is_empty(), "`begin_async` takes the route first");
+        assert!(
+            !begin.args.is_empty(),
+            "`begin_async` takes the route first"
+        );
         let route = begin.args.remove(0);
         RunAsync {
             transaction: (transaction.clone(), transaction_mut),

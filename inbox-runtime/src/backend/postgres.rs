@@ -104,7 +104,7 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
 pub(crate) use imp::MIGRATIONS;
 #[cfg(feature = "postgres")]
 pub use imp::PipelinedClaimStatement;
-#[cfg(feature = "async-postgres")]
+#[cfg(all(feature = "postgres", feature = "async"))]
 pub(crate) use imp::{PIPELINED_CLAIMING_SQL, PipelinedReadingClaimStatement};
 
 /// Makes a transaction that recorded outgoing messages notify the channel
@@ -259,7 +259,7 @@ mod imp {
     /// async PostgreSQL connection pipelines with the claim: marks the
     /// transaction block that [`claiming_guard!`] looks for. `SET LOCAL`
     /// ends with the transaction; if the `BEGIN` failed, this never runs.
-    #[cfg(feature = "async-postgres")]
+    #[cfg(feature = "async")]
     pub(crate) const PIPELINED_CLAIMING_SQL: &str = "SET LOCAL inbox.claiming = 'on'";
 
     /// The claim an async PostgreSQL connection sends in the same flight
@@ -328,20 +328,20 @@ mod imp {
     /// [`PipelinedClaimStatement`] that also reads what the claim it met
     /// stored, as [`walk_reading_claim`](InboxBackend::walk_reading_claim)
     /// does: one [`ReadingClaimRow`](crate::backend::ReadingClaimRow).
-    #[cfg(feature = "async-postgres")]
+    #[cfg(feature = "async")]
     #[derive(Debug, Clone, Copy)]
     pub(crate) struct PipelinedReadingClaimStatement<'k> {
         pub(crate) key: &'k ClaimKey,
         pub(crate) bound: Option<crate::backend::ClaimBound>,
     }
 
-    #[cfg(feature = "async-postgres")]
+    #[cfg(feature = "async")]
     impl diesel::query_builder::QueryId for PipelinedReadingClaimStatement<'_> {
         type QueryId = ();
         const HAS_STATIC_QUERY_ID: bool = false;
     }
 
-    #[cfg(feature = "async-postgres")]
+    #[cfg(feature = "async")]
     impl diesel::query_builder::QueryFragment<Pg> for PipelinedReadingClaimStatement<'_> {
         fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
             walk_reading(
@@ -354,7 +354,7 @@ mod imp {
         }
     }
 
-    #[cfg(feature = "async-postgres")]
+    #[cfg(feature = "async")]
     impl diesel::query_builder::Query for PipelinedReadingClaimStatement<'_> {
         type SqlType = diesel::sql_types::Untyped;
     }

@@ -61,6 +61,13 @@ where
 /// See [Cancellation](#cancellation) for what happens when the returned
 /// future is dropped before it completes.
 ///
+/// This function sends `BEGIN`, then the claim, on any connection. An
+/// `#[idempotent]` handler that names `AsyncPgConnection` as its
+/// connection's type sends the two in one flight
+/// instead, with a claim that refuses to run outside the transaction block
+/// that `BEGIN` opens: one round trip fewer per delivery (the guide's
+/// "Async handlers" chapter).
+///
 /// `#[idempotent]` on an `async fn` expands to the same steps written out
 /// ([`begin_claimed`], then the body, then [`ClaimedTransaction::finish`]), so
 /// that the handler's future holds no closure and is `Send` whenever its

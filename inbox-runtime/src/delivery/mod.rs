@@ -29,5 +29,5 @@ pub(crate) mod steps;
 
 #[cfg(feature = "async")]
 pub(crate) mod asynchronous;
-#[cfg(feature = "async-postgres")]
+#[cfg(all(feature = "async", feature = "postgres"))]
 pub(crate) mod pipelined;

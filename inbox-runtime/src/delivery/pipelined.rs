@@ -16,19 +16,26 @@
 //! LOCAL` after it in the same text, skipped when anything before it
 //! failed), and the claim is the guarded one
 //! ([`PipelinedClaimStatement`]): outside that block it fails and writes
-//! nothing. The delivery reports the `BEGIN`'s own error then.
+//! nothing. The delivery reports the `BEGIN`'s own error then, after the
+//! level's rollback (a `ROLLBACK` outside a block is a warning; one that
+//! fails, the connection being gone, makes it `TransactionLost`).
 //!
-//! Only a handler whose connection is an `AsyncPgConnection` (the type
-//! itself) takes this path: `#[idempotent]` routes it here from the type it
-//! sees (see `__private::ConnRoute`). A generic connection type cannot be
-//! told apart from the others without `'static` bounds the public API does
-//! not ask for, so it sends `BEGIN` and the claim one after the other.
+//! The counts above hold once the connection's statement cache holds the
+//! claim: preparing it first takes a flight of its own.
+//!
+//! Only a handler whose connection's type is [`Pipelining`] (diesel-async's
+//! `AsyncPgConnection` itself) takes this path: `#[idempotent]` routes it
+//! here from the type it sees (see `__private::ConnRoute`). A generic
+//! connection type cannot be told apart from the others without bounds the
+//! public API does not ask for, so it sends `BEGIN` and the claim one after
+//! the other.
 
 use std::time::Duration;
 
 use diesel::QueryResult;
 use diesel::connection::TransactionManagerStatus;
-use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel::pg::Pg;
+use diesel_async::{AsyncConnection, AsyncConnectionCore, RunQueryDsl, SimpleAsyncConnection};
 use futures_util::future::{Either, join};
 
 use super::asynchronous::{Async, ClaimedTransaction};
@@ -44,34 +51,68 @@ use crate::options::Options;
 use crate::scope::Scope;
 use crate::stored::Reply;
 
-/// [`begin`] on an `AsyncPgConnection`, its `BEGIN` pipelined with the
+/// A diesel-async PostgreSQL connection a shared reference to which is a
+/// connection too, whose queries diesel-async pipelines: `AsyncPgConnection`.
+/// Named by its capability, not its type, so the runtime needs no feature of
+/// diesel-async's to use it.
+pub trait Pipelining: AsyncConnection<Backend = Pg> + Sync {
+    /// The connection behind a shared reference.
+    type Shared<'a>: AsyncConnectionCore<Backend = Pg> + SimpleAsyncConnection + Send
+    where
+        Self: 'a;
+
+    /// `self` as [`Shared`](Self::Shared).
+    fn shared(&self) -> Self::Shared<'_>;
+}
+
+impl<C> Pipelining for C
+where
+    C: AsyncConnection<Backend = Pg> + Sync,
+    for<'a> &'a C: AsyncConnectionCore<Backend = Pg> + SimpleAsyncConnection + Send,
+{
+    type Shared<'a>
+        = &'a C
+    where
+        C: 'a;
+
+    fn shared(&self) -> &C {
+        self
+    }
+}
+
+/// [`begin`] on a [`Pipelining`] connection, its `BEGIN` pipelined with the
 /// claim: the async front end's `claim_in_new_level` for that connection.
-pub(crate) async fn claim_in_new_level<P, R>(
-    conn: &mut AsyncPgConnection,
+pub(crate) async fn claim_in_new_level<P, R, C>(
+    conn: &mut C,
     key: ClaimKey,
     options: Options,
-) -> Result<Begun<R, ClaimedTransaction<'_, AsyncPgConnection>>, InboxError>
+) -> Result<Begun<R, ClaimedTransaction<'_, C>>, InboxError>
 where
     P: Reply<R>,
+    C: Pipelining,
 {
     let mut exec = Pipelined::new(conn);
     Ok(match begin::<P, R, _>(&mut exec, key, options).await? {
-        Begun::Claimed(claimed) => Begun::Claimed(ClaimedTransaction::new(exec.exec, claimed)),
+        Begun::Claimed(claimed) => {
+            // Claimed means the claim ran, which sent the held `BEGIN`.
+            debug_assert!(exec.held.is_none(), "a BEGIN held past its claim");
+            Begun::Claimed(ClaimedTransaction::new(exec.exec, claimed))
+        }
         Begun::Answered(answer) => Begun::Answered(answer),
     })
 }
 
-/// The async executor of an `AsyncPgConnection` that holds the outermost
-/// `BEGIN` for the claim that follows (see the [module](self)).
-pub(crate) struct Pipelined<'c> {
-    exec: Async<'c, AsyncPgConnection>,
+/// The async executor of a [`Pipelining`] connection that holds the
+/// outermost `BEGIN` for the claim that follows (see the [module](self)).
+pub(crate) struct Pipelined<'c, C: AsyncConnection> {
+    exec: Async<'c, C>,
     /// The outermost `BEGIN` not sent yet, with its transaction block's
     /// mark.
     held: Option<String>,
 }
 
-impl<'c> Pipelined<'c> {
-    fn new(conn: &'c mut AsyncPgConnection) -> Self {
+impl<'c, C: Pipelining> Pipelined<'c, C> {
+    fn new(conn: &'c mut C) -> Self {
         Pipelined {
             exec: Async::new(conn),
             held: None,
@@ -82,7 +123,7 @@ impl<'c> Pipelined<'c> {
     /// than the claim (the delivery core sends none before the claim).
     fn flush(&mut self) -> impl Future<Output = QueryResult<()>> + Send {
         let held = self.held.take();
-        let conn = self.exec.conn();
+        let mut conn = self.exec.conn().shared();
         async move {
             match held {
                 Some(begin) => conn.batch_execute(&begin).await,
@@ -96,21 +137,33 @@ impl<'c> Pipelined<'c> {
 /// `BEGIN`'s failure is the one reported (the statement then failed on its
 /// guard, or in the aborted block, and wrote nothing).
 async fn after_begin<T>(
-    conn: &AsyncPgConnection,
+    mut conn: impl SimpleAsyncConnection,
     begin: &str,
     statement: impl Future<Output = QueryResult<T>>,
 ) -> QueryResult<T> {
-    let mut begin_conn = conn;
-    let (begun, done) = join(begin_conn.batch_execute(begin), statement).await;
+    let (begun, done) = join(conn.batch_execute(begin), statement).await;
     begun?;
     done
 }
 
-impl Executor for Pipelined<'_> {
-    type Backend = diesel::pg::Pg;
-    type Conn = AsyncPgConnection;
+/// The guarded reading claim's row, loaded on `conn` (a future of its own
+/// type, `Send` for every lifetime of the connection's rows).
+fn load_reading_claim<'a, S>(
+    conn: &'a mut S,
+    key: &'a ClaimKey,
+    bound: Option<ClaimBound>,
+) -> impl Future<Output = QueryResult<Vec<ReadingClaimRow>>> + Send + 'a
+where
+    S: AsyncConnectionCore<Backend = Pg> + Send,
+{
+    PipelinedReadingClaimStatement { key, bound }.load(conn)
+}
 
-    fn conn(&mut self) -> &mut AsyncPgConnection {
+impl<C: Pipelining> Executor for Pipelined<'_, C> {
+    type Backend = Pg;
+    type Conn = C;
+
+    fn conn(&mut self) -> &mut C {
         self.exec.conn()
     }
 
@@ -157,11 +210,11 @@ impl Executor for Pipelined<'_> {
         match self.held.take() {
             None => Either::Left(self.exec.claim(key, bound)),
             Some(begin) => {
-                let conn: &AsyncPgConnection = self.exec.conn();
+                let conn: &C = self.exec.conn();
                 Either::Right(async move {
-                    let mut claim_conn = conn;
+                    let mut claim_conn = conn.shared();
                     let claim = PipelinedClaimStatement { key, bound }.execute(&mut claim_conn);
-                    after_begin(conn, &begin, claim).await
+                    after_begin(conn.shared(), &begin, claim).await
                 })
             }
         }
@@ -175,11 +228,11 @@ impl Executor for Pipelined<'_> {
         match self.held.take() {
             None => Either::Left(self.exec.claim_reading(key, bound)),
             Some(begin) => {
-                let conn: &AsyncPgConnection = self.exec.conn();
+                let conn: &C = self.exec.conn();
                 Either::Right(async move {
-                    let mut claim_conn = conn;
-                    let claim = PipelinedReadingClaimStatement { key, bound }.load(&mut claim_conn);
-                    after_begin(conn, &begin, claim).await
+                    let mut claim_conn = conn.shared();
+                    let claim = load_reading_claim(&mut claim_conn, key, bound);
+                    after_begin(conn.shared(), &begin, claim).await
                 })
             }
         }

@@ -28,10 +28,11 @@
 //! - `claim-uncached`: the same with the claim as
 //!   `diesel::sql_query("INSERT … ON CONFLICT DO NOTHING")` (`INSERT
 //!   IGNORE` on MariaDB/MySQL) with two binds, which Diesel never caches;
-//! - `handler`: `run_idempotent` (`run_idempotent_async`), what
-//!   `#[idempotent]` expands to;
-//! - `duplicate`: a redelivery of an id already claimed, through
-//!   `run_idempotent` (`run_idempotent_async`): the body does not run;
+//! - `handler`: `run_idempotent`, what `#[idempotent]` expands to; async,
+//!   an `#[idempotent]` handler written for the connection's own type
+//!   (on `AsyncPgConnection` its `BEGIN` travels with the claim);
+//! - `duplicate`: a redelivery of an id already claimed, through the same:
+//!   the body does not run;
 //! - `bulk-N`: `N` messages through `run_idempotent_batch_bulk`: one body
 //!   for the new messages of the batch, whose effect is one `UPDATE` adding
 //!   their count (what a batch's effects written in one statement cost)

@@ -9,7 +9,34 @@ use inbox_tests::proxy::Proxy;
 use inbox_tests::{Postgres, ServerBackend, TestBackend};
 
 use crate::handlers::{EFFECTS_DDL, Msg, record_generic, record_pg};
-use crate::support::{claims, effects};
+use crate::support::{claims, effects, effects_and_claims};
+use inbox_tests::AppError;
+use inbox_tests::CancelAfter;
+
+/// A fresh schema with the suite's effects table, a direct connection to
+/// it, and one through a proxy that counts its round trips.
+struct Counted {
+    _db: Postgres,
+    direct: AsyncPgConnection,
+    proxy: Proxy,
+    conn: AsyncPgConnection,
+}
+
+/// [`Counted`], or `None` when the server is skipped.
+async fn counted() -> Option<Counted> {
+    let (db, direct) = Postgres::open_async_with_effects(EFFECTS_DDL).await?;
+    let (template, upstream) = Proxy::split_url(db.url(), Postgres::DEFAULT_PORT);
+    let proxy = Proxy::start(&upstream);
+    let conn = AsyncPgConnection::establish(&proxy.url(&template))
+        .await
+        .expect("connect through the proxy");
+    Some(Counted {
+        _db: db,
+        direct,
+        proxy,
+        conn,
+    })
+}
 
 /// Round trips of one delivery through `proxy`.
 async fn flights<T>(proxy: &Proxy, delivery: impl Future<Output = T>) -> (T, u64) {
@@ -22,14 +49,15 @@ async fn flights<T>(proxy: &Proxy, delivery: impl Future<Output = T>) -> (T, u64
 /// the first sends one round trip fewer for a processed message and for a
 /// duplicate, which costs it two (`BEGIN` + claim, the commit).
 async fn an_async_pg_handler_sends_begin_in_one_flight_with_its_claim() {
-    let Some((db, mut direct)) = Postgres::open_async_with_effects(EFFECTS_DDL).await else {
+    let Some(Counted {
+        _db,
+        mut direct,
+        proxy,
+        mut conn,
+    }) = counted().await
+    else {
         return;
     };
-    let (template, upstream) = Proxy::split_url(db.url(), Postgres::DEFAULT_PORT);
-    let proxy = Proxy::start(&upstream);
-    let mut conn = AsyncPgConnection::establish(&proxy.url(&template))
-        .await
-        .expect("connect through the proxy");
     // Warm up both handlers: every statement prepared and cached.
     for round in 0..2 {
         let msg = Msg::new(format!("warm-{round}"));
@@ -100,6 +128,23 @@ async fn the_pipelined_claim_refuses_to_run_outside_its_transaction_block() {
         return;
     };
     let key = ClaimKey::new(HandlerName::new("async.guarded").unwrap(), "m-1").unwrap();
+    // The mark of a transaction that ended does not outlive it, and the
+    // guard holds in the generic plans of a prepared statement run often.
+    conn.batch_execute(
+        "BEGIN; SET LOCAL inbox.claiming = 'on'; COMMIT; \
+         SET plan_cache_mode = force_generic_plan",
+    )
+    .await
+    .unwrap();
+    for bound in [None, Some(std::time::Duration::from_secs(2))] {
+        for _ in 0..6 {
+            let refused: QueryResult<usize> = PipelinedClaimStatement::new(&key, bound)
+                .execute(&mut conn)
+                .await;
+            assert!(refused.is_err(), "bound {bound:?}, generic plan: refused");
+        }
+    }
+    conn.batch_execute("RESET plan_cache_mode").await.unwrap();
     for bound in [None, Some(std::time::Duration::from_secs(2))] {
         let outside: QueryResult<usize> = PipelinedClaimStatement::new(&key, bound)
             .execute(&mut conn)
@@ -153,11 +198,190 @@ async fn a_failed_pipelined_begin_fails_the_delivery_and_claims_nothing() {
     assert_eq!(effects(&mut conn, "begin-fails").await, 1);
 }
 
+/// The hazard the guard exists for: a `BEGIN` the server refuses while it
+/// stays outside any transaction block (the proxy corrupts it into a
+/// syntax error on its way), so the claim sent in the same flight runs on
+/// its own. The claim must refuse, writing nothing; the delivery fails with
+/// the `BEGIN`'s error, and the redelivery is processed once.
+async fn a_claim_sent_with_a_begin_the_server_refused_writes_nothing() {
+    let Some(Counted {
+        _db,
+        mut direct,
+        proxy,
+        mut conn,
+    }) = counted().await
+    else {
+        return;
+    };
+    let warm = Msg::new("warm");
+    assert_eq!(
+        record_pg(&mut conn, &warm).await.unwrap(),
+        Outcome::Processed(0)
+    );
+    let msg = Msg::new("begin-refused");
+    proxy.corrupt_next(b"BEGIN; SET LOCAL idle", b"BEGIX; SET LOCAL idle");
+    let error = record_pg(&mut conn, &msg)
+        .await
+        .expect_err("the BEGIN was refused")
+        .to_string();
+    assert!(
+        !proxy.corruption_pending(),
+        "the BEGIN went through the proxy"
+    );
+    assert!(
+        error.contains("\"BEGIX\""),
+        "the BEGIN's own error: {error}"
+    );
+    assert_eq!(
+        claims(&mut direct, "async.record", "begin-refused").await,
+        0
+    );
+    assert_eq!(effects(&mut direct, "begin-refused").await, 0);
+    assert_eq!(
+        record_pg(&mut conn, &msg).await.expect("redelivered"),
+        Outcome::Processed(0)
+    );
+    assert_eq!(
+        claims(&mut direct, "async.record", "begin-refused").await,
+        1
+    );
+    assert_eq!(effects(&mut direct, "begin-refused").await, 1);
+}
+
+/// Drops a pipelined delivery's future after each number of waits in turn,
+/// on a connection whose statements are prepared (the `BEGIN` and the claim
+/// in one flight): claim and effect commit together or not at all, the
+/// connection refuses further work once cancelled, and the redelivery
+/// processes the message once.
+async fn cancelling_a_pipelined_delivery_at_every_await_point_leaves_nothing_half_done() {
+    let Some((db, mut observer)) = Postgres::open_async_with_effects(EFFECTS_DDL).await else {
+        return;
+    };
+    for polls in 0.. {
+        assert!(polls < 100, "the handler never completed");
+        let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+        for round in 0..2 {
+            let warm = Msg::new(format!("warm-{polls}-{round}"));
+            assert_eq!(
+                record_pg(&mut conn, &warm).await.unwrap(),
+                Outcome::Processed(0)
+            );
+        }
+        let id = format!("cancel-{polls}");
+        let msg = Msg::new(id.clone());
+        let attempt = CancelAfter::new(record_pg(&mut conn, &msg), polls).await;
+        let finished = attempt.is_some();
+        if !finished {
+            match record_pg(&mut conn, &Msg::new("after-cancel")).await {
+                Err(AppError::Db(diesel::result::Error::BrokenTransactionManager)) => {}
+                other => panic!("a cancelled connection must refuse new work, got {other:?}"),
+            }
+        }
+        drop(conn);
+        let (effect, claim) = effects_and_claims(&mut observer, "async.record", &id).await;
+        assert_eq!(
+            effect, claim,
+            "claim and effect together (after {polls} waits)"
+        );
+        let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+        let redelivered = record_pg(&mut conn, &msg).await.expect("redelivered");
+        assert!(
+            matches!(redelivered, Outcome::Processed(0) | Outcome::Duplicate),
+            "{redelivered:?}"
+        );
+        assert_eq!(
+            effects(&mut observer, &id).await,
+            1,
+            "once (after {polls} waits)"
+        );
+        if finished {
+            assert!(polls > 1, "cancelled at the claim's flight at least");
+            break;
+        }
+    }
+}
+
+/// A charge with its payload, answered with a stored receipt.
+#[cfg(feature = "serde")]
+struct Charge {
+    key: String,
+    body: Vec<u8>,
+}
+
+#[cfg(feature = "serde")]
+#[inbox_runtime::idempotent(
+    id = req.key,
+    handler = "async.pipelined_charge",
+    fingerprint = req.body,
+    store_result
+)]
+async fn charge(
+    conn: &mut AsyncPgConnection,
+    req: &Charge,
+) -> Result<inbox_runtime::StoredOutcome<String>, inbox_runtime::InboxError> {
+    crate::handlers::write_effect(conn, &req.key, 0).await?;
+    Ok(inbox_runtime::StoredOutcome::Processed(format!(
+        "receipt of {} bytes",
+        req.body.len()
+    )))
+}
+
+/// A fingerprinted handler that stores its result: its claim, sent with
+/// the `BEGIN`, reads what the claim it meets stored, so a duplicate gets
+/// the stored receipt in the same two round trips as a plain duplicate,
+/// and a copy with another payload the typed conflict.
+#[cfg(feature = "serde")]
+async fn a_pipelined_duplicate_reads_its_stored_result_with_the_claim() {
+    let Some(Counted {
+        _db,
+        mut direct,
+        proxy,
+        mut conn,
+    }) = counted().await
+    else {
+        return;
+    };
+    let request = |key: &str, body: &[u8]| Charge {
+        key: key.to_owned(),
+        body: body.to_vec(),
+    };
+    // Warm up: every statement prepared and cached.
+    for round in 0..2 {
+        let req = request(&format!("warm-{round}"), b"abc");
+        let processed = charge(&mut conn, &req).await.expect("processed");
+        let duplicate = charge(&mut conn, &req).await.expect("duplicate");
+        assert_eq!(processed.value(), duplicate.value());
+    }
+    let req = request("charge-1", b"abc");
+    let (processed, _) = flights(&proxy, charge(&mut conn, &req)).await;
+    assert_eq!(
+        processed.expect("processed"),
+        inbox_runtime::StoredOutcome::Processed("receipt of 3 bytes".to_owned())
+    );
+    let (duplicate, duplicate_flights) = flights(&proxy, charge(&mut conn, &req)).await;
+    assert_eq!(
+        duplicate.expect("duplicate").value().as_deref(),
+        Some("receipt of 3 bytes"),
+        "the stored receipt"
+    );
+    assert_eq!(
+        duplicate_flights, 2,
+        "BEGIN + the reading claim, the commit"
+    );
+    let (conflict, _) = flights(&proxy, charge(&mut conn, &request("charge-1", b"xyz"))).await;
+    match conflict {
+        Err(inbox_runtime::InboxError::Conflict(_)) => {}
+        other => panic!("another payload under the same key: {other:?}"),
+    }
+    assert_eq!(effects(&mut direct, "charge-1").await, 1);
+}
+
 /// One test per function above, on a current-thread runtime.
 macro_rules! tests {
-    ($($test:ident),+ $(,)?) => {
+    ($($(#[$attribute:meta])* $test:ident),+ $(,)?) => {
         mod postgres {
             $(
+                $(#[$attribute])*
                 #[test]
                 fn $test() {
                     inbox_tests::runtime::current_thread().block_on(super::$test())
@@ -171,4 +395,8 @@ tests!(
     an_async_pg_handler_sends_begin_in_one_flight_with_its_claim,
     the_pipelined_claim_refuses_to_run_outside_its_transaction_block,
     a_failed_pipelined_begin_fails_the_delivery_and_claims_nothing,
+    a_claim_sent_with_a_begin_the_server_refused_writes_nothing,
+    cancelling_a_pipelined_delivery_at_every_await_point_leaves_nothing_half_done,
+    #[cfg(feature = "serde")]
+    a_pipelined_duplicate_reads_its_stored_result_with_the_claim,
 );
