@@ -68,7 +68,12 @@ pub fn apply(
     Ok(Outcome::Processed(()))
 }
 
-/// The effects table (Galera needs a primary key on every table).
+/// The effects table (Galera needs a primary key on every table), created
+/// on node 0 and seen by every node before any scenario writes to it: a
+/// node applies the cluster's writes, the table's creation included, a
+/// moment after they were certified, so a statement sent to node 1 right
+/// away could still meet "Table 'effects' doesn't exist". A read with
+/// `wsrep_sync_wait` waits until its node has caught up.
 pub fn create_effects(cluster: &GaleraCluster) {
     let mut conn = connect(cluster, 0);
     diesel::sql_query(
@@ -77,6 +82,15 @@ pub fn create_effects(cluster: &GaleraCluster) {
     )
     .execute(&mut conn)
     .expect("create the effects table");
+    for node in 0..NODES {
+        let mut conn = connect(cluster, node);
+        diesel::sql_query("SET SESSION wsrep_sync_wait = 1")
+            .execute(&mut conn)
+            .expect("set wsrep_sync_wait");
+        diesel::sql_query("SELECT id FROM effects LIMIT 1")
+            .execute(&mut conn)
+            .unwrap_or_else(|error| panic!("node {node} sees the effects table: {error}"));
+    }
 }
 
 pub fn connect(cluster: &GaleraCluster, node: usize) -> MysqlConnection {
