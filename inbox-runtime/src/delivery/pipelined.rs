@@ -133,9 +133,10 @@ impl<'c, C: Pipelining> Pipelined<'c, C> {
     }
 }
 
-/// The held `BEGIN` and the statement after it, written together; the
-/// `BEGIN`'s failure is the one reported (the statement then failed on its
-/// guard, or in the aborted block, and wrote nothing).
+/// The held `BEGIN` and the statement after it, written together: both are
+/// sent by their first polls, the `BEGIN` first, before either answer is
+/// read. The `BEGIN`'s failure is the one reported (the statement then
+/// failed on its guard, or in the aborted block, and wrote nothing).
 async fn after_begin<T>(
     mut conn: impl SimpleAsyncConnection,
     begin: &str,
@@ -213,7 +214,13 @@ impl<C: Pipelining> Executor for Pipelined<'_, C> {
                 let conn: &C = self.exec.conn();
                 Either::Right(async move {
                     let mut claim_conn = conn.shared();
-                    let claim = PipelinedClaimStatement { key, bound }.execute(&mut claim_conn);
+                    // Built when first polled, after the `BEGIN`'s first
+                    // poll: instrumentation sees them in their order.
+                    let claim = async {
+                        PipelinedClaimStatement { key, bound }
+                            .execute(&mut claim_conn)
+                            .await
+                    };
                     after_begin(conn.shared(), &begin, claim).await
                 })
             }
@@ -231,7 +238,7 @@ impl<C: Pipelining> Executor for Pipelined<'_, C> {
                 let conn: &C = self.exec.conn();
                 Either::Right(async move {
                     let mut claim_conn = conn.shared();
-                    let claim = load_reading_claim(&mut claim_conn, key, bound);
+                    let claim = async { load_reading_claim(&mut claim_conn, key, bound).await };
                     after_begin(conn.shared(), &begin, claim).await
                 })
             }
