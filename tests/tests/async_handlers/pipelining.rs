@@ -248,31 +248,51 @@ async fn a_claim_sent_with_a_begin_the_server_refused_writes_nothing() {
     assert_eq!(effects(&mut direct, "begin-refused").await, 1);
 }
 
-/// Drops a pipelined delivery's future after each number of waits in turn,
-/// on a connection whose statements are prepared (the `BEGIN` and the claim
-/// in one flight): claim and effect commit together or not at all, the
-/// connection refuses further work once cancelled, and the redelivery
-/// processes the message once.
-async fn cancelling_a_pipelined_delivery_at_every_await_point_leaves_nothing_half_done() {
+/// How a handler on a directly held `AsyncPgConnection` is written: for
+/// that type (its `BEGIN` travels with the claim) or generic over its
+/// connection (`BEGIN`, then the claim).
+#[derive(Debug, Clone, Copy)]
+enum Written {
+    ForTheType,
+    Generic,
+}
+
+impl Written {
+    async fn deliver(
+        self,
+        conn: &mut AsyncPgConnection,
+        msg: &Msg,
+    ) -> Result<Outcome<i32>, AppError> {
+        match self {
+            Written::ForTheType => record_pg(conn, msg).await,
+            Written::Generic => record_generic(conn, msg).await,
+        }
+    }
+}
+
+/// Drops a delivery's future after each number of waits in turn, on a
+/// connection whose statements are prepared (written for the type: the
+/// `BEGIN` and the claim in one flight): claim and effect commit together
+/// or not at all, the connection refuses further work once cancelled, and
+/// the redelivery processes the message once.
+async fn cancelling_at_every_await_point_leaves_nothing_half_done(written: Written) {
     let Some((db, mut observer)) = Postgres::open_async_with_effects(EFFECTS_DDL).await else {
         return;
     };
     for polls in 0.. {
-        assert!(polls < 100, "the handler never completed");
+        assert!(polls < 100, "{written:?}: the handler never completed");
         let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
         for round in 0..2 {
             let warm = Msg::new(format!("warm-{polls}-{round}"));
-            assert_eq!(
-                record_pg(&mut conn, &warm).await.unwrap(),
-                Outcome::Processed(0)
-            );
+            let outcome = written.deliver(&mut conn, &warm).await.unwrap();
+            assert_eq!(outcome, Outcome::Processed(0));
         }
         let id = format!("cancel-{polls}");
         let msg = Msg::new(id.clone());
-        let attempt = CancelAfter::new(record_pg(&mut conn, &msg), polls).await;
+        let attempt = CancelAfter::new(written.deliver(&mut conn, &msg), polls).await;
         let finished = attempt.is_some();
         if !finished {
-            match record_pg(&mut conn, &Msg::new("after-cancel")).await {
+            match written.deliver(&mut conn, &Msg::new("after-cancel")).await {
                 Err(AppError::Db(diesel::result::Error::BrokenTransactionManager)) => {}
                 other => panic!("a cancelled connection must refuse new work, got {other:?}"),
             }
@@ -281,10 +301,10 @@ async fn cancelling_a_pipelined_delivery_at_every_await_point_leaves_nothing_hal
         let (effect, claim) = effects_and_claims(&mut observer, "async.record", &id).await;
         assert_eq!(
             effect, claim,
-            "claim and effect together (after {polls} waits)"
+            "{written:?}: claim and effect together (after {polls} waits)"
         );
         let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
-        let redelivered = record_pg(&mut conn, &msg).await.expect("redelivered");
+        let redelivered = written.deliver(&mut conn, &msg).await.expect("redelivered");
         assert!(
             matches!(redelivered, Outcome::Processed(0) | Outcome::Duplicate),
             "{redelivered:?}"
@@ -292,11 +312,58 @@ async fn cancelling_a_pipelined_delivery_at_every_await_point_leaves_nothing_hal
         assert_eq!(
             effects(&mut observer, &id).await,
             1,
-            "once (after {polls} waits)"
+            "{written:?}: once (after {polls} waits)"
         );
         if finished {
             assert!(polls > 1, "cancelled at the claim's flight at least");
             break;
+        }
+    }
+}
+
+async fn cancelling_a_pipelined_delivery_at_every_await_point_leaves_nothing_half_done() {
+    cancelling_at_every_await_point_leaves_nothing_half_done(Written::ForTheType).await;
+}
+
+async fn cancelling_a_generic_handlers_delivery_at_every_await_point_leaves_nothing_half_done() {
+    cancelling_at_every_await_point_leaves_nothing_half_done(Written::Generic).await;
+}
+
+/// A body's error and a body's panic roll back the claim with the effect,
+/// written either way, and a delivery nested in a transaction of the
+/// caller's becomes a savepoint that the caller's rollback undoes: the
+/// message is then processed once.
+async fn failures_and_nesting_roll_back_written_either_way() {
+    use futures_util::FutureExt;
+
+    let Some((_db, mut conn)) = Postgres::open_async_with_effects(EFFECTS_DDL).await else {
+        return;
+    };
+    for written in [Written::ForTheType, Written::Generic] {
+        let failing = Msg::new(format!("fails-{written:?}")).failing();
+        let error = written.deliver(&mut conn, &failing).await;
+        assert!(matches!(error, Err(AppError::Failed(_))), "{error:?}");
+        let panicking = Msg::new(format!("panics-{written:?}")).panicking();
+        let caught = std::panic::AssertUnwindSafe(written.deliver(&mut conn, &panicking))
+            .catch_unwind()
+            .await;
+        assert!(caught.is_err(), "{written:?}: the panic is resumed");
+        let nested = Msg::new(format!("nested-{written:?}"));
+        let outer = conn
+            .transaction(async |conn| {
+                assert_eq!(written.deliver(conn, &nested).await?, Outcome::Processed(0));
+                Err::<(), AppError>(AppError::Failed("the caller rolls back"))
+            })
+            .await;
+        assert!(outer.is_err());
+        for id in ["fails", "panics", "nested"] {
+            let id = format!("{id}-{written:?}");
+            let msg = Msg::new(id.clone());
+            assert_eq!(claims(&mut conn, "async.record", &id).await, 0, "{id}");
+            assert_eq!(effects(&mut conn, &id).await, 0, "{id}");
+            let outcome = written.deliver(&mut conn, &msg).await.expect("redelivered");
+            assert_eq!(outcome, Outcome::Processed(0), "{id}");
+            assert_eq!(effects(&mut conn, &id).await, 1, "{id}");
         }
     }
 }
@@ -397,6 +464,8 @@ tests!(
     a_failed_pipelined_begin_fails_the_delivery_and_claims_nothing,
     a_claim_sent_with_a_begin_the_server_refused_writes_nothing,
     cancelling_a_pipelined_delivery_at_every_await_point_leaves_nothing_half_done,
+    cancelling_a_generic_handlers_delivery_at_every_await_point_leaves_nothing_half_done,
+    failures_and_nesting_roll_back_written_either_way,
     #[cfg(feature = "serde")]
     a_pipelined_duplicate_reads_its_stored_result_with_the_claim,
 );
