@@ -121,6 +121,8 @@ fn allocations_per_delivery() {
     if let Some(db) = inbox_tests::Mysql::open() {
         println!("mysql: {:?}", counts(&mut db.connect()));
     }
+    #[cfg(all(feature = "postgres", feature = "async"))]
+    asynchronous::print_postgres();
     // SQLite: the statements' own (Diesel's): `BEGIN` and `COMMIT` one
     // each, the claim three; the key none, its id inline, an integer
     // written straight into it (it took one more, a `String`, before).
@@ -140,4 +142,66 @@ fn allocations_per_delivery() {
             && sqlite.number_duplicate <= bound.number_duplicate,
         "more allocations per delivery than before: {sqlite:?}, bound {bound:?}"
     );
+}
+
+/// Async PostgreSQL, printed: a handler written for `AsyncPgConnection`
+/// (its `BEGIN` held and sent with the claim) against the same handler
+/// written generic over its connection.
+#[cfg(all(feature = "postgres", feature = "async"))]
+mod asynchronous {
+    use diesel_async::{AsyncConnection, AsyncPgConnection};
+    use inbox_runtime::{InboxBackend, idempotent};
+    use inbox_tests::{AppError, TestBackend};
+
+    use super::{Text, allocations};
+
+    #[idempotent(id = msg.id, handler = "allocations.async", shared_scope)]
+    async fn for_the_type(conn: &mut AsyncPgConnection, msg: &Text) -> Result<(), AppError> {
+        let _ = (conn, msg);
+        Ok(())
+    }
+
+    #[idempotent(id = msg.id, handler = "allocations.async", shared_scope)]
+    async fn generic<C>(conn: &mut C, msg: &Text) -> Result<(), AppError>
+    where
+        C: AsyncConnection<Backend: InboxBackend>,
+    {
+        let _ = (conn, msg);
+        Ok(())
+    }
+
+    pub fn print_postgres() {
+        let Some(db) = inbox_tests::Postgres::open() else {
+            return;
+        };
+        let runtime = inbox_tests::runtime::current_thread();
+        let mut conn = runtime.block_on(db.connect_async());
+        let mut most = [[0; 2]; 2];
+        for n in 0..8 {
+            for (way, written) in most.iter_mut().enumerate() {
+                let text = Text {
+                    id: format!("async-{way}-{n}"),
+                };
+                let mut deliver = || {
+                    runtime.block_on(async {
+                        match way {
+                            0 => for_the_type(&mut conn, &text).await,
+                            _ => generic(&mut conn, &text).await,
+                        }
+                    })
+                };
+                let processed = allocations(|| deliver().expect("processed"));
+                let duplicate = allocations(|| deliver().expect("duplicate"));
+                // The first three prepare the statements.
+                if n >= 3 {
+                    written[0] = written[0].max(processed);
+                    written[1] = written[1].max(duplicate);
+                }
+            }
+        }
+        println!(
+            "postgres, async (processed, duplicate): written for the type {:?}, generic {:?}",
+            most[0], most[1]
+        );
+    }
 }
