@@ -38,8 +38,8 @@ pub fn statements_of<C: Connection, T>(
 }
 
 /// What each statement is: `BEGIN`, `claim`, `effect` (an `INSERT` into a
-/// table whose name contains `effects`), `COMMIT` (on PostgreSQL `SELECT 1;
-/// COMMIT`), `ROLLBACK`, `read stored` (a duplicate's read of the
+/// table whose name contains `effects`), `COMMIT` (on PostgreSQL `SET LOCAL
+/// inbox.committing = 'on'; COMMIT`), `ROLLBACK`, `read stored` (a duplicate's read of the
 /// fingerprint and result stored with the claim it met), `count attempt`,
 /// `mark dead`; anything else as it was sent. MySQL/MariaDB's framing of an outermost transaction reads as
 /// the others': `autocommit` off and the savepoint `inbox_transaction` as
@@ -49,7 +49,10 @@ pub fn statements_of<C: Connection, T>(
 /// statements) reads with its binds, none: `BEGIN -- binds: []`.
 ///
 /// ```
-/// let sent = ["BEGIN -- binds: []".to_owned(), "SELECT 1; COMMIT".to_owned()];
+/// let sent = [
+///     "BEGIN -- binds: []".to_owned(),
+///     "SET LOCAL inbox.committing = 'on'; COMMIT".to_owned(),
+/// ];
 /// assert_eq!(inbox_tests::statement_shapes(&sent), ["BEGIN", "COMMIT"]);
 /// let mysql = [
 ///     "SET @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0 -- binds: []",
@@ -67,7 +70,7 @@ pub fn statement_shapes(statements: &[String]) -> Vec<&str> {
             |sql| match sql.strip_suffix(" -- binds: []").unwrap_or(sql) {
                 "BEGIN" => "BEGIN",
                 "ROLLBACK" => "ROLLBACK",
-                "COMMIT" | "SELECT 1; COMMIT" => "COMMIT",
+                "COMMIT" | "SET LOCAL inbox.committing = 'on'; COMMIT" => "COMMIT",
                 sql if sql.starts_with("SET SESSION autocommit = 1,") => "COMMIT",
                 sql if sql.starts_with("SET @inbox_saved_autocommit") => "BEGIN",
                 sql if is_claim(sql) => "claim",

@@ -7,8 +7,10 @@
 //! - **Claim**: `INSERT … ON CONFLICT (handler, message_id) DO NOTHING`.
 //! - **Commit**: a failed statement aborts the transaction, and PostgreSQL
 //!   answers `COMMIT` in an aborted transaction with a silent `ROLLBACK`; the
-//!   outermost commit is therefore preceded by `SELECT 1`, in the same round
-//!   trip, which fails in an aborted transaction.
+//!   outermost commit is therefore preceded by `SET LOCAL inbox.committing =
+//!   'on'`, in the same round trip, which fails in an aborted transaction
+//!   (a utility statement: nothing to plan, no row to send back, which made
+//!   a handler 1–10% faster than with `SELECT 1` in the throughput bench).
 //! - **Idle bound** of an async handler's transaction: `SET LOCAL
 //!   idle_in_transaction_session_timeout`.
 //! - **Pruning batch**: `DELETE … WHERE ctid = ANY(ARRAY(SELECT ctid … FOR
@@ -653,7 +655,8 @@ mod imp {
         const STORED_CLAIM_SQL: StoredClaimSql = STORED_CLAIMS;
         const OUTERMOST_BEGIN_SQL: &'static str = "BEGIN";
         const OUTERMOST_ROLLBACK_SQL: &'static str = "ROLLBACK";
-        const OUTERMOST_COMMIT_SQL: &'static str = "SELECT 1; COMMIT";
+        /// See the module's "Commit".
+        const OUTERMOST_COMMIT_SQL: &'static str = "SET LOCAL inbox.committing = 'on'; COMMIT";
         const CLAIM_READS_STORED: bool = true;
         const OUTERMOST_LATE_TRIPWIRE: Option<crate::backend::LateTripwire> = None;
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = Some("SELECT 1");
