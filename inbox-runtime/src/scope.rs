@@ -57,7 +57,19 @@ pub(crate) struct Scope {
 struct Outermost {
     begin: Cow<'static, str>,
     commit: Cow<'static, str>,
+    /// The commit of a duplicate's transaction
+    /// ([`InboxBackend::OUTERMOST_DUPLICATE_COMMIT_SQL`]).
+    duplicate_commit: Cow<'static, str>,
     rollback: Cow<'static, str>,
+}
+
+/// `sql` followed by `end` (a bounded transaction's end), allocated only
+/// when there is an end to add.
+fn ended(sql: &'static str, end: &'static str) -> Cow<'static, str> {
+    match end {
+        "" => Cow::Borrowed(sql),
+        end => Cow::Owned(format!("{sql}{end}")),
+    }
 }
 
 impl Scope {
@@ -90,20 +102,17 @@ impl Scope {
         let outermost = match bounded_begin {
             Some(begin) => Outermost {
                 begin: Cow::Owned(begin),
-                commit: Cow::Owned(format!(
-                    "{}{}",
-                    DB::OUTERMOST_COMMIT_SQL,
-                    DB::BOUNDED_IDLE_END_SQL
-                )),
-                rollback: Cow::Owned(format!(
-                    "{}{}",
-                    DB::OUTERMOST_ROLLBACK_SQL,
-                    DB::BOUNDED_IDLE_END_SQL
-                )),
+                commit: ended(DB::OUTERMOST_COMMIT_SQL, DB::BOUNDED_IDLE_END_SQL),
+                duplicate_commit: ended(
+                    DB::OUTERMOST_DUPLICATE_COMMIT_SQL,
+                    DB::BOUNDED_IDLE_END_SQL,
+                ),
+                rollback: ended(DB::OUTERMOST_ROLLBACK_SQL, DB::BOUNDED_IDLE_END_SQL),
             },
             None => Outermost {
                 begin: Cow::Borrowed(DB::OUTERMOST_BEGIN_SQL),
                 commit: Cow::Borrowed(DB::OUTERMOST_COMMIT_SQL),
+                duplicate_commit: Cow::Borrowed(DB::OUTERMOST_DUPLICATE_COMMIT_SQL),
                 rollback: Cow::Borrowed(DB::OUTERMOST_ROLLBACK_SQL),
             },
         };
@@ -153,6 +162,17 @@ impl Scope {
             Cow::Borrowed(&self.outermost.commit)
         } else {
             Cow::Owned(format!("RELEASE SAVEPOINT {}", self.savepoint()))
+        }
+    }
+
+    /// Commits the handler's level after a claim that found its id taken,
+    /// with no body run: on the outermost level without the backend's
+    /// check ([`InboxBackend::OUTERMOST_DUPLICATE_COMMIT_SQL`]).
+    pub(crate) fn duplicate_commit_sql(&self) -> Cow<'_, str> {
+        if self.is_outermost() {
+            Cow::Borrowed(&self.outermost.duplicate_commit)
+        } else {
+            self.commit_sql()
         }
     }
 

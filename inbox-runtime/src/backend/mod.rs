@@ -171,6 +171,14 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     #[doc(hidden)]
     const OUTERMOST_COMMIT_SQL: &'static str;
 
+    /// Commits a handler's outermost transaction in which the claim found
+    /// its id taken and no body ran (a duplicate): on PostgreSQL without
+    /// [`OUTERMOST_COMMIT_SQL`](Self::OUTERMOST_COMMIT_SQL)'s check, which
+    /// has nothing to find there (the claim succeeded, and nothing else
+    /// ran); elsewhere the same.
+    #[doc(hidden)]
+    const OUTERMOST_DUPLICATE_COMMIT_SQL: &'static str;
+
     /// The same outermost transaction with its tripwire (the savepoint of
     /// [`OUTERMOST_BEGIN_SQL`](Self::OUTERMOST_BEGIN_SQL)) set after the
     /// claim, for connections that pay a round trip per statement: a

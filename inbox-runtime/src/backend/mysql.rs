@@ -363,6 +363,7 @@ mod imp {
             "RELEASE SAVEPOINT inbox_transaction; ",
             commit_and_restore_autocommit!()
         );
+        const OUTERMOST_DUPLICATE_COMMIT_SQL: &'static str = Self::OUTERMOST_COMMIT_SQL;
         // MySQL has no statement that inserts and returns another row
         // (MariaDB's `INSERT … RETURNING` returns what it inserted), and a
         // blocking connection sends one statement per round trip.

@@ -11,6 +11,8 @@
 //!   'on'`, in the same round trip, which fails in an aborted transaction
 //!   (a utility statement: nothing to plan, no row to send back, which made
 //!   a handler 1–10% faster than with `SELECT 1` in the throughput bench).
+//!   A duplicate's transaction, where only the claim ran, commits without
+//!   it.
 //! - **Idle bound** of an async handler's transaction: `SET LOCAL
 //!   idle_in_transaction_session_timeout`.
 //! - **Pruning batch**: `DELETE … WHERE ctid = ANY(ARRAY(SELECT ctid … FOR
@@ -657,6 +659,7 @@ mod imp {
         const OUTERMOST_ROLLBACK_SQL: &'static str = "ROLLBACK";
         /// See the module's "Commit".
         const OUTERMOST_COMMIT_SQL: &'static str = "SET LOCAL inbox.committing = 'on'; COMMIT";
+        const OUTERMOST_DUPLICATE_COMMIT_SQL: &'static str = "COMMIT";
         const CLAIM_READS_STORED: bool = true;
         const OUTERMOST_LATE_TRIPWIRE: Option<crate::backend::LateTripwire> = None;
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = Some("SELECT 1");

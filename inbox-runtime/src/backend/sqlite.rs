@@ -297,6 +297,7 @@ mod imp {
         const OUTERMOST_BEGIN_SQL: &'static str = "BEGIN";
         const OUTERMOST_ROLLBACK_SQL: &'static str = "ROLLBACK";
         const OUTERMOST_COMMIT_SQL: &'static str = "COMMIT";
+        const OUTERMOST_DUPLICATE_COMMIT_SQL: &'static str = Self::OUTERMOST_COMMIT_SQL;
         // An embedded database's reads cost no round trip.
         const CLAIM_READS_STORED: bool = false;
         const OUTERMOST_LATE_TRIPWIRE: Option<crate::backend::LateTripwire> = None;

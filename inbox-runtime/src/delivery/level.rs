@@ -106,6 +106,25 @@ impl Level {
         }
     }
 
+    /// Commits a level [`begin_for_claim`](Self::begin_for_claim) began and
+    /// whose claim found its id taken (no body ran): as
+    /// [`commit_after_claim`](Self::commit_after_claim), without the
+    /// backend's check for an aborted transaction, which has nothing to
+    /// find there.
+    pub(crate) async fn commit_duplicate<X: Executor>(
+        &self,
+        exec: &mut X,
+        tripwire: Tripwire,
+    ) -> Result<(), InboxError> {
+        match tripwire {
+            Tripwire::Set => {
+                self.commit_sql(exec, "", &self.scope.duplicate_commit_sql())
+                    .await
+            }
+            unset => self.commit_after_claim(exec, unset).await,
+        }
+    }
+
     async fn begin_with<X: Executor>(&self, exec: &mut X, sql: &str) -> Result<(), InboxError> {
         exec.set_open(true);
         let begun = exec.level_sql(&self.scope, sql).await;

@@ -174,7 +174,7 @@ async fn claim_with_retries<X: Executor>(
         match taken {
             Ok(Taken::Claimed) => return Ok(Taken::Claimed),
             Ok(Taken::Duplicate(stored)) => {
-                level.commit_after_claim(exec, tripwire).await?;
+                level.commit_duplicate(exec, tripwire).await?;
                 return Ok(Taken::Duplicate(stored));
             }
             Err(error) => {
