@@ -12,7 +12,7 @@ use crate::message_id::MessageId;
 use crate::observe::{self, BodyScope};
 use crate::options::Options;
 use crate::outcome::OnDuplicate;
-use crate::stored::{Plain, Reply, StoredResult, Storing};
+use crate::stored::StoredResult;
 
 /// Builds the claim key from the handler's name and its id expression.
 ///
@@ -232,8 +232,7 @@ where
     T::Err: HandlerError,
     R: BeginClaim<C>,
 {
-    let key = checked_async_key::<T>(key)?;
-    answered::<C, T>(route.begin(conn, key, options).await)
+    begin_async_with::<Plain, C, T, R>(route, conn, key, options).await
 }
 
 /// [`begin_async`] for `store_result`: a duplicate returns the stored
@@ -253,32 +252,34 @@ where
     T::Err: HandlerError,
     R: BeginClaim<C>,
 {
-    let key = checked_async_key::<T>(key)?;
-    answered::<C, T>(route.begin_storing(conn, key, options).await)
+    begin_async_with::<Storing, C, T, R>(route, conn, key, options).await
 }
 
-/// The key, or the handler's answer to an invalid one.
+/// [`begin_async`] and [`begin_async_storing`], by how `P` answers a
+/// duplicate.
 #[cfg(feature = "async")]
-fn checked_async_key<T>(key: Result<ClaimKey, InboxError>) -> Result<ClaimKey, T>
+async fn begin_async_with<P, C, T, R>(
+    route: R,
+    conn: &mut C,
+    key: Result<ClaimKey, InboxError>,
+    options: Options,
+) -> Result<crate::ClaimedTransaction<'_, C>, T>
 where
+    P: Reply<T::Ok>,
+    C: diesel_async::AsyncConnection,
+    C::Backend: InboxBackend,
     T: HandlerResult,
     T::Err: HandlerError,
+    R: BeginClaim<C>,
 {
-    key.map_err(|error| {
+    let key = key.map_err(|error| {
         observe::invalid_key(&error);
         T::from_result(Err(error.into()))
-    })
-}
-
-/// The claimed transaction, or the handler's answer without its body.
-#[cfg(feature = "async")]
-fn answered<C, T>(begun: Begun<'_, C, T::Ok>) -> Result<crate::ClaimedTransaction<'_, C>, T>
-where
-    C: diesel_async::AsyncConnection,
-    T: HandlerResult,
-    T::Err: HandlerError,
-{
-    begun.map_err(|answer| T::from_result(answer.map_err(crate::error::into_handler_error)))
+    })?;
+    route
+        .begin::<P, T::Ok>(conn, key, options)
+        .await
+        .map_err(|answer| T::from_result(answer.map_err(crate::error::into_handler_error)))
 }
 
 /// What beginning an async handler's claim comes to: the claimed
@@ -350,6 +351,10 @@ pub trait RoutePipelined {
 #[cfg(all(feature = "async", feature = "postgres"))]
 impl<C: Pipelining> RoutePipelined for ConnRoute<C> {}
 
+/// How a handler answers a duplicate and what it stores: `P` of
+/// [`BeginClaim::begin`].
+pub use crate::stored::{Plain, Reply, Storing};
+
 /// What a connection needs for [`Pipelined`].
 #[cfg(all(feature = "async", feature = "postgres"))]
 pub use crate::delivery::pipelined::Pipelining;
@@ -365,23 +370,16 @@ pub trait RouteSequential {
 impl<C> RouteSequential for &ConnRoute<C> {}
 
 /// How a route begins a handler's level on `C` and claims in it (see
-/// `delivery::asynchronous::claim_in_new_level`).
+/// `delivery::asynchronous::claim_in_new_level`), a duplicate answered as
+/// `P` says.
 #[cfg(feature = "async")]
 pub trait BeginClaim<C>
 where
     C: diesel_async::AsyncConnection,
     C::Backend: InboxBackend,
 {
-    /// For a handler whose duplicate answers `R::on_duplicate()`.
-    fn begin<R: OnDuplicate>(
-        self,
-        conn: &mut C,
-        key: ClaimKey,
-        options: Options,
-    ) -> impl core::future::Future<Output = Begun<'_, C, R>> + Send;
-
-    /// For a handler whose duplicate answers the stored result.
-    fn begin_storing<R: StoredResult>(
+    /// Begins and claims.
+    fn begin<P: Reply<R>, R>(
         self,
         conn: &mut C,
         key: ClaimKey,
@@ -395,47 +393,27 @@ where
     C: diesel_async::AsyncConnection,
     C::Backend: InboxBackend,
 {
-    async fn begin<R: OnDuplicate>(
+    async fn begin<P: Reply<R>, R>(
         self,
         conn: &mut C,
         key: ClaimKey,
         options: Options,
     ) -> Begun<'_, C, R> {
         use crate::delivery::asynchronous::claim_in_new_level;
-        begun(claim_in_new_level::<Plain, C, R>(conn, key, options).await)
-    }
-
-    async fn begin_storing<R: StoredResult>(
-        self,
-        conn: &mut C,
-        key: ClaimKey,
-        options: Options,
-    ) -> Begun<'_, C, R> {
-        use crate::delivery::asynchronous::claim_in_new_level;
-        begun(claim_in_new_level::<Storing, C, R>(conn, key, options).await)
+        begun(claim_in_new_level::<P, C, R>(conn, key, options).await)
     }
 }
 
 #[cfg(all(feature = "async", feature = "postgres"))]
 impl<C: Pipelining> BeginClaim<C> for Pipelined {
-    async fn begin<R: OnDuplicate>(
+    async fn begin<P: Reply<R>, R>(
         self,
         conn: &mut C,
         key: ClaimKey,
         options: Options,
     ) -> Begun<'_, C, R> {
         use crate::delivery::pipelined::claim_in_new_level;
-        begun(claim_in_new_level::<Plain, R, C>(conn, key, options).await)
-    }
-
-    async fn begin_storing<R: StoredResult>(
-        self,
-        conn: &mut C,
-        key: ClaimKey,
-        options: Options,
-    ) -> Begun<'_, C, R> {
-        use crate::delivery::pipelined::claim_in_new_level;
-        begun(claim_in_new_level::<Storing, R, C>(conn, key, options).await)
+        begun(claim_in_new_level::<P, R, C>(conn, key, options).await)
     }
 }
 

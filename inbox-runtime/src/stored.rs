@@ -108,7 +108,7 @@ fn problem(key: &ClaimKey, problem: StoredResultProblem) -> InboxError {
 
 /// How a runner answers a duplicate and what it stores after the body: the
 /// plain runners ([`Plain`]) or the storing ones ([`Storing`]).
-pub(crate) trait Reply<R> {
+pub trait Reply<R> {
     /// Whether a duplicate's stored result is read, and the body's result
     /// stored.
     const STORES: bool;
@@ -136,7 +136,8 @@ pub(crate) fn encode_caught<P: Reply<R>, R>(
 }
 
 /// A handler without `store_result`: a duplicate is `R::on_duplicate()`.
-pub(crate) struct Plain;
+#[derive(Debug)]
+pub struct Plain;
 
 impl<R: OnDuplicate> Reply<R> for Plain {
     const STORES: bool = false;
@@ -151,7 +152,8 @@ impl<R: OnDuplicate> Reply<R> for Plain {
 }
 
 /// A handler with `store_result`.
-pub(crate) struct Storing;
+#[derive(Debug)]
+pub struct Storing;
 
 impl<R: StoredResult> Reply<R> for Storing {
     const STORES: bool = true;

@@ -222,26 +222,62 @@ mod imp {
     const ARCHIVE_PRESENT_SQL: &str =
         "SELECT to_regclass('inbox_messages_archive') IS NOT NULL AS present";
 
-    /// A bounded claim's first step, `WITH inbox_wait AS MATERIALIZED
-    /// (…)`: reads the session's `lock_timeout`, then sets it to `bound`
-    /// for the transaction (`set_config(…, true)`). A `guarded` claim
-    /// reads it through [`CLAIMING_GUARD`] (see [`PipelinedClaimStatement`]).
+    /// A claim's first step, `WITH inbox_wait AS MATERIALIZED (…)`, where
+    /// it has one: a bounded claim's reads the session's `lock_timeout`,
+    /// then sets it to `bound` for the transaction (`set_config(…, true)`);
+    /// a `guarded` claim's reads it through [`claiming_guard!`] (see
+    /// [`PipelinedClaimStatement`]). Whether it wrote one (a plain claim,
+    /// unbounded and unguarded, has none).
     fn push_wait<'b>(
-        bound: &'b crate::backend::ClaimBound,
+        bound: Option<&'b crate::backend::ClaimBound>,
         guarded: bool,
         out: &mut AstPass<'_, 'b, Pg>,
-    ) -> QueryResult<()> {
-        out.push_sql(match guarded {
-            false => "WITH inbox_wait AS MATERIALIZED (SELECT current_setting('lock_timeout') AS previous, ",
-            true => concat!(
+    ) -> QueryResult<bool> {
+        out.push_sql(match (bound, guarded) {
+            (None, false) => return Ok(false),
+            (_, false) => {
+                "WITH inbox_wait AS MATERIALIZED (SELECT current_setting('lock_timeout') AS previous"
+            }
+            (_, true) => concat!(
                 "WITH inbox_wait AS MATERIALIZED (SELECT ",
                 claiming_guard!(),
-                " AS previous, "
+                " AS previous"
             ),
         });
-        out.push_sql("set_config('lock_timeout', ");
-        out.push_bind_param::<diesel::sql_types::Integer, i32>(&bound.millis)?;
-        out.push_sql("::text, true) AS bound)");
+        if let Some(bound) = bound {
+            out.push_sql(", set_config('lock_timeout', ");
+            out.push_bind_param::<diesel::sql_types::Integer, i32>(&bound.millis)?;
+            out.push_sql("::text, true) AS bound");
+        }
+        out.push_sql(")");
+        Ok(true)
+    }
+
+    /// A claim's insert after [`push_wait`] (`waited`: it wrote the CTE):
+    /// its values, read `FROM inbox_wait` when there is one (so the bound
+    /// is set, and the guard passed, first), `ON CONFLICT DO NOTHING`, and
+    /// the `RETURNING` of a new claim: a bounded one's puts the session's
+    /// `lock_timeout` back, any other's is `returning`.
+    fn push_claim_insert<'b>(
+        key: &'b ClaimKey,
+        fingerprint: Option<&'b Fingerprint>,
+        bounded: bool,
+        waited: bool,
+        returning: &'static str,
+        out: &mut AstPass<'_, 'b, Pg>,
+    ) -> QueryResult<()> {
+        out.push_sql("INSERT INTO inbox_messages ");
+        crate::backend::push_claim_select(key, fingerprint, out)?;
+        if waited {
+            out.push_sql(" FROM inbox_wait");
+        }
+        out.push_sql(" ON CONFLICT (handler, message_id) DO NOTHING");
+        out.push_sql(match bounded {
+            true => {
+                " RETURNING set_config('lock_timeout', (SELECT previous FROM inbox_wait), true)"
+            }
+            false => returning,
+        });
         Ok(())
     }
 
@@ -309,21 +345,11 @@ mod imp {
 
     impl diesel::query_builder::QueryFragment<Pg> for PipelinedClaimStatement<'_> {
         fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-            match &self.bound {
-                Some(bound) => push_wait(bound, true, &mut out)?,
-                None => out.push_sql(concat!(
-                    "WITH inbox_wait AS MATERIALIZED (SELECT ",
-                    claiming_guard!(),
-                    " AS previous)"
-                )),
-            }
-            out.push_sql(" INSERT INTO inbox_messages ");
-            crate::backend::push_claim_select(self.key, self.key.fingerprint(), &mut out)?;
-            out.push_sql(match self.bound {
-                Some(_) => RESTORE_WAIT,
-                None => " FROM inbox_wait ON CONFLICT (handler, message_id) DO NOTHING",
-            });
-            Ok(())
+            let bound = self.bound.as_ref();
+            let waited = push_wait(bound, true, &mut out)?;
+            out.push_sql(" ");
+            let (key, fingerprint) = (self.key, self.key.fingerprint());
+            push_claim_insert(key, fingerprint, bound.is_some(), waited, "", &mut out)
         }
     }
 
@@ -373,28 +399,13 @@ mod imp {
         mut out: AstPass<'_, 'b, Pg>,
     ) -> QueryResult<()> {
         use diesel::sql_types::Text;
-        match (bound, guarded) {
-            (Some(bound), _) => {
-                push_wait(bound, guarded, &mut out)?;
-                out.push_sql(", inbox_claim AS (INSERT INTO inbox_messages ");
-            }
-            (None, false) => out.push_sql("WITH inbox_claim AS (INSERT INTO inbox_messages "),
-            (None, true) => out.push_sql(concat!(
-                "WITH inbox_wait AS MATERIALIZED (SELECT ",
-                claiming_guard!(),
-                " AS previous), inbox_claim AS (INSERT INTO inbox_messages "
-            )),
-        }
-        crate::backend::push_claim_select(key, fingerprint, &mut out)?;
-        match (bound, guarded) {
-            (Some(_), _) => out.push_sql(RESTORE_WAIT),
-            (None, false) => {
-                out.push_sql(" ON CONFLICT (handler, message_id) DO NOTHING RETURNING 1")
-            }
-            (None, true) => out.push_sql(
-                " FROM inbox_wait ON CONFLICT (handler, message_id) DO NOTHING RETURNING 1",
-            ),
-        }
+        let waited = push_wait(bound, guarded, &mut out)?;
+        out.push_sql(match waited {
+            true => ", inbox_claim AS (",
+            false => "WITH inbox_claim AS (",
+        });
+        let bounded = bound.is_some();
+        push_claim_insert(key, fingerprint, bounded, waited, " RETURNING 1", &mut out)?;
         out.push_sql(
             ") SELECT EXISTS (SELECT 1 FROM inbox_claim) AS claimed, \
              found.message_id IS NOT NULL AS seen, found.fingerprint, found.result \
@@ -405,12 +416,6 @@ mod imp {
         out.push_bind_param::<Text, str>(key.message_id())?;
         Ok(())
     }
-
-    /// The end of a bounded claim's insert: its values read `FROM
-    /// inbox_wait` (so the bound is set first), and a new claim's
-    /// `RETURNING` puts the session's `lock_timeout` back.
-    const RESTORE_WAIT: &str = " FROM inbox_wait ON CONFLICT (handler, message_id) DO NOTHING \
-         RETURNING set_config('lock_timeout', (SELECT previous FROM inbox_wait), true)";
 
     /// Fingerprints and stored results, in the current table and, under
     /// the generation layout, in the archive.
@@ -702,11 +707,9 @@ mod imp {
             bound: &'b crate::backend::ClaimBound,
             mut out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
-            push_wait(bound, false, &mut out)?;
-            out.push_sql(" INSERT INTO inbox_messages ");
-            crate::backend::push_claim_select(key, fingerprint, &mut out)?;
-            out.push_sql(RESTORE_WAIT);
-            Ok(())
+            push_wait(Some(bound), false, &mut out)?;
+            out.push_sql(" ");
+            push_claim_insert(key, fingerprint, true, true, "", &mut out)
         }
 
         /// The claim in a data-modifying CTE (`inbox_claim`, after the

@@ -57,11 +57,11 @@ pub(crate) trait Executor {
         sql: &str,
     ) -> impl Future<Output = QueryResult<()>> + Send;
 
-    /// Opens the outermost level of `scope` with `sql` for the claim that
-    /// follows at once: sent now, or held by an executor that sends it in
-    /// one flight with that claim (an async PostgreSQL connection, see
-    /// [`pipelined`](super::pipelined)), whose claim then refuses to run
-    /// unless the level opened.
+    /// Opens the level of `scope` with `sql` for the claim that follows at
+    /// once: sent now, or, for the outermost level, held by an executor
+    /// that sends it in one flight with that claim (an async PostgreSQL
+    /// connection, see [`pipelined`](super::pipelined)), whose claim then
+    /// refuses to run unless the level opened.
     fn begin_for_claim(
         &mut self,
         scope: &Scope,

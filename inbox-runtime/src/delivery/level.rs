@@ -50,9 +50,9 @@ impl Level {
     /// backend's outermost transaction has a tripwire and each statement
     /// costs the executor a round trip, the tripwire is left unset, for
     /// [`arm`](Self::arm) once the id is claimed (a duplicate then costs
-    /// neither setting nor releasing it). An outermost `BEGIN` goes through
-    /// [`Executor::begin_for_claim`], which may hold it to send with the
-    /// claim.
+    /// neither setting nor releasing it). Otherwise the level's begin goes
+    /// through [`Executor::begin_for_claim`], which may hold an outermost
+    /// `BEGIN` to send with the claim.
     pub(crate) async fn begin_for_claim<X: Executor>(
         &self,
         exec: &mut X,
@@ -62,16 +62,12 @@ impl Level {
                 self.begin_with(exec, late.begin).await?;
                 Ok(Tripwire::Unset(late))
             }
-            _ if self.is_outermost() => {
+            _ => {
                 exec.set_open(true);
                 let begun = exec
                     .begin_for_claim(&self.scope, &self.scope.begin_sql())
                     .await;
                 self.entered(exec, begun)?;
-                Ok(Tripwire::Set)
-            }
-            _ => {
-                self.begin(exec).await?;
                 Ok(Tripwire::Set)
             }
         }

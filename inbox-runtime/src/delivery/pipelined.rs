@@ -189,18 +189,15 @@ impl<C: Pipelining> Executor for Pipelined<'_, C> {
         self.exec.level_sql(scope, sql).await
     }
 
-    /// Holds the `BEGIN` for the claim.
-    fn begin_for_claim(
-        &mut self,
-        _scope: &Scope,
-        sql: &str,
-    ) -> impl Future<Output = QueryResult<()>> + Send {
-        let begin = format!("{sql}; {PIPELINED_CLAIMING_SQL}");
-        async move {
-            self.flush().await?;
-            self.held = Some(begin);
-            Ok(())
+    /// Holds an outermost `BEGIN` for the claim; sends a savepoint at once
+    /// (the caller's transaction is open already).
+    async fn begin_for_claim(&mut self, scope: &Scope, sql: &str) -> QueryResult<()> {
+        if !scope.is_outermost() {
+            return self.level_sql(scope, sql).await;
         }
+        self.flush().await?;
+        self.held = Some(format!("{sql}; {PIPELINED_CLAIMING_SQL}"));
+        Ok(())
     }
 
     fn claim(
