@@ -16,6 +16,7 @@ use inbox_tests::CancelAfter;
 /// A fresh schema with the suite's effects table, a direct connection to
 /// it, and one through a proxy that counts its round trips.
 struct Counted {
+    /// Kept to the end: its schema is dropped with it.
     _db: Postgres,
     direct: AsyncPgConnection,
     proxy: Proxy,
@@ -49,51 +50,45 @@ async fn flights<T>(proxy: &Proxy, delivery: impl Future<Output = T>) -> (T, u64
 /// the first sends one round trip fewer for a processed message and for a
 /// duplicate, which costs it two (`BEGIN` + claim, the commit).
 async fn an_async_pg_handler_sends_begin_in_one_flight_with_its_claim() {
-    let Some(Counted {
-        _db,
-        mut direct,
-        proxy,
-        mut conn,
-    }) = counted().await
-    else {
+    let Some(mut counted) = counted().await else {
         return;
     };
+    let both = [Written::ForTheType, Written::Generic];
     // Warm up both handlers: every statement prepared and cached.
     for round in 0..2 {
-        let msg = Msg::new(format!("warm-{round}"));
-        assert_eq!(
-            record_pg(&mut conn, &msg).await.unwrap(),
-            Outcome::Processed(0)
-        );
-        assert_eq!(
-            record_pg(&mut conn, &msg).await.unwrap(),
-            Outcome::Duplicate
-        );
-        let msg = Msg::new(format!("warm-generic-{round}"));
-        assert_eq!(
-            record_generic(&mut conn, &msg).await.unwrap(),
-            Outcome::Processed(0)
-        );
-        assert_eq!(
-            record_generic(&mut conn, &msg).await.unwrap(),
-            Outcome::Duplicate
-        );
+        for written in both {
+            let msg = Msg::new(format!("warm-{written:?}-{round}"));
+            let processed = written.deliver(&mut counted.conn, &msg).await;
+            assert_eq!(processed.unwrap(), Outcome::Processed(0));
+            let duplicate = written.deliver(&mut counted.conn, &msg).await;
+            assert_eq!(duplicate.unwrap(), Outcome::Duplicate);
+        }
     }
-
-    let pipelined = Msg::new("pipelined");
-    let (outcome, processed) = flights(&proxy, record_pg(&mut conn, &pipelined)).await;
-    assert_eq!(outcome.expect("processed"), Outcome::Processed(0));
-    let (outcome, duplicate) = flights(&proxy, record_pg(&mut conn, &pipelined)).await;
-    assert_eq!(outcome.expect("duplicate"), Outcome::Duplicate);
-
-    let sequential = Msg::new("sequential");
-    let (outcome, generic_processed) =
-        flights(&proxy, record_generic(&mut conn, &sequential)).await;
-    assert_eq!(outcome.expect("processed"), Outcome::Processed(0));
-    let (outcome, generic_duplicate) =
-        flights(&proxy, record_generic(&mut conn, &sequential)).await;
-    assert_eq!(outcome.expect("duplicate"), Outcome::Duplicate);
-
+    let mut trips = Vec::new();
+    for written in both {
+        let msg = Msg::new(format!("{written:?}"));
+        let delivery = written.deliver(&mut counted.conn, &msg);
+        let (outcome, processed) = flights(&counted.proxy, delivery).await;
+        assert_eq!(outcome.expect("processed"), Outcome::Processed(0));
+        let delivery = written.deliver(&mut counted.conn, &msg);
+        let (outcome, duplicate) = flights(&counted.proxy, delivery).await;
+        assert_eq!(outcome.expect("duplicate"), Outcome::Duplicate);
+        trips.push((processed, duplicate));
+        assert_eq!(
+            effects(&mut counted.direct, &msg.id).await,
+            1,
+            "{written:?}: one effect"
+        );
+        let claims = claims(&mut counted.direct, "async.record", &msg.id).await;
+        assert_eq!(claims, 1, "{written:?}: one claim");
+    }
+    let [
+        (processed, duplicate),
+        (generic_processed, generic_duplicate),
+    ] = trips[..]
+    else {
+        unreachable!("two ways of writing the handler")
+    };
     println!(
         "round trips, processed / duplicate: AsyncPgConnection {processed} / {duplicate}, \
          generic {generic_processed} / {generic_duplicate}"
@@ -108,14 +103,6 @@ async fn an_async_pg_handler_sends_begin_in_one_flight_with_its_claim() {
         generic_processed,
         "a processed message: one round trip fewer ({processed} against {generic_processed})"
     );
-    for id in ["pipelined", "sequential"] {
-        assert_eq!(effects(&mut direct, id).await, 1, "{id}: one effect");
-        assert_eq!(
-            claims(&mut direct, "async.record", id).await,
-            1,
-            "{id}: one claim"
-        );
-    }
 }
 
 /// The claim sent with the `BEGIN` refuses to run outside the transaction
@@ -149,27 +136,27 @@ async fn the_pipelined_claim_refuses_to_run_outside_its_transaction_block() {
         let outside: QueryResult<usize> = PipelinedClaimStatement::new(&key, bound)
             .execute(&mut conn)
             .await;
-        let error = outside
-            .expect_err("refused outside a transaction")
-            .to_string();
-        assert!(
-            error.contains("inbox.claim refused: no transaction block"),
-            "bound {bound:?}: {error}"
-        );
+        assert_refused(outside, &format!("outside a transaction, bound {bound:?}"));
         conn.batch_execute("BEGIN").await.unwrap();
         let inside_another: QueryResult<usize> = PipelinedClaimStatement::new(&key, bound)
             .execute(&mut conn)
             .await;
         conn.batch_execute("ROLLBACK").await.unwrap();
-        let error = inside_another
-            .expect_err("refused in a block the pipelined begin did not open")
-            .to_string();
-        assert!(
-            error.contains("inbox.claim refused: no transaction block"),
-            "bound {bound:?}: {error}"
+        assert_refused(
+            inside_another,
+            &format!("in a block the pipelined begin did not open, bound {bound:?}"),
         );
     }
     assert_eq!(claims(&mut conn, "async.guarded", "m-1").await, 0);
+}
+
+/// Asserts that the guarded claim was refused by its guard, `where`.
+fn assert_refused(claim: QueryResult<usize>, context: &str) {
+    let error = claim.expect_err(context).to_string();
+    assert!(
+        error.contains("inbox.claim refused: no transaction block"),
+        "{context}: {error}"
+    );
 }
 
 /// A `BEGIN` that fails (here: the session is in an aborted transaction
@@ -204,28 +191,24 @@ async fn a_failed_pipelined_begin_fails_the_delivery_and_claims_nothing() {
 /// its own. The claim must refuse, writing nothing; the delivery fails with
 /// the `BEGIN`'s error, and the redelivery is processed once.
 async fn a_claim_sent_with_a_begin_the_server_refused_writes_nothing() {
-    let Some(Counted {
-        _db,
-        mut direct,
-        proxy,
-        mut conn,
-    }) = counted().await
-    else {
+    let Some(mut counted) = counted().await else {
         return;
     };
     let warm = Msg::new("warm");
     assert_eq!(
-        record_pg(&mut conn, &warm).await.unwrap(),
+        record_pg(&mut counted.conn, &warm).await.unwrap(),
         Outcome::Processed(0)
     );
     let msg = Msg::new("begin-refused");
-    proxy.corrupt_next(b"BEGIN; SET LOCAL idle", b"BEGIX; SET LOCAL idle");
-    let error = record_pg(&mut conn, &msg)
+    counted
+        .proxy
+        .corrupt_next(b"BEGIN; SET LOCAL idle", b"BEGIX; SET LOCAL idle");
+    let error = record_pg(&mut counted.conn, &msg)
         .await
         .expect_err("the BEGIN was refused")
         .to_string();
     assert!(
-        !proxy.corruption_pending(),
+        !counted.proxy.corruption_pending(),
         "the BEGIN went through the proxy"
     );
     assert!(
@@ -233,19 +216,21 @@ async fn a_claim_sent_with_a_begin_the_server_refused_writes_nothing() {
         "the BEGIN's own error: {error}"
     );
     assert_eq!(
-        claims(&mut direct, "async.record", "begin-refused").await,
+        claims(&mut counted.direct, "async.record", "begin-refused").await,
         0
     );
-    assert_eq!(effects(&mut direct, "begin-refused").await, 0);
+    assert_eq!(effects(&mut counted.direct, "begin-refused").await, 0);
     assert_eq!(
-        record_pg(&mut conn, &msg).await.expect("redelivered"),
+        record_pg(&mut counted.conn, &msg)
+            .await
+            .expect("redelivered"),
         Outcome::Processed(0)
     );
     assert_eq!(
-        claims(&mut direct, "async.record", "begin-refused").await,
+        claims(&mut counted.direct, "async.record", "begin-refused").await,
         1
     );
-    assert_eq!(effects(&mut direct, "begin-refused").await, 1);
+    assert_eq!(effects(&mut counted.direct, "begin-refused").await, 1);
 }
 
 /// How a handler on a directly held `AsyncPgConnection` is written: for
@@ -399,13 +384,7 @@ async fn charge(
 /// and a copy with another payload the typed conflict.
 #[cfg(feature = "serde")]
 async fn a_pipelined_duplicate_reads_its_stored_result_with_the_claim() {
-    let Some(Counted {
-        _db,
-        mut direct,
-        proxy,
-        mut conn,
-    }) = counted().await
-    else {
+    let Some(mut counted) = counted().await else {
         return;
     };
     let request = |key: &str, body: &[u8]| Charge {
@@ -415,17 +394,18 @@ async fn a_pipelined_duplicate_reads_its_stored_result_with_the_claim() {
     // Warm up: every statement prepared and cached.
     for round in 0..2 {
         let req = request(&format!("warm-{round}"), b"abc");
-        let processed = charge(&mut conn, &req).await.expect("processed");
-        let duplicate = charge(&mut conn, &req).await.expect("duplicate");
+        let processed = charge(&mut counted.conn, &req).await.expect("processed");
+        let duplicate = charge(&mut counted.conn, &req).await.expect("duplicate");
         assert_eq!(processed.value(), duplicate.value());
     }
     let req = request("charge-1", b"abc");
-    let (processed, _) = flights(&proxy, charge(&mut conn, &req)).await;
+    let (processed, _) = flights(&counted.proxy, charge(&mut counted.conn, &req)).await;
     assert_eq!(
         processed.expect("processed"),
         inbox_runtime::StoredOutcome::Processed("receipt of 3 bytes".to_owned())
     );
-    let (duplicate, duplicate_flights) = flights(&proxy, charge(&mut conn, &req)).await;
+    let (duplicate, duplicate_flights) =
+        flights(&counted.proxy, charge(&mut counted.conn, &req)).await;
     assert_eq!(
         duplicate.expect("duplicate").value().as_deref(),
         Some("receipt of 3 bytes"),
@@ -435,12 +415,16 @@ async fn a_pipelined_duplicate_reads_its_stored_result_with_the_claim() {
         duplicate_flights, 2,
         "BEGIN + the reading claim, the commit"
     );
-    let (conflict, _) = flights(&proxy, charge(&mut conn, &request("charge-1", b"xyz"))).await;
+    let (conflict, _) = flights(
+        &counted.proxy,
+        charge(&mut counted.conn, &request("charge-1", b"xyz")),
+    )
+    .await;
     match conflict {
         Err(inbox_runtime::InboxError::Conflict(_)) => {}
         other => panic!("another payload under the same key: {other:?}"),
     }
-    assert_eq!(effects(&mut direct, "charge-1").await, 1);
+    assert_eq!(effects(&mut counted.direct, "charge-1").await, 1);
 }
 
 /// One test per function above, on a current-thread runtime.
