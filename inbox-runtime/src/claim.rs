@@ -189,8 +189,9 @@ impl<C> RunQueryDsl<C> for FingerprintedClaimStatement<'_> {}
 
 /// The claim that waits at most a bound for a claim of the same key in
 /// flight ([`InboxBackend::walk_bounded_claim`]). Its text carries the bound
-/// on some backends (MariaDB's `SET STATEMENT`), so Diesel's statement cache
-/// keys it by its text.
+/// on some backends (MariaDB's `SET STATEMENT`), where Diesel's statement
+/// cache keys it by its text; elsewhere it runs with the id of its shape
+/// (`backend::shaped`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BoundedClaimStatement<'k> {
     pub(crate) key: &'k ClaimKey,
@@ -209,3 +210,48 @@ impl<DB: InboxBackend> QueryFragment<DB> for BoundedClaimStatement<'_> {
 }
 
 impl<C> RunQueryDsl<C> for BoundedClaimStatement<'_> {}
+
+/// Fixed by its fingerprint where the bound is a bind.
+impl crate::backend::shaped::Shaped for BoundedClaimStatement<'_> {
+    type Kind = BoundedClaimStatement<'static>;
+
+    fn shape(&self) -> crate::backend::shaped::Shape {
+        crate::backend::shaped::Shape {
+            bounded: true,
+            fingerprinted: self.key.fingerprint().is_some(),
+        }
+    }
+
+    fn fixed_on<DB: InboxBackend>(&self) -> bool {
+        !DB::BOUND_IN_CLAIM_TEXT
+    }
+}
+
+#[cfg(all(test, feature = "postgres", feature = "mysql"))]
+mod tests {
+    use std::time::Duration;
+
+    use diesel::mysql::Mysql;
+    use diesel::pg::Pg;
+
+    use super::BoundedClaimStatement;
+    use crate::backend::ClaimBound;
+    use crate::backend::shaped::{ByShape, Shaped, by_shape, id_of, sql_of};
+    use crate::key::{ClaimKey, HandlerName};
+
+    /// MariaDB writes the bound's value into a bounded claim's text: the
+    /// macro runs it keyed by its text, and as a shape it is refused.
+    #[test]
+    fn a_claim_whose_text_carries_its_bound_keeps_the_key_of_its_text() {
+        let plain = ClaimKey::new(HandlerName::new("shapes").unwrap(), "m-1").unwrap();
+        let bound = ClaimBound::of(Duration::from_secs(3));
+        let statement = BoundedClaimStatement { key: &plain, bound };
+        assert!(!statement.fixed_on::<Mysql>());
+        assert!(statement.fixed_on::<Pg>());
+        assert_eq!(by_shape!(Mysql, statement, |s| id_of(&s)), None);
+        assert!(by_shape!(Pg, statement, |s| id_of(&s)).is_some());
+        assert!(sql_of::<_, Mysql>(&ByShape::<_, true, false>(statement)).is_err());
+        let sql = by_shape!(Mysql, statement, |s| sql_of::<_, Mysql>(&s)).unwrap();
+        assert!(sql.contains("innodb_lock_wait_timeout = 3"), "{sql}");
+    }
+}

@@ -28,7 +28,7 @@ use diesel::connection::{
 };
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 
-use crate::backend::{InboxBackend, LateTripwire};
+use crate::backend::{IdleBoundedBegin, InboxBackend, LateTripwire};
 use crate::error::InboxError;
 use crate::execution::depth;
 use crate::recovery::is_transaction_aborted;
@@ -55,12 +55,20 @@ pub(crate) struct Scope {
 /// The SQL of an outermost level, by backend and idle bound.
 #[derive(Debug, Clone)]
 struct Outermost {
-    begin: Cow<'static, str>,
+    begin: OutermostBegin,
     commit: Cow<'static, str>,
     /// The commit of a duplicate's transaction
     /// ([`InboxBackend::OUTERMOST_DUPLICATE_COMMIT_SQL`]).
     duplicate_commit: Cow<'static, str>,
     rollback: Cow<'static, str>,
+}
+
+/// How an outermost level begins: the backend's text, or one with an idle
+/// bound, written out when sent.
+#[derive(Debug, Clone, Copy)]
+enum OutermostBegin {
+    Fixed(&'static str),
+    IdleBounded(IdleBoundedBegin),
 }
 
 /// `sql` followed by `end` (a bounded transaction's end), allocated only
@@ -85,7 +93,7 @@ impl Scope {
     /// [`new`](Self::new), for a handler whose outermost transaction the
     /// server must end (closing the connection) once it sits idle for longer
     /// than `idle_limit`, where the backend can (see
-    /// [`InboxBackend::bounded_idle_begin_sql`]). A savepoint in the caller's
+    /// [`InboxBackend::bounded_idle_begin`]). A savepoint in the caller's
     /// transaction is never bounded: that transaction is the caller's.
     pub(crate) fn bounded<DB: InboxBackend>(
         status: &mut TransactionManagerStatus,
@@ -94,14 +102,14 @@ impl Scope {
         let base = depth(status)?;
         let bounded_begin = idle_limit
             .filter(|_| base == 0)
-            .and_then(DB::bounded_idle_begin_sql);
+            .and_then(DB::bounded_idle_begin);
         let late_tripwire = match (base, &bounded_begin) {
             (0, None) => DB::OUTERMOST_LATE_TRIPWIRE,
             _ => None,
         };
         let outermost = match bounded_begin {
             Some(begin) => Outermost {
-                begin: Cow::Owned(begin),
+                begin: OutermostBegin::IdleBounded(begin),
                 commit: ended(DB::OUTERMOST_COMMIT_SQL, DB::BOUNDED_IDLE_END_SQL),
                 duplicate_commit: ended(
                     DB::OUTERMOST_DUPLICATE_COMMIT_SQL,
@@ -110,7 +118,7 @@ impl Scope {
                 rollback: ended(DB::OUTERMOST_ROLLBACK_SQL, DB::BOUNDED_IDLE_END_SQL),
             },
             None => Outermost {
-                begin: Cow::Borrowed(DB::OUTERMOST_BEGIN_SQL),
+                begin: OutermostBegin::Fixed(DB::OUTERMOST_BEGIN_SQL),
                 commit: Cow::Borrowed(DB::OUTERMOST_COMMIT_SQL),
                 duplicate_commit: Cow::Borrowed(DB::OUTERMOST_DUPLICATE_COMMIT_SQL),
                 rollback: Cow::Borrowed(DB::OUTERMOST_ROLLBACK_SQL),
@@ -134,11 +142,33 @@ impl Scope {
     /// Begins the handler's level: `BEGIN`, or a savepoint in the caller's
     /// transaction.
     pub(crate) fn begin_sql(&self) -> Cow<'_, str> {
-        if self.is_outermost() {
-            Cow::Borrowed(&self.outermost.begin)
-        } else {
-            Cow::Owned(format!("SAVEPOINT {}", self.savepoint()))
+        if !self.is_outermost() {
+            return Cow::Owned(format!("SAVEPOINT {}", self.savepoint()));
         }
+        match self.outermost.begin {
+            OutermostBegin::Fixed(sql) => Cow::Borrowed(sql),
+            OutermostBegin::IdleBounded(begin) => Cow::Owned(begin.text(None)),
+        }
+    }
+
+    /// The outermost level's begin followed by `then` in the same text
+    /// (one allocation): what an executor that holds the outermost `BEGIN`
+    /// sends (see `delivery::pipelined`). `None` on a savepoint level.
+    #[cfg(any(test, all(feature = "postgres", feature = "async")))]
+    pub(crate) fn outermost_begin_then(&self, then: &str) -> Option<String> {
+        if !self.is_outermost() {
+            return None;
+        }
+        Some(match self.outermost.begin {
+            OutermostBegin::Fixed(sql) => {
+                let mut text = String::with_capacity(sql.len() + 2 + then.len());
+                text.push_str(sql);
+                text.push_str("; ");
+                text.push_str(then);
+                text
+            }
+            OutermostBegin::IdleBounded(begin) => begin.text(Some(then)),
+        })
     }
 
     /// The outermost transaction with its tripwire set after the claim, if
@@ -408,8 +438,8 @@ mod tests {
         let mut status = TransactionManagerStatus::default();
         let outer = Scope::new::<TestBackend>(&mut status).unwrap();
         assert!(outer.is_outermost());
-        assert_eq!(outer.begin_sql(), "BEGIN");
-        assert_eq!(outer.rollback_sql(), "ROLLBACK");
+        assert_eq!(outer.begin_sql(), TestBackend::OUTERMOST_BEGIN_SQL);
+        assert_eq!(outer.rollback_sql(), TestBackend::OUTERMOST_ROLLBACK_SQL);
         outer.entered(&mut status).unwrap();
 
         let inner = Scope::new::<TestBackend>(&mut status).unwrap();
@@ -429,6 +459,24 @@ mod tests {
         assert!(!inner.is_open(&mut status).unwrap());
         outer.left(&mut status).unwrap();
         assert_eq!(depth(&mut status).unwrap(), 0);
+    }
+
+    /// What an executor holding the outermost begin sends: the level's
+    /// begin and what follows it, in one text; nothing on a savepoint.
+    #[test]
+    fn the_outermost_begin_is_held_with_what_follows_it() {
+        let mut status = TransactionManagerStatus::default();
+        let limit = Some(std::time::Duration::from_secs(5));
+        for idle_limit in [None, limit] {
+            let outer = Scope::bounded::<TestBackend>(&mut status, idle_limit).unwrap();
+            let held = outer.outermost_begin_then("SET y = 1").unwrap();
+            assert_eq!(held, format!("{}; SET y = 1", outer.begin_sql()));
+            assert_eq!(held.capacity(), held.len());
+            outer.entered(&mut status).unwrap();
+            let inner = Scope::bounded::<TestBackend>(&mut status, idle_limit).unwrap();
+            assert_eq!(inner.outermost_begin_then("SET y = 1"), None);
+            outer.left(&mut status).unwrap();
+        }
     }
 
     #[test]

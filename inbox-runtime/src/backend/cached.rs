@@ -115,7 +115,7 @@ impl diesel::query_builder::Query for CachedStatement<'_> {
 
 impl<C> diesel::RunQueryDsl<C> for CachedStatement<'_> {}
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "postgres", feature = "sqlite")))]
 mod tests {
     use super::CachedStatement;
     use crate::backend::Bind;

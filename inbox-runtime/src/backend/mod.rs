@@ -34,6 +34,7 @@ pub(crate) mod mysql;
 mod outbox_sql;
 pub(crate) mod postgres;
 pub(crate) mod prune_batch;
+pub(crate) mod shaped;
 pub(crate) mod sqlite;
 mod stored_claim;
 
@@ -208,12 +209,13 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// Begins an async handler's outermost transaction so that the server
     /// ends it (closing the connection) once it sits idle for longer than
     /// `limit`: what bounds how long a dropped handler future keeps its
-    /// claim locked. `None`: the backend has no such setting.
+    /// claim locked. `None`: the backend has no such setting. The text is
+    /// written out when it is sent ([`IdleBoundedBegin::text`]).
     #[doc(hidden)]
-    fn bounded_idle_begin_sql(limit: std::time::Duration) -> Option<String>;
+    fn bounded_idle_begin(limit: std::time::Duration) -> Option<IdleBoundedBegin>;
 
     /// Appended to the `COMMIT` and `ROLLBACK` of a transaction begun with
-    /// [`bounded_idle_begin_sql`](Self::bounded_idle_begin_sql): restores
+    /// [`bounded_idle_begin`](Self::bounded_idle_begin): restores
     /// what it changed for the session (`""`: nothing to restore).
     #[doc(hidden)]
     const BOUNDED_IDLE_END_SQL: &'static str;
@@ -232,6 +234,13 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// `busy_timeout` says, and for a MySQL server that refused the bound.
     #[doc(hidden)]
     fn bounds_claims() -> bool;
+
+    /// Whether a bounded claim's text carries the bound's value (MariaDB's
+    /// `SET STATEMENT … FOR`): Diesel then caches it by its text. Where the
+    /// bound is a bind (`false`), the text is fixed by the claim's shape
+    /// and cached by a type (`shaped`).
+    #[doc(hidden)]
+    const BOUND_IN_CLAIM_TEXT: bool;
 
     /// Writes the claim statement for `key` that waits at most `bound` for
     /// a claim of the same key still in flight, and leaves the session's
@@ -541,6 +550,42 @@ impl ClaimBound {
             millis: i32::try_from(millis).unwrap_or(i32::MAX).max(1),
             seconds: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
         }
+    }
+}
+
+/// The text that begins an outermost transaction the server ends once it
+/// sits idle for longer than a bound ([`InboxBackend::bounded_idle_begin`]):
+/// `before`, the bound in the backend's unit, `after`. Kept as its parts
+/// and written out once, when it is sent.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleBoundedBegin {
+    pub(crate) before: &'static str,
+    pub(crate) bound: u64,
+    pub(crate) after: &'static str,
+}
+
+impl IdleBoundedBegin {
+    /// The text, followed by `; ` and `then` when given (one allocation,
+    /// of its exact size).
+    pub(crate) fn text(&self, then: Option<&str>) -> String {
+        use std::fmt::Write;
+        let digits = self
+            .bound
+            .checked_ilog10()
+            .map_or(1, |log| log as usize + 1);
+        let then_len = then.map_or(0, |then| 2 + then.len());
+        let mut text =
+            String::with_capacity(self.before.len() + digits + self.after.len() + then_len);
+        text.push_str(self.before);
+        // Writing to a `String` cannot fail.
+        let _ = write!(text, "{}", self.bound);
+        text.push_str(self.after);
+        if let Some(then) = then {
+            text.push_str("; ");
+            text.push_str(then);
+        }
+        text
     }
 }
 
@@ -894,7 +939,8 @@ macro_rules! bound_statement_fn {
             C: diesel::connection::LoadConnection<Backend = Self>,
         {
             use diesel::RunQueryDsl;
-            crate::backend::stored_claim::ReadingClaimStatement { key, bound }.load(conn)
+            let statement = crate::backend::stored_claim::ReadingClaimStatement { key, bound };
+            crate::backend::shaped::by_shape!(Self, statement, |claim| claim.load(conn))
         }
 
         #[cfg(feature = "async")]
@@ -909,7 +955,10 @@ macro_rules! bound_statement_fn {
             C: diesel_async::AsyncConnection<Backend = Self>,
         {
             use diesel_async::RunQueryDsl;
-            crate::backend::stored_claim::ReadingClaimStatement { key, bound }.load(conn)
+            let statement = crate::backend::stored_claim::ReadingClaimStatement { key, bound };
+            async move {
+                crate::backend::shaped::by_shape!(Self, statement, |claim| claim.load(conn).await)
+            }
         }
 
         fn load_stored_claim<C>(
@@ -1104,5 +1153,46 @@ mod tests {
             let odd = sql.char_indices().find(|(_, c)| !c.is_ascii());
             assert_eq!(odd, None, "{name}: not ASCII at (byte, char)");
         }
+    }
+
+    /// An idle-bounded begin is written out as each backend's text, alone
+    /// or with what follows it, in one allocation of its exact size.
+    #[test]
+    fn an_idle_bounded_begin_is_written_out_whole() {
+        for bound in [0, 1, 9, 10, 99, 100, 12_345, u64::MAX] {
+            let begin = super::IdleBoundedBegin {
+                before: "SET x = ",
+                bound,
+                after: "; BEGIN",
+            };
+            let text = begin.text(None);
+            assert_eq!(text, format!("SET x = {bound}; BEGIN"));
+            assert_eq!(text.capacity(), text.len());
+            let then = begin.text(Some("SET y = 1"));
+            assert_eq!(then, format!("SET x = {bound}; BEGIN; SET y = 1"));
+            assert_eq!(then.capacity(), then.len());
+        }
+        let limit = std::time::Duration::from_millis(1_500);
+        #[cfg(feature = "postgres")]
+        assert_eq!(
+            <diesel::pg::Pg as super::InboxBackend>::bounded_idle_begin(limit)
+                .map(|begin| begin.text(None)),
+            Some("BEGIN; SET LOCAL idle_in_transaction_session_timeout = 1500".to_owned())
+        );
+        #[cfg(feature = "mysql")]
+        assert_eq!(
+            <diesel::mysql::Mysql as super::InboxBackend>::bounded_idle_begin(limit)
+                .map(|begin| begin.text(None)),
+            Some(format!(
+                "SET @inbox_saved_wait_timeout = @@SESSION.wait_timeout, \
+                 SESSION wait_timeout = 2; {}",
+                <diesel::mysql::Mysql as super::InboxBackend>::OUTERMOST_BEGIN_SQL
+            ))
+        );
+        #[cfg(feature = "sqlite")]
+        assert_eq!(
+            <diesel::sqlite::Sqlite as super::InboxBackend>::bounded_idle_begin(limit),
+            None
+        );
     }
 }

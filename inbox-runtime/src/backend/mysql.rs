@@ -383,17 +383,22 @@ mod imp {
         /// `wait_timeout` (MySQL and MariaDB alike) closes a connection idle
         /// for that long, in a transaction or not, so it is lowered for the
         /// handler's transaction only and restored when it ends.
-        fn bounded_idle_begin_sql(limit: std::time::Duration) -> Option<String> {
+        fn bounded_idle_begin(
+            limit: std::time::Duration,
+        ) -> Option<crate::backend::IdleBoundedBegin> {
             let seconds = limit.as_secs_f64().ceil().clamp(1.0, 31_536_000.0) as u64;
-            Some(format!(
-                "SET @inbox_saved_wait_timeout = @@SESSION.wait_timeout, \
-                 SESSION wait_timeout = {seconds}; {}",
-                Self::OUTERMOST_BEGIN_SQL
-            ))
+            Some(crate::backend::IdleBoundedBegin {
+                before: "SET @inbox_saved_wait_timeout = @@SESSION.wait_timeout, \
+                         SESSION wait_timeout = ",
+                bound: seconds,
+                after: concat!("; ", autocommit_off!(), "; ", set_tripwire!()),
+            })
         }
         const PRUNE_BEFORE_BEGIN_SQL: &'static str =
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
         const PRUNE_AFTER_BEGIN_SQL: &'static str = "";
+
+        const BOUND_IN_CLAIM_TEXT: bool = true;
 
         fn bounds_claims() -> bool {
             bounds_claims()

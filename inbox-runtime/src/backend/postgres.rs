@@ -355,6 +355,22 @@ mod imp {
 
     impl<C> diesel::RunQueryDsl<C> for PipelinedClaimStatement<'_> {}
 
+    /// Fixed by its shape: the bound is a bind.
+    impl crate::backend::shaped::Shaped for PipelinedClaimStatement<'_> {
+        type Kind = PipelinedClaimStatement<'static>;
+
+        fn shape(&self) -> crate::backend::shaped::Shape {
+            crate::backend::shaped::Shape {
+                bounded: self.bound.is_some(),
+                fingerprinted: self.key.fingerprint().is_some(),
+            }
+        }
+
+        fn fixed_on<DB: InboxBackend>(&self) -> bool {
+            true
+        }
+    }
+
     /// [`PipelinedClaimStatement`] that also reads what the claim it met
     /// stored, as [`walk_reading_claim`](InboxBackend::walk_reading_claim)
     /// does: one [`ReadingClaimRow`](crate::backend::ReadingClaimRow).
@@ -387,6 +403,23 @@ mod imp {
     #[cfg(feature = "async")]
     impl diesel::query_builder::Query for PipelinedReadingClaimStatement<'_> {
         type SqlType = diesel::sql_types::Untyped;
+    }
+
+    /// Fixed by its shape: the bound is a bind.
+    #[cfg(feature = "async")]
+    impl crate::backend::shaped::Shaped for PipelinedReadingClaimStatement<'_> {
+        type Kind = PipelinedReadingClaimStatement<'static>;
+
+        fn shape(&self) -> crate::backend::shaped::Shape {
+            crate::backend::shaped::Shape {
+                bounded: self.bound.is_some(),
+                fingerprinted: self.key.fingerprint().is_some(),
+            }
+        }
+
+        fn fixed_on<DB: InboxBackend>(&self) -> bool {
+            true
+        }
     }
 
     /// The reading claim ([`InboxBackend::walk_reading_claim`]); `guarded`
@@ -672,11 +705,15 @@ mod imp {
         const BOUNDED_IDLE_END_SQL: &'static str = "";
 
         /// `SET LOCAL` ends with the transaction: nothing to restore.
-        fn bounded_idle_begin_sql(limit: std::time::Duration) -> Option<String> {
+        fn bounded_idle_begin(
+            limit: std::time::Duration,
+        ) -> Option<crate::backend::IdleBoundedBegin> {
             let millis = limit.as_millis().clamp(1, i32::MAX as u128);
-            Some(format!(
-                "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {millis}"
-            ))
+            Some(crate::backend::IdleBoundedBegin {
+                before: "BEGIN; SET LOCAL idle_in_transaction_session_timeout = ",
+                bound: millis as u64,
+                after: "",
+            })
         }
         const PRUNE_BEFORE_BEGIN_SQL: &'static str = "";
         const PRUNE_AFTER_BEGIN_SQL: &'static str =
@@ -689,6 +726,8 @@ mod imp {
         ) -> QueryResult<()> {
             crate::backend::walk_insert_on_conflict_do_nothing(key, fingerprint, out)
         }
+
+        const BOUND_IN_CLAIM_TEXT: bool = false;
 
         fn bounds_claims() -> bool {
             true

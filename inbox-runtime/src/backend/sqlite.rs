@@ -305,7 +305,9 @@ mod imp {
         const PREPARED_TRANSACTION_SQL: bool = false;
         const BOUNDED_IDLE_END_SQL: &'static str = "";
 
-        fn bounded_idle_begin_sql(_limit: std::time::Duration) -> Option<String> {
+        fn bounded_idle_begin(
+            _limit: std::time::Duration,
+        ) -> Option<crate::backend::IdleBoundedBegin> {
             None
         }
         const PRUNE_BEFORE_BEGIN_SQL: &'static str = "";
@@ -322,6 +324,8 @@ mod imp {
         /// One writer at a time: a claim waits for the database's write
         /// lock (whichever message holds it) as the connection's
         /// `busy_timeout` says, and is refused as busy after it.
+        const BOUND_IN_CLAIM_TEXT: bool = false;
+
         fn bounds_claims() -> bool {
             false
         }

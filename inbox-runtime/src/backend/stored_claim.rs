@@ -55,8 +55,8 @@ pub struct ReadingClaimRow {
 
 /// The claim that reads, for a key already claimed, what that claim stored
 /// ([`InboxBackend::walk_reading_claim`]), loaded as one
-/// [`ReadingClaimRow`]. Cached by its
-/// text (with a bound or without, a fingerprint or not).
+/// [`ReadingClaimRow`]. Cached by the id of its shape (with a bound or
+/// without, a fingerprint or not: `backend::shaped`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ReadingClaimStatement<'k> {
     pub(crate) key: &'k ClaimKey,
@@ -79,3 +79,19 @@ impl Query for ReadingClaimStatement<'_> {
 }
 
 impl<C> RunQueryDsl<C> for ReadingClaimStatement<'_> {}
+
+/// Fixed by its shape unless its text carries the bound.
+impl super::shaped::Shaped for ReadingClaimStatement<'_> {
+    type Kind = ReadingClaimStatement<'static>;
+
+    fn shape(&self) -> super::shaped::Shape {
+        super::shaped::Shape {
+            bounded: self.bound.is_some(),
+            fingerprinted: self.key.fingerprint().is_some(),
+        }
+    }
+
+    fn fixed_on<DB: InboxBackend>(&self) -> bool {
+        self.bound.is_none() || !DB::BOUND_IN_CLAIM_TEXT
+    }
+}

@@ -14,6 +14,7 @@ use diesel_async::{AsyncConnection, TransactionManager};
 use super::executor::Executor;
 use super::single::{Begun, Claimed, begin, deliver};
 use super::steps::claim_checked;
+use crate::backend::shaped::by_shape;
 use crate::backend::{
     BatchClaimed, Bind, ClaimBound, InboxBackend, ReadingClaimRow, StoredClaimRow,
 };
@@ -422,7 +423,11 @@ where
         let conn = self.guard.conn();
         async move {
             match (bound, key.fingerprint()) {
-                (Some(bound), _) => BoundedClaimStatement { key, bound }.execute(conn).await,
+                (Some(bound), _) => {
+                    by_shape!(C::Backend, BoundedClaimStatement { key, bound }, |claim| {
+                        claim.execute(conn).await
+                    })
+                }
                 (None, None) => ClaimStatement::new(key).execute(conn).await,
                 (None, Some(fingerprint)) => {
                     FingerprintedClaimStatement { key, fingerprint }

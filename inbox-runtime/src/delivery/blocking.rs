@@ -11,6 +11,7 @@ use diesel::connection::{LoadConnection, TransactionManager, TransactionManagerS
 use super::executor::Executor;
 use super::single::deliver;
 use super::steps::claim_checked;
+use crate::backend::shaped::by_shape;
 use crate::backend::{
     BatchClaimed, Bind, ClaimBound, InboxBackend, ReadingClaimRow, StoredClaimRow,
 };
@@ -322,7 +323,11 @@ where
     fn claim(&mut self, key: &ClaimKey, bound: Option<ClaimBound>) -> Ready<QueryResult<usize>> {
         use diesel::RunQueryDsl;
         ready(match (bound, key.fingerprint()) {
-            (Some(bound), _) => BoundedClaimStatement { key, bound }.execute(self.conn),
+            (Some(bound), _) => {
+                by_shape!(C::Backend, BoundedClaimStatement { key, bound }, |claim| {
+                    claim.execute(self.conn)
+                })
+            }
             (None, None) => ClaimStatement::new(key).execute(self.conn),
             (None, Some(fingerprint)) => {
                 FingerprintedClaimStatement { key, fingerprint }.execute(self.conn)

@@ -57,17 +57,14 @@ pub(crate) trait Executor {
         sql: &str,
     ) -> impl Future<Output = QueryResult<()>> + Send;
 
-    /// Opens the level of `scope` with `sql` for the claim that follows at
-    /// once: sent now, or, for the outermost level, held by an executor
-    /// that sends it in one flight with that claim (an async PostgreSQL
-    /// connection, see [`pipelined`](super::pipelined)), whose claim then
-    /// refuses to run unless the level opened.
-    fn begin_for_claim(
-        &mut self,
-        scope: &Scope,
-        sql: &str,
-    ) -> impl Future<Output = QueryResult<()>> + Send {
-        self.level_sql(scope, sql)
+    /// Takes the outermost begin of `scope` to send in one flight with
+    /// the claim that follows at once, if this executor does (an async
+    /// PostgreSQL connection, see [`pipelined`](super::pipelined), whose
+    /// claim then refuses to run unless the level opened): whether it took
+    /// it. Otherwise the caller sends the begin now.
+    fn hold_begin(&mut self, scope: &Scope) -> bool {
+        let _ = scope;
+        false
     }
 
     /// The claim statement for `key` (with its fingerprint, if it has

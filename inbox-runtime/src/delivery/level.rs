@@ -51,7 +51,7 @@ impl Level {
     /// costs the executor a round trip, the tripwire is left unset, for
     /// [`arm`](Self::arm) once the id is claimed (a duplicate then costs
     /// neither setting nor releasing it). Otherwise the level's begin goes
-    /// through [`Executor::begin_for_claim`], which may hold an outermost
+    /// through [`Executor::hold_begin`], which may hold an outermost
     /// `BEGIN` to send with the claim.
     pub(crate) async fn begin_for_claim<X: Executor>(
         &self,
@@ -64,9 +64,10 @@ impl Level {
             }
             _ => {
                 exec.set_open(true);
-                let begun = exec
-                    .begin_for_claim(&self.scope, &self.scope.begin_sql())
-                    .await;
+                let begun = match exec.hold_begin(&self.scope) {
+                    true => Ok(()),
+                    false => exec.level_sql(&self.scope, &self.scope.begin_sql()).await,
+                };
                 self.entered(exec, begun)?;
                 Ok(Tripwire::Set)
             }

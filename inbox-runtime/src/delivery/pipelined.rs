@@ -44,6 +44,7 @@ use super::single::{Begun, begin};
 use crate::backend::postgres::{
     PIPELINED_CLAIMING_SQL, PipelinedClaimStatement, PipelinedReadingClaimStatement,
 };
+use crate::backend::shaped::by_shape;
 use crate::backend::{BatchClaimed, Bind, ClaimBound, ReadingClaimRow, StoredClaimRow};
 use crate::error::InboxError;
 use crate::key::ClaimKey;
@@ -157,7 +158,8 @@ fn load_reading_claim<'a, S>(
 where
     S: AsyncConnectionCore<Backend = Pg> + Send,
 {
-    PipelinedReadingClaimStatement { key, bound }.load(conn)
+    let statement = PipelinedReadingClaimStatement { key, bound };
+    async move { by_shape!(Pg, statement, |claim| claim.load(conn).await) }
 }
 
 impl<C: Pipelining> Executor for Pipelined<'_, C> {
@@ -189,15 +191,17 @@ impl<C: Pipelining> Executor for Pipelined<'_, C> {
         self.exec.level_sql(scope, sql).await
     }
 
-    /// Holds an outermost `BEGIN` for the claim; sends a savepoint at once
-    /// (the caller's transaction is open already).
-    async fn begin_for_claim(&mut self, scope: &Scope, sql: &str) -> QueryResult<()> {
-        if !scope.is_outermost() {
-            return self.level_sql(scope, sql).await;
+    /// Holds an outermost `BEGIN`, with the mark of its transaction block,
+    /// for the claim; a savepoint is sent at once (the caller's transaction
+    /// is open already).
+    fn hold_begin(&mut self, scope: &Scope) -> bool {
+        if self.held.is_some() {
+            // Never: a held `BEGIN` goes with the claim or before any other
+            // statement. Were one left, it is sent first, then this level's.
+            return false;
         }
-        self.flush().await?;
-        self.held = Some(format!("{sql}; {PIPELINED_CLAIMING_SQL}"));
-        Ok(())
+        self.held = scope.outermost_begin_then(PIPELINED_CLAIMING_SQL);
+        self.held.is_some()
     }
 
     fn claim(
@@ -214,9 +218,8 @@ impl<C: Pipelining> Executor for Pipelined<'_, C> {
                     // Built when first polled, after the `BEGIN`'s first
                     // poll: instrumentation sees them in their order.
                     let claim = async {
-                        PipelinedClaimStatement { key, bound }
-                            .execute(&mut claim_conn)
-                            .await
+                        let statement = PipelinedClaimStatement { key, bound };
+                        by_shape!(Pg, statement, |claim| claim.execute(&mut claim_conn).await)
                     };
                     after_begin(conn.shared(), &begin, claim).await
                 })
