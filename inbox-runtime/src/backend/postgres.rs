@@ -355,21 +355,27 @@ mod imp {
 
     impl<C> diesel::RunQueryDsl<C> for PipelinedClaimStatement<'_> {}
 
-    /// Fixed by its shape: the bound is a bind.
-    impl crate::backend::shaped::Shaped for PipelinedClaimStatement<'_> {
-        type Kind = PipelinedClaimStatement<'static>;
+    /// A guarded claim's text is fixed by its shape: the bound is a bind.
+    macro_rules! shaped_by_bound_and_fingerprint {
+        ($statement:ident) => {
+            impl crate::backend::shaped::Shaped for $statement<'_> {
+                type Kind = $statement<'static>;
 
-        fn shape(&self) -> crate::backend::shaped::Shape {
-            crate::backend::shaped::Shape {
-                bounded: self.bound.is_some(),
-                fingerprinted: self.key.fingerprint().is_some(),
+                fn shape(&self) -> crate::backend::shaped::Shape {
+                    crate::backend::shaped::Shape {
+                        bounded: self.bound.is_some(),
+                        fingerprinted: self.key.fingerprint().is_some(),
+                    }
+                }
+
+                fn fixed_on<DB: InboxBackend>(&self) -> bool {
+                    true
+                }
             }
-        }
-
-        fn fixed_on<DB: InboxBackend>(&self) -> bool {
-            true
-        }
+        };
     }
+
+    shaped_by_bound_and_fingerprint!(PipelinedClaimStatement);
 
     /// [`PipelinedClaimStatement`] that also reads what the claim it met
     /// stored, as [`walk_reading_claim`](InboxBackend::walk_reading_claim)
@@ -405,22 +411,8 @@ mod imp {
         type SqlType = diesel::sql_types::Untyped;
     }
 
-    /// Fixed by its shape: the bound is a bind.
     #[cfg(feature = "async")]
-    impl crate::backend::shaped::Shaped for PipelinedReadingClaimStatement<'_> {
-        type Kind = PipelinedReadingClaimStatement<'static>;
-
-        fn shape(&self) -> crate::backend::shaped::Shape {
-            crate::backend::shaped::Shape {
-                bounded: self.bound.is_some(),
-                fingerprinted: self.key.fingerprint().is_some(),
-            }
-        }
-
-        fn fixed_on<DB: InboxBackend>(&self) -> bool {
-            true
-        }
-    }
+    shaped_by_bound_and_fingerprint!(PipelinedReadingClaimStatement);
 
     /// The reading claim ([`InboxBackend::walk_reading_claim`]); `guarded`
     /// as [`PipelinedClaimStatement`] is.
