@@ -227,31 +227,58 @@ impl crate::backend::shaped::Shaped for BoundedClaimStatement<'_> {
     }
 }
 
-#[cfg(all(test, feature = "postgres", feature = "mysql"))]
+#[cfg(all(test, feature = "postgres"))]
 mod tests {
     use std::time::Duration;
 
-    use diesel::mysql::Mysql;
-    use diesel::pg::Pg;
-
     use super::BoundedClaimStatement;
     use crate::backend::ClaimBound;
-    use crate::backend::shaped::{ByShape, Shaped, by_shape, id_of, sql_of};
-    use crate::key::{ClaimKey, HandlerName};
+    use crate::backend::shaped::{assert_one_id_per_text, keys};
 
-    /// MariaDB writes the bound's value into a bounded claim's text: the
-    /// macro runs it keyed by its text, and as a shape it is refused.
+    /// On PostgreSQL the bound is a bind: bounded claims share an id
+    /// exactly when they share their text, whatever their bound.
     #[test]
-    fn a_claim_whose_text_carries_its_bound_keeps_the_key_of_its_text() {
-        let plain = ClaimKey::new(HandlerName::new("shapes").unwrap(), "m-1").unwrap();
-        let bound = ClaimBound::of(Duration::from_secs(3));
-        let statement = BoundedClaimStatement { key: &plain, bound };
-        assert!(!statement.fixed_on::<Mysql>());
-        assert!(statement.fixed_on::<Pg>());
-        assert_eq!(by_shape!(Mysql, statement, |s| id_of(&s)), None);
-        assert!(by_shape!(Pg, statement, |s| id_of(&s)).is_some());
-        assert!(sql_of::<_, Mysql>(&ByShape::<_, true, false>(statement)).is_err());
-        let sql = by_shape!(Mysql, statement, |s| sql_of::<_, Mysql>(&s)).unwrap();
-        assert!(sql.contains("innodb_lock_wait_timeout = 3"), "{sql}");
+    fn bounded_claims_share_an_id_exactly_when_they_share_their_text() {
+        let keys = keys();
+        let bounds = [
+            Duration::from_secs(2),
+            Duration::from_millis(7),
+            Duration::from_secs(90),
+        ];
+        assert_one_id_per_text(keys.iter().flat_map(|key| {
+            bounds.map(|bound| BoundedClaimStatement {
+                key,
+                bound: ClaimBound::of(bound),
+            })
+        }));
+    }
+
+    #[cfg(feature = "mysql")]
+    mod mysql {
+        use std::time::Duration;
+
+        use diesel::mysql::Mysql;
+        use diesel::pg::Pg;
+
+        use super::super::BoundedClaimStatement;
+        use crate::backend::ClaimBound;
+        use crate::backend::shaped::{ByShape, Shaped, by_shape, id_of, sql_of};
+        use crate::key::{ClaimKey, HandlerName};
+
+        /// MariaDB writes the bound's value into a bounded claim's text: the
+        /// macro runs it keyed by its text, and as a shape it is refused.
+        #[test]
+        fn a_claim_whose_text_carries_its_bound_keeps_the_key_of_its_text() {
+            let plain = ClaimKey::new(HandlerName::new("shapes").unwrap(), "m-1").unwrap();
+            let bound = ClaimBound::of(Duration::from_secs(3));
+            let statement = BoundedClaimStatement { key: &plain, bound };
+            assert!(!statement.fixed_on::<Mysql>());
+            assert!(statement.fixed_on::<Pg>());
+            assert_eq!(by_shape!(Mysql, statement, |s| id_of(&s)), None);
+            assert!(by_shape!(Pg, statement, |s| id_of(&s)).is_some());
+            assert!(sql_of::<_, Mysql>(&ByShape::<_, true, false>(statement)).is_err());
+            let sql = by_shape!(Mysql, statement, |s| sql_of::<_, Mysql>(&s)).unwrap();
+            assert!(sql.contains("innodb_lock_wait_timeout = 3"), "{sql}");
+        }
     }
 }

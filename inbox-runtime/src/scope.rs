@@ -462,21 +462,35 @@ mod tests {
     }
 
     /// What an executor holding the outermost begin sends: the level's
-    /// begin and what follows it, in one text; nothing on a savepoint.
+    /// begin and what follows it, in one text; nothing on a savepoint. On
+    /// every backend built, with and without an idle bound (SQLite has
+    /// none to write; PostgreSQL and MySQL do).
     #[test]
     fn the_outermost_begin_is_held_with_what_follows_it() {
-        let mut status = TransactionManagerStatus::default();
-        let limit = Some(std::time::Duration::from_secs(5));
-        for idle_limit in [None, limit] {
-            let outer = Scope::bounded::<TestBackend>(&mut status, idle_limit).unwrap();
-            let held = outer.outermost_begin_then("SET y = 1").unwrap();
-            assert_eq!(held, format!("{}; SET y = 1", outer.begin_sql()));
-            assert_eq!(held.capacity(), held.len());
-            outer.entered(&mut status).unwrap();
-            let inner = Scope::bounded::<TestBackend>(&mut status, idle_limit).unwrap();
-            assert_eq!(inner.outermost_begin_then("SET y = 1"), None);
-            outer.left(&mut status).unwrap();
+        fn held<DB: InboxBackend>() {
+            let mut status = TransactionManagerStatus::default();
+            let limit = Some(std::time::Duration::from_secs(5));
+            for idle_limit in [None, limit] {
+                let outer = Scope::bounded::<DB>(&mut status, idle_limit).unwrap();
+                let held = outer.outermost_begin_then("SET y = 1").unwrap();
+                assert_eq!(held, format!("{}; SET y = 1", outer.begin_sql()));
+                assert_eq!(held.capacity(), held.len());
+                let bounded = DB::bounded_idle_begin(std::time::Duration::from_secs(5));
+                if let (Some(_), Some(begin)) = (idle_limit, bounded) {
+                    assert_eq!(outer.begin_sql(), begin.text(None));
+                }
+                outer.entered(&mut status).unwrap();
+                let inner = Scope::bounded::<DB>(&mut status, idle_limit).unwrap();
+                assert_eq!(inner.outermost_begin_then("SET y = 1"), None);
+                outer.left(&mut status).unwrap();
+            }
         }
+        #[cfg(feature = "sqlite")]
+        held::<diesel::sqlite::Sqlite>();
+        #[cfg(feature = "postgres")]
+        held::<diesel::pg::Pg>();
+        #[cfg(feature = "mysql")]
+        held::<diesel::mysql::Mysql>();
     }
 
     #[test]

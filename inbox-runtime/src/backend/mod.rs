@@ -236,9 +236,9 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     fn bounds_claims() -> bool;
 
     /// Whether a bounded claim's text carries the bound's value (MariaDB's
-    /// `SET STATEMENT … FOR`): Diesel then caches it by its text. Where the
-    /// bound is a bind (`false`), the text is fixed by the claim's shape
-    /// and cached by a type (`shaped`).
+    /// `SET STATEMENT … FOR`): Diesel then caches it by its text. Where it
+    /// does not (`false`: a bind on PostgreSQL, not written on SQLite), the
+    /// text is fixed by the claim's shape and cached by a type (`shaped`).
     #[doc(hidden)]
     const BOUND_IN_CLAIM_TEXT: bool;
 

@@ -398,6 +398,8 @@ mod imp {
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
         const PRUNE_AFTER_BEGIN_SQL: &'static str = "";
 
+        /// `SET STATEMENT innodb_lock_wait_timeout = N FOR`: the server
+        /// takes no placeholder for `N` (1232 "Incorrect argument type").
         const BOUND_IN_CLAIM_TEXT: bool = true;
 
         fn bounds_claims() -> bool {

@@ -719,6 +719,7 @@ mod imp {
             crate::backend::walk_insert_on_conflict_do_nothing(key, fingerprint, out)
         }
 
+        /// The bound is a bind (`set_config('lock_timeout', $1::text, true)`).
         const BOUND_IN_CLAIM_TEXT: bool = false;
 
         fn bounds_claims() -> bool {

@@ -1,10 +1,13 @@
 //! Claim statements cached by their shape.
 //!
 //! A claim's text depends on whether it is bounded and whether it stores a
-//! fingerprint, and on nothing else where the bound travels as a value
-//! (PostgreSQL, SQLite). Diesel's statement cache keys a statement that has
+//! fingerprint, and on nothing else where the bound travels as a bind
+//! (PostgreSQL) or is not written at all (SQLite, whose claims wait as the
+//! connection's `busy_timeout` says). Diesel's statement cache keys a statement that has
 //! no static id by its text: it writes the whole statement out, and copies
-//! its bind types, on every execution just to look it up. [`by_shape!`]
+//! its bind types, on every execution just to look it up (diesel-async's
+//! PostgreSQL connection writes every statement's text out regardless; the
+//! id still spares it the key's copy and hash). [`by_shape!`]
 //! runs such a claim as [`ByShape`], whose id is a type per shape, so each
 //! shape is prepared once per connection and found again by that type.
 //!
@@ -149,60 +152,103 @@ where
     Ok(diesel::query_builder::QueryBuilder::finish(builder))
 }
 
+/// Keys of every kind a claim statement meets: two handlers and ids, with
+/// and without fingerprints (of different payloads).
+#[cfg(all(test, feature = "postgres"))]
+pub(crate) fn keys() -> Vec<crate::key::ClaimKey> {
+    use crate::fingerprint::Fingerprint;
+    use crate::key::{ClaimKey, HandlerName};
+    let key = |handler: &'static str, id: &str| {
+        ClaimKey::new(HandlerName::new(handler).unwrap(), id).unwrap()
+    };
+    let print = |payload: &[u8]| Fingerprint::of(payload).unwrap();
+    vec![
+        key("shapes", "m-1"),
+        key("other.handler", "a-much-longer-message-id-2"),
+        key("shapes", "m-1").with_fingerprint(print(b"payload")),
+        key("other.handler", "m-3").with_fingerprint(print(b"another payload")),
+    ]
+}
+
+/// Runs each of `statements` through [`by_shape!`] on PostgreSQL and checks
+/// what makes the static ids sound: every one has a static id, and two
+/// share an id exactly when they share their text.
+#[cfg(all(test, feature = "postgres"))]
+pub(crate) fn assert_one_id_per_text<S>(statements: impl IntoIterator<Item = S>)
+where
+    S: Shaped + QueryFragment<diesel::pg::Pg> + QueryId,
+{
+    use diesel::pg::Pg;
+    let run: Vec<(std::any::TypeId, String)> = statements
+        .into_iter()
+        .map(|statement| {
+            let (id, sql) = by_shape!(Pg, statement, |s| (id_of(&s), sql_of::<_, Pg>(&s)));
+            (id.expect("a static id"), sql.expect("written out"))
+        })
+        .collect();
+    for (id, sql) in &run {
+        for (other_id, other_sql) in &run {
+            assert_eq!(id == other_id, sql == other_sql, "{sql}\n{other_sql}");
+        }
+    }
+}
+
 #[cfg(all(test, feature = "postgres"))]
 mod tests {
-    use std::any::TypeId;
     use std::time::Duration;
 
     use diesel::pg::Pg;
 
-    use super::{ByShape, id_of, sql_of};
+    use super::{ByShape, assert_one_id_per_text, sql_of};
+    use crate::backend::ClaimBound;
     use crate::backend::postgres::PipelinedClaimStatement;
-    use crate::fingerprint::Fingerprint;
-    use crate::key::{ClaimKey, HandlerName};
+    use crate::backend::stored_claim::ReadingClaimStatement;
 
-    fn key(fingerprinted: bool) -> ClaimKey {
-        let key = ClaimKey::new(HandlerName::new("shapes").unwrap(), "m-1").unwrap();
-        match fingerprinted {
-            true => key.with_fingerprint(Fingerprint::of(&b"payload"[..]).unwrap()),
-            false => key,
-        }
-    }
-
-    /// Each of the four shapes has an id of its own, and the macro picks
-    /// the one of the statement's shape: two statements share an id only
-    /// if they share their text.
+    /// Each shape has an id of its own, the macro picks the one of the
+    /// statement's shape, and two statements share an id exactly when they
+    /// share their text: the guarded claims, plain and reading, and the
+    /// reading claim, over every kind of key and bound.
     #[test]
-    fn each_shape_has_its_own_id_and_its_own_text() {
-        let (plain, fingerprinted) = (key(false), key(true));
-        let bound = Some(Duration::from_secs(2));
-        let statements = [
-            PipelinedClaimStatement::new(&plain, None),
-            PipelinedClaimStatement::new(&fingerprinted, None),
-            PipelinedClaimStatement::new(&plain, bound),
-            PipelinedClaimStatement::new(&fingerprinted, bound),
+    fn statements_share_an_id_exactly_when_they_share_their_text() {
+        let keys = super::keys();
+        let bounds = [
+            None,
+            Some(Duration::from_secs(2)),
+            Some(Duration::from_millis(7)),
         ];
-        let mut seen: Vec<(TypeId, String)> = Vec::new();
-        for statement in statements {
-            let (id, sql) = by_shape!(Pg, statement, |s| (id_of(&s), sql_of::<_, Pg>(&s)));
-            let (id, sql) = (id.expect("a static id"), sql.expect("written out"));
-            assert!(seen.iter().all(|(other, _)| *other != id), "{sql}");
-            assert!(seen.iter().all(|(_, text)| *text != sql));
-            seen.push((id, sql));
-        }
-        // The same shape again: the same id and text, whatever the key.
-        let other = ClaimKey::new(HandlerName::new("other").unwrap(), "m-2").unwrap();
-        let again = PipelinedClaimStatement::new(&other, Some(Duration::from_millis(7)));
-        let (id, sql) = by_shape!(Pg, again, |s| (id_of(&s), sql_of::<_, Pg>(&s)));
-        assert_eq!((id.unwrap(), sql.unwrap()), seen[2]);
+        let every = || {
+            keys.iter()
+                .flat_map(|key| bounds.map(move |bound| (key, bound)))
+        };
+        let pipelined: Vec<_> = every()
+            .map(|(key, bound)| PipelinedClaimStatement::new(key, bound))
+            .collect();
+        let shapes: std::collections::HashSet<_> = pipelined
+            .iter()
+            .map(super::Shaped::shape)
+            .map(|shape| (shape.bounded, shape.fingerprinted))
+            .collect();
+        assert_eq!(shapes.len(), 4, "every shape is met");
+        assert_one_id_per_text(pipelined);
+        #[cfg(feature = "async")]
+        assert_one_id_per_text(every().map(|(key, bound)| {
+            crate::backend::postgres::PipelinedReadingClaimStatement {
+                key,
+                bound: bound.map(ClaimBound::of),
+            }
+        }));
+        assert_one_id_per_text(every().map(|(key, bound)| ReadingClaimStatement {
+            key,
+            bound: bound.map(ClaimBound::of),
+        }));
     }
 
     /// A statement given the id of another shape is refused when written
     /// out (so it never runs as the statement cached under that id).
     #[test]
     fn a_statement_under_another_shapes_id_is_refused() {
-        let plain = key(false);
-        let statement = PipelinedClaimStatement::new(&plain, None);
+        let plain = &super::keys()[0];
+        let statement = PipelinedClaimStatement::new(plain, None);
         assert!(sql_of::<_, Pg>(&ByShape::<_, false, false>(statement)).is_ok());
         for wrong in [
             sql_of::<_, Pg>(&ByShape::<_, true, false>(statement)),

@@ -321,11 +321,12 @@ mod imp {
             crate::backend::walk_insert_on_conflict_do_nothing(key, fingerprint, out)
         }
 
+        /// No bound to write: see `bounds_claims`.
+        const BOUND_IN_CLAIM_TEXT: bool = false;
+
         /// One writer at a time: a claim waits for the database's write
         /// lock (whichever message holds it) as the connection's
         /// `busy_timeout` says, and is refused as busy after it.
-        const BOUND_IN_CLAIM_TEXT: bool = false;
-
         fn bounds_claims() -> bool {
             false
         }

@@ -192,8 +192,9 @@ impl<C: Pipelining> Executor for Pipelined<'_, C> {
     }
 
     /// Holds an outermost `BEGIN`, with the mark of its transaction block,
-    /// for the claim; a savepoint is sent at once (the caller's transaction
-    /// is open already).
+    /// for the claim. A savepoint it does not take: the caller sends it at
+    /// once, through [`level_sql`](Executor::level_sql) (the caller's
+    /// transaction is open already).
     fn hold_begin(&mut self, scope: &Scope) -> bool {
         if self.held.is_some() {
             // Never: a held `BEGIN` goes with the claim or before any other
