@@ -70,7 +70,7 @@ pub use self::depth::transaction_depth_async;
 pub use self::migrated::migrate_inbox_before;
 pub use self::panics::{panic_text, quiet_deliberate_panics};
 pub use self::rows::SqlRows;
-pub use self::sent::{statement_shapes, statements_of};
+pub use self::sent::{mysql_commands, mysql_commands_of, statement_shapes, statements_of};
 pub use self::statement::{Statement, statement};
 
 /// The environment variable that turns an unreachable server into a failure.

@@ -110,3 +110,39 @@ const MYSQL_FRAMING: [&str; 3] = [
     "RELEASE SAVEPOINT inbox_transaction",
     "SET SESSION autocommit = @inbox_saved_autocommit",
 ];
+
+/// The server's counters of the statements one MariaDB/MySQL session sent:
+/// `[set option, prepare, execute]` (`Com_set_option`, `Com_stmt_prepare`,
+/// `Com_stmt_execute` of `SESSION_STATUS`). Reading them is itself one
+/// prepared statement: compare two readings in a row to subtract it.
+///
+/// ```no_run
+/// # #[cfg(feature = "mysql")] {
+/// let Some(db) = <inbox_tests::Mysql as inbox_tests::TestBackend>::open() else { return };
+/// let mut conn = inbox_tests::TestBackend::connect(&db);
+/// let [set_options, prepared, executed] = inbox_tests::mysql_commands(&mut conn);
+/// # let _ = (set_options, prepared, executed);
+/// # }
+/// ```
+pub fn mysql_commands<C: crate::SqlRows>(conn: &mut C) -> [i64; 3] {
+    ["COM_SET_OPTION", "COM_STMT_PREPARE", "COM_STMT_EXECUTE"].map(|name| {
+        conn.bigint(&format!(
+            "SELECT CAST(VARIABLE_VALUE AS SIGNED) AS value \
+             FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = '{name}'"
+        ))
+    })
+}
+
+/// What `deliver` cost `conn` in the server's counters ([`mysql_commands`]),
+/// the counters' own reading taken off: `[set option, prepare, execute]`.
+pub fn mysql_commands_of<C: crate::SqlRows>(
+    conn: &mut C,
+    deliver: impl FnOnce(&mut C),
+) -> [i64; 3] {
+    let first = mysql_commands(conn);
+    let second = mysql_commands(conn);
+    let before = mysql_commands(conn);
+    deliver(conn);
+    let after = mysql_commands(conn);
+    std::array::from_fn(|i| (after[i] - before[i]) - (second[i] - first[i]))
+}

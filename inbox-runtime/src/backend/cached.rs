@@ -1,9 +1,9 @@
 //! One of a backend's fixed statements with its binds, as a Diesel query
 //! whose prepared statement the connection keeps in its statement cache
 //! (keyed by the statement's text): what the statements a delivery sends
-//! run as (recording a failure, storing a result, recording an outgoing
-//! message), so each costs one round trip and no parse after its first use
-//! on a connection.
+//! run as (recording a failure, storing a result, reading what a claim
+//! stored, recording an outgoing message), so each costs one round trip and
+//! no parse after its first use on a connection.
 //!
 //! The text marks where each value goes the backend's own way: `?` for the
 //! next bind (MySQL/MariaDB, SQLite), `$n` for the `n`-th (PostgreSQL, where

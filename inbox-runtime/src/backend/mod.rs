@@ -379,7 +379,9 @@ pub trait InboxBackend: Backend + sealed::Sealed {
         C: diesel_async::AsyncConnection<Backend = Self>;
 
     /// The fingerprint and result stored with a claim: `sql` (one of
-    /// [`STORED_CLAIM_SQL`](Self::STORED_CLAIM_SQL)'s selects) with `binds`.
+    /// [`STORED_CLAIM_SQL`](Self::STORED_CLAIM_SQL)'s selects) with `binds`,
+    /// as a prepared statement the connection caches (a duplicate's read
+    /// costs one round trip, not a prepare and an execute).
     #[doc(hidden)]
     fn load_stored_claim<C>(
         conn: &mut C,
@@ -970,7 +972,7 @@ macro_rules! bound_statement_fn {
             C: diesel::connection::LoadConnection<Backend = Self>,
         {
             use diesel::RunQueryDsl;
-            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds).load(conn)
+            crate::backend::cached::CachedStatement::new(sql, binds).load(conn)
         }
 
         #[cfg(feature = "async")]
@@ -985,7 +987,7 @@ macro_rules! bound_statement_fn {
             C: diesel_async::AsyncConnection<Backend = Self>,
         {
             use diesel_async::RunQueryDsl;
-            crate::backend::bind_all(diesel::sql_query(sql).into_boxed::<Self>(), binds).load(conn)
+            crate::backend::cached::CachedStatement::new(sql, binds).load(conn)
         }
 
         fn load_flag<C>(conn: &mut C, sql: &'static str) -> QueryResult<bool>

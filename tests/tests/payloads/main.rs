@@ -25,6 +25,7 @@ mod asynchronous;
 mod fingerprints;
 #[cfg(feature = "postgres")]
 mod partitioned;
+mod prepared;
 mod races;
 mod schema;
 mod stored;
