@@ -216,10 +216,7 @@ impl crate::backend::shaped::Shaped for BoundedClaimStatement<'_> {
     type Kind = BoundedClaimStatement<'static>;
 
     fn shape(&self) -> crate::backend::shaped::Shape {
-        crate::backend::shaped::Shape {
-            bounded: true,
-            fingerprinted: self.key.fingerprint().is_some(),
-        }
+        crate::backend::shaped::Shape::of(self.key, true)
     }
 
     fn fixed_on<DB: InboxBackend>(&self) -> bool {

@@ -160,13 +160,7 @@ impl Scope {
             return None;
         }
         Some(match self.outermost.begin {
-            OutermostBegin::Fixed(sql) => {
-                let mut text = String::with_capacity(sql.len() + 2 + then.len());
-                text.push_str(sql);
-                text.push_str("; ");
-                text.push_str(then);
-                text
-            }
+            OutermostBegin::Fixed(sql) => [sql, "; ", then].concat(),
             OutermostBegin::IdleBounded(begin) => begin.text(Some(then)),
         })
     }

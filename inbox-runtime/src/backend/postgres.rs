@@ -362,10 +362,7 @@ mod imp {
                 type Kind = $statement<'static>;
 
                 fn shape(&self) -> crate::backend::shaped::Shape {
-                    crate::backend::shaped::Shape {
-                        bounded: self.bound.is_some(),
-                        fingerprinted: self.key.fingerprint().is_some(),
-                    }
+                    crate::backend::shaped::Shape::of(self.key, self.bound.is_some())
                 }
 
                 fn fixed_on<DB: InboxBackend>(&self) -> bool {

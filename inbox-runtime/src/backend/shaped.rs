@@ -29,6 +29,17 @@ pub(crate) struct Shape {
     pub(crate) fingerprinted: bool,
 }
 
+impl Shape {
+    /// The shape of a claim of `key` (fingerprinted when the key carries
+    /// a fingerprint), `bounded` or not.
+    pub(crate) fn of(key: &crate::key::ClaimKey, bounded: bool) -> Shape {
+        Shape {
+            bounded,
+            fingerprinted: key.fingerprint().is_some(),
+        }
+    }
+}
+
 /// A claim statement whose text its [`Shape`] fixes, on the backends that
 /// [`fixed_on`](Self::fixed_on) names.
 pub(crate) trait Shaped {

@@ -85,10 +85,7 @@ impl super::shaped::Shaped for ReadingClaimStatement<'_> {
     type Kind = ReadingClaimStatement<'static>;
 
     fn shape(&self) -> super::shaped::Shape {
-        super::shaped::Shape {
-            bounded: self.bound.is_some(),
-            fingerprinted: self.key.fingerprint().is_some(),
-        }
+        super::shaped::Shape::of(self.key, self.bound.is_some())
     }
 
     fn fixed_on<DB: InboxBackend>(&self) -> bool {

@@ -63,12 +63,13 @@ impl Level {
                 Ok(Tripwire::Unset(late))
             }
             _ => {
-                exec.set_open(true);
-                let begun = match exec.hold_begin(&self.scope) {
-                    true => Ok(()),
-                    false => exec.level_sql(&self.scope, &self.scope.begin_sql()).await,
-                };
-                self.entered(exec, begun)?;
+                if exec.hold_begin(&self.scope) {
+                    // Held, to go with the claim: open from here on.
+                    exec.set_open(true);
+                    self.entered(exec, Ok(()))?;
+                } else {
+                    self.begin(exec).await?;
+                }
                 Ok(Tripwire::Set)
             }
         }
