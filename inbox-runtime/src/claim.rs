@@ -211,6 +211,66 @@ impl<DB: InboxBackend> QueryFragment<DB> for BoundedClaimStatement<'_> {
 
 impl<C> RunQueryDsl<C> for BoundedClaimStatement<'_> {}
 
+/// The claim of a single delivery that also writes the session's claim
+/// token ([`InboxBackend::walk_token_claim`]), bounded or not.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TokenClaimStatement<'k> {
+    pub(crate) key: &'k ClaimKey,
+    pub(crate) bound: Option<ClaimBound>,
+}
+
+impl QueryId for TokenClaimStatement<'_> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<DB: InboxBackend> QueryFragment<DB> for TokenClaimStatement<'_> {
+    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        DB::walk_token_claim(self.key, self.key.fingerprint(), self.bound.as_ref(), out)
+    }
+}
+
+impl<C> RunQueryDsl<C> for TokenClaimStatement<'_> {}
+
+/// The commit of a single delivery that checks its claim token
+/// ([`InboxBackend::walk_claim_check`]): one text per backend, cached under
+/// its type.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClaimCheckStatement<'k> {
+    pub(crate) key: &'k ClaimKey,
+}
+
+/// See [`ClaimCheckStatement`].
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct ClaimCheckStatementId;
+
+impl QueryId for ClaimCheckStatement<'_> {
+    type QueryId = ClaimCheckStatementId;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<DB: InboxBackend> QueryFragment<DB> for ClaimCheckStatement<'_> {
+    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        DB::walk_claim_check(self.key, out)
+    }
+}
+
+impl<C> RunQueryDsl<C> for ClaimCheckStatement<'_> {}
+
+/// Fixed by its shape unless bounded where the bound is in the text.
+impl crate::backend::shaped::Shaped for TokenClaimStatement<'_> {
+    type Kind = TokenClaimStatement<'static>;
+
+    fn shape(&self) -> crate::backend::shaped::Shape {
+        crate::backend::shaped::Shape::of(self.key, self.bound.is_some())
+    }
+
+    fn fixed_on<DB: InboxBackend>(&self) -> bool {
+        self.bound.is_none() || !DB::BOUND_IN_CLAIM_TEXT
+    }
+}
+
 /// Fixed by its fingerprint where the bound is a bind.
 impl crate::backend::shaped::Shaped for BoundedClaimStatement<'_> {
     type Kind = BoundedClaimStatement<'static>;
@@ -277,5 +337,118 @@ mod tests {
             let sql = by_shape!(Mysql, statement, |s| sql_of::<_, Mysql>(&s)).unwrap();
             assert!(sql.contains("innodb_lock_wait_timeout = 3"), "{sql}");
         }
+    }
+}
+
+#[cfg(all(test, feature = "mysql"))]
+mod token_tests {
+    use std::time::Duration;
+
+    use diesel::mysql::Mysql;
+
+    use super::{
+        ClaimCheckStatement, ClaimStatement, FingerprintedClaimStatement, TokenClaimStatement,
+    };
+    use crate::backend::ClaimBound;
+    use crate::backend::shaped::{by_shape, id_of, keys, sql_of};
+
+    /// A claim that writes the token: unbounded, by the id of its shape
+    /// (two share one exactly when they share their text, and none is a
+    /// plain claim's); bounded, by its text, which carries the bound. Its
+    /// text is the plain claim's with the token's column.
+    #[test]
+    fn token_claims_share_an_id_exactly_when_they_share_their_text() {
+        let keys = keys();
+        let mut run = Vec::new();
+        for key in &keys {
+            for wait in [
+                None,
+                Some(Duration::from_secs(2)),
+                Some(Duration::from_millis(7)),
+            ] {
+                let statement = TokenClaimStatement {
+                    key,
+                    bound: wait.map(ClaimBound::of),
+                };
+                let (id, sql) = by_shape!(Mysql, statement, |s| (
+                    id_of(&s),
+                    sql_of::<_, Mysql>(&s).unwrap()
+                ));
+                let columns = match key.fingerprint() {
+                    None => "(handler, message_id, claim_token) VALUES (?, ?, @inbox_claim_token)",
+                    Some(_) => {
+                        "(handler, message_id, fingerprint, claim_token) VALUES (?, ?, ?, @inbox_claim_token)"
+                    }
+                };
+                let insert = format!("INSERT IGNORE INTO inbox_messages {columns}");
+                match wait.map(ClaimBound::of) {
+                    None => assert_eq!(sql, insert),
+                    Some(bound) => {
+                        assert_eq!(id, None, "keyed by its text");
+                        let seconds = bound.seconds;
+                        assert_eq!(
+                            sql,
+                            format!(
+                                "SET STATEMENT innodb_lock_wait_timeout = {seconds} FOR {insert}"
+                            )
+                        );
+                        continue;
+                    }
+                }
+                run.push((id.expect("a static id"), sql));
+            }
+        }
+        for (id, sql) in &run {
+            for (other_id, other_sql) in &run {
+                assert_eq!(id == other_id, sql == other_sql, "{sql}\n{other_sql}");
+            }
+        }
+        let plain = [
+            id_of(&ClaimStatement::new(&keys[0])),
+            id_of(&FingerprintedClaimStatement {
+                key: &keys[2],
+                fingerprint: keys[2].fingerprint().unwrap(),
+            }),
+        ];
+        assert!(run.iter().all(|(id, _)| !plain.contains(&Some(*id))));
+    }
+
+    /// The bound's seconds, every digit of the largest: the prefix is
+    /// written whole.
+    #[test]
+    fn a_bounded_token_claim_carries_its_whole_bound() {
+        let key = &keys()[0];
+        for seconds in [0, 1, 59, u64::MAX] {
+            let bound = ClaimBound { millis: 1, seconds };
+            let sql = sql_of::<_, Mysql>(&TokenClaimStatement {
+                key,
+                bound: Some(bound),
+            })
+            .unwrap();
+            assert!(
+                sql.starts_with(&format!(
+                    "SET STATEMENT innodb_lock_wait_timeout = {seconds} FOR INSERT IGNORE INTO inbox_messages (handler, message_id, claim_token)"
+                )),
+                "{sql}"
+            );
+        }
+    }
+
+    /// The commit that checks the claim token: by its type, the key bound.
+    #[test]
+    fn the_claim_check_is_one_text_with_the_key_bound() {
+        let keys = keys();
+        let texts: Vec<String> = keys
+            .iter()
+            .map(|key| sql_of::<_, Mysql>(&ClaimCheckStatement { key }).unwrap())
+            .collect();
+        assert!(texts.iter().all(|text| text == &texts[0]));
+        assert_eq!(
+            texts[0],
+            "SET SESSION autocommit = IF(EXISTS(SELECT 1 FROM inbox_messages WHERE handler = ? \
+             AND message_id = ? AND claim_token = @inbox_claim_token), 'ON', 'inbox_transaction lost'), \
+             SESSION autocommit = @inbox_saved_autocommit"
+        );
+        assert!(id_of(&ClaimCheckStatement { key: &keys[0] }).is_some());
     }
 }

@@ -67,7 +67,7 @@ pub use self::deferred::{COUNT_CHILDREN_SQL, ORPHAN_SQL, create_deferred_foreign
 pub use self::depth::transaction_depth;
 #[cfg(feature = "async")]
 pub use self::depth::transaction_depth_async;
-pub use self::migrated::migrate_inbox_before;
+pub use self::migrated::{inbox_migrations_since, migrate_inbox_before};
 pub use self::panics::{panic_text, quiet_deliberate_panics};
 pub use self::rows::SqlRows;
 pub use self::sent::{mysql_commands, mysql_commands_of, statement_shapes, statements_of};

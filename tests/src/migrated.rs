@@ -32,9 +32,7 @@ where
 {
     inbox_runtime::schema::teardown(conn).expect("drop the harness's inbox");
     MigrationConnection::setup(conn).expect("the migrations table");
-    let mut earlier =
-        MigrationSource::<DieselBackend<B>>::migrations(&InboxMigrations).expect("the migrations");
-    earlier.sort_by_key(|migration| migration.name().version().to_string());
+    let mut earlier = inbox_migrations::<B>();
     earlier.retain(|migration| migration.name().version().to_string().as_str() < version);
     assert!(
         !earlier.is_empty(),
@@ -44,4 +42,43 @@ where
         conn.run_migration(&**migration as &dyn Migration<DieselBackend<B>>)
             .expect("an older migration");
     }
+}
+
+/// The versions of the inbox's migrations for `B` from `version` on,
+/// newest first: what an inbox made by [`migrate_inbox_before`] runs to
+/// catch up, in the order it reverts them.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use inbox_tests::Sqlite;
+///
+/// let since = inbox_tests::inbox_migrations_since::<Sqlite>("20261205000000");
+/// assert_eq!(since.last().map(String::as_str), Some("20261205000000"));
+/// assert!(since.windows(2).all(|pair| pair[0] > pair[1]));
+/// # }
+/// ```
+pub fn inbox_migrations_since<B>(version: &str) -> Vec<String>
+where
+    B: TestBackend,
+    DieselBackend<B>: EmbeddedInboxMigrations,
+{
+    let mut since: Vec<String> = inbox_migrations::<B>()
+        .iter()
+        .map(|migration| migration.name().version().to_string())
+        .filter(|each| each.as_str() >= version)
+        .collect();
+    since.reverse();
+    since
+}
+
+/// The inbox's migrations for `B`, oldest first.
+fn inbox_migrations<B>() -> Vec<Box<dyn Migration<DieselBackend<B>>>>
+where
+    B: TestBackend,
+    DieselBackend<B>: EmbeddedInboxMigrations,
+{
+    let mut migrations =
+        MigrationSource::<DieselBackend<B>>::migrations(&InboxMigrations).expect("the migrations");
+    migrations.sort_by_key(|migration| migration.name().version().to_string());
+    migrations
 }

@@ -42,9 +42,11 @@ pub fn statements_of<C: Connection, T>(
 /// inbox.committing = 'on'; COMMIT`), `ROLLBACK`, `read stored` (a duplicate's read of the
 /// fingerprint and result stored with the claim it met), `count attempt`,
 /// `mark dead`; anything else as it was sent. MySQL/MariaDB's framing of an outermost transaction reads as
-/// the others': `autocommit` off and the savepoint `inbox_transaction` as
-/// `BEGIN`, the savepoint's release and the commit by `autocommit` (turned
-/// on, then restored) as `COMMIT`, `ROLLBACK` and `autocommit` restored as `ROLLBACK` (the
+/// the others': `autocommit` off (with the claim token, if any) and the
+/// savepoint `inbox_transaction` as `BEGIN`, the savepoint's release and
+/// the commit by `autocommit` (turned on, then restored; or the commit
+/// that checks the claim token first) as `COMMIT`, `ROLLBACK` and
+/// `autocommit` restored as `ROLLBACK` (the
 /// statements themselves are counted in `e2e/roundtrips.rs`). A statement sent as a prepared statement (MySQL's transaction
 /// statements) reads with its binds, none: `BEGIN -- binds: []`.
 ///
@@ -62,6 +64,12 @@ pub fn statements_of<C: Connection, T>(
 /// ]
 /// .map(String::from);
 /// assert_eq!(inbox_tests::statement_shapes(&mysql), ["BEGIN", "COMMIT"]);
+/// let checked = [
+///     "SET @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0, @inbox_claim_token = ? -- binds: [7]",
+///     "SET SESSION autocommit = IF(EXISTS(SELECT 1 FROM inbox_messages WHERE …), 'ON', …) -- binds: [\"h\", \"m\"]",
+/// ]
+/// .map(String::from);
+/// assert_eq!(inbox_tests::statement_shapes(&checked), ["BEGIN", "COMMIT"]);
 /// ```
 pub fn statement_shapes(statements: &[String]) -> Vec<&str> {
     statements
@@ -72,6 +80,7 @@ pub fn statement_shapes(statements: &[String]) -> Vec<&str> {
                 "ROLLBACK" => "ROLLBACK",
                 "COMMIT" | "SET LOCAL inbox.committing = 'on'; COMMIT" => "COMMIT",
                 sql if sql.starts_with("SET SESSION autocommit = 1,") => "COMMIT",
+                sql if sql.starts_with("SET SESSION autocommit = IF(") => "COMMIT",
                 sql if sql.starts_with("SET @inbox_saved_autocommit") => "BEGIN",
                 sql if is_claim(sql) => "claim",
                 sql if sql.starts_with("SELECT fingerprint, result FROM inbox_messages") => {

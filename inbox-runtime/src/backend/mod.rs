@@ -181,10 +181,12 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     const OUTERMOST_DUPLICATE_COMMIT_SQL: &'static str;
 
     /// The same outermost transaction with its tripwire (the savepoint of
-    /// [`OUTERMOST_BEGIN_SQL`](Self::OUTERMOST_BEGIN_SQL)) set after the
-    /// claim, for connections that pay a round trip per statement: a
-    /// duplicate, whose body never runs, then neither sets nor releases it.
-    /// `None` where the outermost transaction has no tripwire.
+    /// [`OUTERMOST_BEGIN_SQL`](Self::OUTERMOST_BEGIN_SQL)) left for after
+    /// the claim, for connections that pay a round trip per statement: a
+    /// single delivery's claim writes a claim token that its commit checks
+    /// instead, and a batch sets the savepoint once its ids are claimed,
+    /// so a duplicate, whose body never runs, pays for no tripwire. `None`
+    /// where the outermost transaction has no tripwire.
     #[doc(hidden)]
     const OUTERMOST_LATE_TRIPWIRE: Option<LateTripwire>;
 
@@ -288,6 +290,48 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// sends unbounded claims from then on.
     #[doc(hidden)]
     fn bounded_claim_refused(error: &diesel::result::Error) -> bool {
+        let _ = error;
+        false
+    }
+
+    /// Writes the claim statement for `key` that also writes the session's
+    /// claim token (see [`LateTripwire`]), bounded as
+    /// [`walk_bounded_claim`](Self::walk_bounded_claim) is when `bound` is
+    /// given. Refused where
+    /// [`OUTERMOST_LATE_TRIPWIRE`](Self::OUTERMOST_LATE_TRIPWIRE) is `None`.
+    #[doc(hidden)]
+    fn walk_token_claim<'b>(
+        key: &'b ClaimKey,
+        fingerprint: Option<&'b Fingerprint>,
+        bound: Option<&'b ClaimBound>,
+        out: AstPass<'_, 'b, Self>,
+    ) -> QueryResult<()> {
+        let _ = (key, fingerprint, bound, out);
+        Err(diesel::result::Error::QueryBuilderError(
+            "this backend's claims write no claim token".into(),
+        ))
+    }
+
+    /// Writes the commit of a single delivery whose claim of `key` wrote the
+    /// session's claim token: it commits and restores the session if the
+    /// claim's row is there with that token, and otherwise fails,
+    /// committing nothing (the error is one of the backend's
+    /// `transaction_aborted` messages). Refused where
+    /// [`OUTERMOST_LATE_TRIPWIRE`](Self::OUTERMOST_LATE_TRIPWIRE) is `None`.
+    #[doc(hidden)]
+    fn walk_claim_check<'b>(key: &'b ClaimKey, out: AstPass<'_, 'b, Self>) -> QueryResult<()> {
+        let _ = (key, out);
+        Err(diesel::result::Error::QueryBuilderError(
+            "this backend's claims write no claim token".into(),
+        ))
+    }
+
+    /// Whether `error` is a token-writing claim refused by a schema that
+    /// has no column for the token (an inbox created before it, whose
+    /// migration has not run yet): nothing ran, and the delivery claims
+    /// again without the token, with a savepoint as its tripwire.
+    #[doc(hidden)]
+    fn claim_token_refused(error: &diesel::result::Error) -> bool {
         let _ = error;
         false
     }
@@ -519,12 +563,24 @@ pub trait InboxBackend: Backend + sealed::Sealed {
 
 /// An outermost transaction whose tripwire is set after the claim (see
 /// [`InboxBackend::OUTERMOST_LATE_TRIPWIRE`]): each text is one statement.
+///
+/// A single delivery's tripwire is its claim itself: [`begin`](Self::begin)
+/// gives the session a claim token new to the delivery, its claim writes
+/// that token into the claim's row, and its commit
+/// ([`InboxBackend::walk_claim_check`]) commits only if that row is there
+/// with that token. A rollback the server made on its own (a
+/// deadlock) takes the row away with the rest, and another delivery that
+/// claims the id since writes its own token. A batch's claim writes no
+/// token (one statement claims many ids), so a batch sets the savepoint
+/// [`set`](Self::set) once its ids are claimed.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct LateTripwire {
-    /// Begins the transaction, without the tripwire.
+    /// Begins the transaction, without the tripwire, and gives the session
+    /// a claim token new to it.
     pub begin: &'static str,
-    /// Sets the tripwire, once the id is claimed and before the body runs.
+    /// Sets a batch's tripwire, once its ids are claimed and before a body
+    /// runs.
     pub set: &'static str,
     /// Ends a transaction whose tripwire was never set (a duplicate's, which
     /// wrote nothing): commits it and restores the session.
@@ -691,7 +747,27 @@ where
     str: diesel::serialize::ToSql<Text, DB>,
     [u8]: diesel::serialize::ToSql<diesel::sql_types::Binary, DB>,
 {
-    push_claim_columns(key, fingerprint, ("VALUES (", ")"), out)
+    push_claim_columns(key, fingerprint, ("VALUES (", ")"), None, out)
+}
+
+/// [`push_claim_row`] with one more column, `also`'s name and the SQL of
+/// its value: `(handler, message_id[, fingerprint], name) VALUES (?, ?[,
+/// ?], value)` (MySQL's claim token, see [`LateTripwire`]).
+#[cfg(feature = "mysql")]
+pub(crate) fn push_claim_row_with<'b, DB>(
+    key: &'b ClaimKey,
+    fingerprint: Option<&'b Fingerprint>,
+    also: (&'static str, &'static str),
+    out: &mut AstPass<'_, 'b, DB>,
+) -> QueryResult<()>
+where
+    DB: Backend
+        + diesel::sql_types::HasSqlType<Text>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::Binary>,
+    str: diesel::serialize::ToSql<Text, DB>,
+    [u8]: diesel::serialize::ToSql<diesel::sql_types::Binary, DB>,
+{
+    push_claim_columns(key, fingerprint, ("VALUES (", ")"), Some(also), out)
 }
 
 /// [`push_claim_row`] as a `SELECT` of the values (`(handler, message_id[,
@@ -703,15 +779,16 @@ pub(crate) fn push_claim_select<'b>(
     fingerprint: Option<&'b Fingerprint>,
     out: &mut AstPass<'_, 'b, diesel::pg::Pg>,
 ) -> QueryResult<()> {
-    push_claim_columns(key, fingerprint, ("SELECT ", ""), out)
+    push_claim_columns(key, fingerprint, ("SELECT ", ""), None, out)
 }
 
-/// The claim's columns, then its values as binds between `around`'s two
-/// texts.
+/// The claim's columns (and `also`'s, see [`push_claim_row_with`]), then
+/// its values as binds between `around`'s two texts.
 fn push_claim_columns<'b, DB>(
     key: &'b ClaimKey,
     fingerprint: Option<&'b Fingerprint>,
     around: (&str, &str),
+    also: Option<(&'static str, &'static str)>,
     out: &mut AstPass<'_, 'b, DB>,
 ) -> QueryResult<()>
 where
@@ -722,9 +799,14 @@ where
     [u8]: diesel::serialize::ToSql<diesel::sql_types::Binary, DB>,
 {
     match fingerprint {
-        None => out.push_sql("(handler, message_id) "),
-        Some(_) => out.push_sql("(handler, message_id, fingerprint) "),
+        None => out.push_sql("(handler, message_id"),
+        Some(_) => out.push_sql("(handler, message_id, fingerprint"),
     }
+    if let Some((column, _)) = also {
+        out.push_sql(", ");
+        out.push_sql(column);
+    }
+    out.push_sql(") ");
     out.push_sql(around.0);
     out.push_bind_param::<Text, str>(key.handler().as_str())?;
     out.push_sql(", ");
@@ -732,6 +814,10 @@ where
     if let Some(fingerprint) = fingerprint {
         out.push_sql(", ");
         out.push_bind_param::<diesel::sql_types::Binary, [u8]>(fingerprint.as_bytes())?;
+    }
+    if let Some((_, value)) = also {
+        out.push_sql(", ");
+        out.push_sql(value);
     }
     out.push_sql(around.1);
     Ok(())

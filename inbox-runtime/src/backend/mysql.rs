@@ -6,13 +6,17 @@
 //!   missing). Ids are `VARBINARY`, so comparison is exact.
 //! - **Claim**: `INSERT IGNORE …` (ids are validated first, since `IGNORE`
 //!   would also silence truncation).
-//! - **Transaction**: `autocommit` off, a savepoint as the tripwire of the
-//!   deadlock guard (set after the claim on blocking connections, so that a
-//!   duplicate neither sets nor releases it), and the commit by turning
-//!   `autocommit` back on. On blocking connections these statements go as
-//!   prepared statements, one round trip each (Diesel's `batch_execute`
-//!   costs three: it switches multi-statement mode on and off around the
-//!   statement).
+//! - **Transaction**: `autocommit` off, a tripwire of the deadlock guard
+//!   that dies with the transaction, and the commit by turning `autocommit`
+//!   back on. On blocking connections these statements go as prepared
+//!   statements, one round trip each (Diesel's `batch_execute` costs three:
+//!   it switches multi-statement mode on and off around the statement), and
+//!   a single delivery's tripwire is its claim: the claim writes the
+//!   delivery's claim token, and the commit checks it in the same statement
+//!   (see [`LateTripwire`](crate::backend::LateTripwire)), so neither a
+//!   processed message nor a duplicate pays for a tripwire of its own.
+//!   Batches, and async connections (which send each group of statements as
+//!   one text), set a savepoint and release it before the commit.
 //! - **Idle bound** of an async handler's transaction: the session's
 //!   `wait_timeout`, lowered for the transaction and restored at its end.
 //! - **Pruning batch**: a derived table of expired keys picked `FOR UPDATE
@@ -24,6 +28,15 @@
 //!   server's messages are matched, see [`MESSAGES`].
 
 use super::ServerMessages;
+
+/// The value the commit that checks a single delivery's claim token gives
+/// `autocommit` when the claim is gone, quoted: the server refuses it and
+/// names it in its error.
+macro_rules! claim_lost {
+    () => {
+        "'inbox_transaction lost'"
+    };
+}
 
 /// MySQL's and MariaDB's messages (and diesel-async's driver's) for the
 /// errors Diesel does not map (see [`recovery`](crate::recovery())).
@@ -62,11 +75,15 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
     // (or a lock wait timeout with `innodb_rollback_on_timeout`) rolls the
     // whole transaction back; the commit's release of the savepoint the
     // runner set when it began or claimed then fails (1305
-    // ER_SP_DOES_NOT_EXIST).
-    transaction_aborted: &[(
-        "1305 ER_SP_DOES_NOT_EXIST",
-        "SAVEPOINT inbox_transaction does not exist",
-    )],
+    // ER_SP_DOES_NOT_EXIST), and so does the commit that checks a single
+    // delivery's claim token (1231 ER_WRONG_VALUE_FOR_VAR).
+    transaction_aborted: &[
+        (
+            "1305 ER_SP_DOES_NOT_EXIST",
+            "SAVEPOINT inbox_transaction does not exist",
+        ),
+        ("1231 ER_WRONG_VALUE_FOR_VAR", claim_lost!()),
+    ],
     // A statement handle the connection cached that the server does not
     // have (a proxy that multiplexes server connections).
     statements_lost: &[(
@@ -114,7 +131,7 @@ mod imp {
     use crate::backend::{
         BatchReports, FailureSql, InboxBackend, KeyedInsert, LateTripwire, Lease, OutboxSql,
         PruneBatchStatement, PrunedTable, StoredClaimSql, migration_sql, outbox_leasable,
-        push_claim_row, sealed, values_sql,
+        push_claim_row, push_claim_row_with, sealed, values_sql,
     };
     use crate::fingerprint::Fingerprint;
     use crate::key::ClaimKey;
@@ -135,6 +152,8 @@ mod imp {
         ),
         "\n",
         migration_sql!("mysql", "2026-12-07-000000_outbox", "up.sql"),
+        "\n",
+        migration_sql!("mysql", "2026-12-08-000000_claim_token", "up.sql"),
     );
 
     /// Fingerprints and stored results. The select is a locking read: in a
@@ -274,8 +293,10 @@ mod imp {
         };
     }
 
-    /// The deadlock guard's tripwire: a savepoint that dies with the
-    /// transaction, released before the commit.
+    /// The deadlock guard's tripwire where the claim writes no token (a
+    /// batch's, and every claim on connections that send a text at a time):
+    /// a savepoint that dies with the transaction, released before the
+    /// commit.
     macro_rules! set_tripwire {
         () => {
             "SAVEPOINT inbox_transaction"
@@ -291,6 +312,26 @@ mod imp {
             "SET SESSION autocommit = 1, SESSION autocommit = @inbox_saved_autocommit"
         };
     }
+
+    /// The session's claim token, which the claim writes (see
+    /// [`LateTripwire`]).
+    macro_rules! claim_token {
+        () => {
+            "@inbox_claim_token"
+        };
+    }
+
+    /// A claim token new to each call: a version-1 UUID's 16 bytes, which
+    /// MySQL and MariaDB make unique on their server by its clock and
+    /// across servers by the host's network address (`UUID()`).
+    macro_rules! new_claim_token {
+        () => {
+            "UNHEX(REPLACE(UUID(), '-', ''))"
+        };
+    }
+
+    /// The column and value a claim writes its token with.
+    const CLAIM_TOKEN_COLUMN: (&str, &str) = ("claim_token", claim_token!());
 
     /// The batch claim, bound: a multi-row `INSERT IGNORE`, which reports
     /// only how many rows it inserted (MySQL has no `RETURNING`): all of
@@ -326,6 +367,36 @@ mod imp {
     /// Whether claims are sent bounded (see [`BOUNDED_CLAIMS_REFUSED`]).
     fn bounds_claims() -> bool {
         !BOUNDED_CLAIMS_REFUSED.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `INSERT IGNORE INTO inbox_messages `, after the prefix that bounds its
+    /// lock wait if `bound` is given, in one piece written on the stack:
+    /// a text-keyed claim is written out on every execution, and a
+    /// statement's text grows with each piece.
+    fn push_insert(bound: Option<&crate::backend::ClaimBound>, out: &mut AstPass<'_, '_, Mysql>) {
+        const INSERT: &str = "INSERT IGNORE INTO inbox_messages ";
+        let Some(bound) = bound else {
+            out.push_sql(INSERT);
+            return;
+        };
+        let mut text = [0u8; 128];
+        let mut rest = &mut text[..];
+        let written = std::io::Write::write_fmt(
+            &mut rest,
+            format_args!(
+                "SET STATEMENT innodb_lock_wait_timeout = {} FOR {INSERT}",
+                bound.seconds
+            ),
+        );
+        let len = 128 - rest.len();
+        match (written, std::str::from_utf8(&text[..len])) {
+            (Ok(()), Ok(text)) => out.push_sql(text),
+            // Never: the text is ASCII and fits.
+            _ => {
+                out.push_sql(&set_statement(bound));
+                out.push_sql(INSERT);
+            }
+        }
     }
 
     /// The prefix that bounds one statement's lock wait, in whole seconds.
@@ -369,7 +440,13 @@ mod imp {
         // blocking connection sends one statement per round trip.
         const CLAIM_READS_STORED: bool = false;
         const OUTERMOST_LATE_TRIPWIRE: Option<LateTripwire> = Some(LateTripwire {
-            begin: autocommit_off!(),
+            begin: concat!(
+                autocommit_off!(),
+                ", ",
+                claim_token!(),
+                " = ",
+                new_claim_token!()
+            ),
             set: set_tripwire!(),
             end_unset: commit_and_restore_autocommit!(),
         });
@@ -415,8 +492,7 @@ mod imp {
             bound: &'b crate::backend::ClaimBound,
             mut out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
-            out.push_sql(&set_statement(bound));
-            out.push_sql("INSERT IGNORE INTO inbox_messages ");
+            push_insert(Some(bound), &mut out);
             push_claim_row(key, fingerprint, &mut out)
         }
 
@@ -444,6 +520,56 @@ mod imp {
             // CLIENT_FOUND_ROWS, so a duplicate would also report one row.
             out.push_sql("INSERT IGNORE INTO inbox_messages ");
             push_claim_row(key, fingerprint, &mut out)
+        }
+
+        /// The claim with `claim_token` set to the session's token, in
+        /// the same statement otherwise.
+        fn walk_token_claim<'b>(
+            key: &'b ClaimKey,
+            fingerprint: Option<&'b Fingerprint>,
+            bound: Option<&'b crate::backend::ClaimBound>,
+            mut out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            push_insert(bound, &mut out);
+            push_claim_row_with(key, fingerprint, CLAIM_TOKEN_COLUMN, &mut out)
+        }
+
+        /// The claim token's check is in the `SET` that commits: turning
+        /// `autocommit` on commits, while the string the check gives it
+        /// when the claim is gone is an invalid value, which fails the
+        /// statement, and MySQL and MariaDB then change none of its
+        /// variables: `autocommit` stays off, the transaction open, and the
+        /// runner rolls it back. The read is a plain one: the transaction's
+        /// own claim is in its view, and a claim with another token is not
+        /// this delivery's.
+        fn walk_claim_check<'b>(
+            key: &'b ClaimKey,
+            mut out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            use diesel::sql_types::Text;
+            out.push_sql(
+                "SET SESSION autocommit = IF(EXISTS(SELECT 1 FROM inbox_messages WHERE handler = ",
+            );
+            out.push_bind_param::<Text, str>(key.handler().as_str())?;
+            out.push_sql(" AND message_id = ");
+            out.push_bind_param::<Text, str>(key.message_id())?;
+            out.push_sql(concat!(
+                " AND claim_token = ",
+                claim_token!(),
+                "), 'ON', ",
+                claim_lost!(),
+                "), SESSION autocommit = @inbox_saved_autocommit"
+            ));
+            Ok(())
+        }
+
+        /// 1054 ER_BAD_FIELD_ERROR, found when the statement is prepared.
+        fn claim_token_refused(error: &diesel::result::Error) -> bool {
+            matches!(
+                error,
+                diesel::result::Error::DatabaseError(_, info)
+                    if info.message().contains("Unknown column 'claim_token'")
+            )
         }
 
         /// The expired keys are picked in a derived table (which MySQL

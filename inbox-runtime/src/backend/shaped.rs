@@ -146,12 +146,12 @@ macro_rules! by_shape {
 pub(crate) use by_shape;
 
 /// The statement-cache id a statement runs with (`None`: its text).
-#[cfg(all(test, feature = "postgres"))]
+#[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
 pub(crate) fn id_of<T: QueryId>(_: &T) -> Option<std::any::TypeId> {
     T::query_id()
 }
 
-#[cfg(all(test, feature = "postgres"))]
+#[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
 pub(crate) fn sql_of<T: QueryFragment<DB>, DB: InboxBackend + Default>(
     statement: &T,
 ) -> diesel::QueryResult<String>
@@ -165,7 +165,7 @@ where
 
 /// Keys of every kind a claim statement meets: two handlers and ids, with
 /// and without fingerprints (of different payloads).
-#[cfg(all(test, feature = "postgres"))]
+#[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
 pub(crate) fn keys() -> Vec<crate::key::ClaimKey> {
     use crate::fingerprint::Fingerprint;
     use crate::key::{ClaimKey, HandlerName};

@@ -164,7 +164,7 @@ async fn claim_each<X: Executor, M>(
 ) -> Result<Vec<Claim>, ClaimFailure> {
     let mut claims = vec![Claim::Duplicate; batch.len()];
     for position in sorted_positions(batch) {
-        claims[position] = claim_or_refuse(exec, &batch[position].key, wait)
+        claims[position] = claim_or_refuse(exec, &batch[position].key, wait, false)
             .await
             .map_err(|error| one_by_one_failure(position, error))?;
     }

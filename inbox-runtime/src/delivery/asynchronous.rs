@@ -18,7 +18,10 @@ use crate::backend::shaped::by_shape;
 use crate::backend::{
     BatchClaimed, Bind, ClaimBound, InboxBackend, ReadingClaimRow, StoredClaimRow,
 };
-use crate::claim::{BoundedClaimStatement, Claim, ClaimStatement, FingerprintedClaimStatement};
+use crate::claim::{
+    BoundedClaimStatement, Claim, ClaimCheckStatement, ClaimStatement, FingerprintedClaimStatement,
+    TokenClaimStatement,
+};
 use crate::error::{HandlerError, InboxError};
 use crate::execution::OpenTransactionGuard;
 use crate::key::ClaimKey;
@@ -418,10 +421,15 @@ where
         &mut self,
         key: &ClaimKey,
         bound: Option<ClaimBound>,
+        token: bool,
     ) -> impl Future<Output = QueryResult<usize>> + Send {
         use diesel_async::RunQueryDsl;
         let conn = self.guard.conn();
         async move {
+            if token {
+                let statement = TokenClaimStatement { key, bound };
+                return by_shape!(C::Backend, statement, |claim| claim.execute(conn).await);
+            }
             match (bound, key.fingerprint()) {
                 (Some(bound), _) => {
                     by_shape!(C::Backend, BoundedClaimStatement { key, bound }, |claim| {
@@ -436,6 +444,15 @@ where
                 }
             }
         }
+    }
+
+    fn commit_claim_checked(
+        &mut self,
+        key: &ClaimKey,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        use diesel_async::RunQueryDsl;
+        let conn = self.guard.conn();
+        async move { ClaimCheckStatement { key }.execute(conn).await.map(drop) }
     }
 
     fn claim_reading(

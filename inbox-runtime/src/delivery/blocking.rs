@@ -15,7 +15,10 @@ use crate::backend::shaped::by_shape;
 use crate::backend::{
     BatchClaimed, Bind, ClaimBound, InboxBackend, ReadingClaimRow, StoredClaimRow,
 };
-use crate::claim::{BoundedClaimStatement, Claim, ClaimStatement, FingerprintedClaimStatement};
+use crate::claim::{
+    BoundedClaimStatement, Claim, ClaimCheckStatement, ClaimStatement, FingerprintedClaimStatement,
+    TokenClaimStatement,
+};
 use crate::error::HandlerError;
 use crate::execution::block_ready;
 use crate::key::ClaimKey;
@@ -320,8 +323,17 @@ where
         ready(scope.execute(self.conn, sql))
     }
 
-    fn claim(&mut self, key: &ClaimKey, bound: Option<ClaimBound>) -> Ready<QueryResult<usize>> {
+    fn claim(
+        &mut self,
+        key: &ClaimKey,
+        bound: Option<ClaimBound>,
+        token: bool,
+    ) -> Ready<QueryResult<usize>> {
         use diesel::RunQueryDsl;
+        if token {
+            let statement = TokenClaimStatement { key, bound };
+            return ready(by_shape!(C::Backend, statement, |claim| claim.execute(self.conn)));
+        }
         ready(match (bound, key.fingerprint()) {
             (Some(bound), _) => {
                 by_shape!(C::Backend, BoundedClaimStatement { key, bound }, |claim| {
@@ -333,6 +345,11 @@ where
                 FingerprintedClaimStatement { key, fingerprint }.execute(self.conn)
             }
         })
+    }
+
+    fn commit_claim_checked(&mut self, key: &ClaimKey) -> Ready<QueryResult<()>> {
+        use diesel::RunQueryDsl;
+        ready(ClaimCheckStatement { key }.execute(self.conn).map(drop))
     }
 
     fn claim_reading(

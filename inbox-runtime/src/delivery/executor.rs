@@ -69,12 +69,23 @@ pub(crate) trait Executor {
 
     /// The claim statement for `key` (with its fingerprint, if it has
     /// one), waiting at most `bound` for a claim of the same key in flight
-    /// (`None`: as long as the server lets it): the rows it inserted.
+    /// (`None`: as long as the server lets it), and writing the session's
+    /// claim token if `token` ([`InboxBackend::walk_token_claim`]): the
+    /// rows it inserted.
     fn claim(
         &mut self,
         key: &ClaimKey,
         bound: Option<ClaimBound>,
+        token: bool,
     ) -> impl Future<Output = QueryResult<usize>> + Send;
+
+    /// Commits a single delivery whose claim of `key` wrote the session's
+    /// claim token, if that claim is still there
+    /// ([`InboxBackend::walk_claim_check`]).
+    fn commit_claim_checked(
+        &mut self,
+        key: &ClaimKey,
+    ) -> impl Future<Output = QueryResult<()>> + Send;
 
     /// The claim statement for `key` that also reads what the claim it met
     /// stored ([`InboxBackend::walk_reading_claim`]; only where

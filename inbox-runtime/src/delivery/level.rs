@@ -8,6 +8,7 @@ use super::executor::Executor;
 use crate::backend::LateTripwire;
 use crate::error::InboxError;
 use crate::error::Recovery;
+use crate::key::ClaimKey;
 use crate::recovery::recovery;
 use crate::scope::{Scope, either, report_after_failed_rollback};
 
@@ -48,10 +49,13 @@ impl Level {
 
     /// [`begin`](Self::begin) for a claim whose body may not run: where the
     /// backend's outermost transaction has a tripwire and each statement
-    /// costs the executor a round trip, the tripwire is left unset, for
-    /// [`arm`](Self::arm) once the id is claimed (a duplicate then costs
-    /// neither setting nor releasing it). Otherwise the level's begin goes
-    /// through [`Executor::hold_begin`], which may hold an outermost
+    /// costs the executor a round trip, the tripwire is left unset and the
+    /// session gets a claim token new to this level (see [`LateTripwire`]):
+    /// a single delivery's claim writes it and its commit checks it
+    /// ([`commit_claimed`](Self::commit_claimed)); a batch sets the
+    /// tripwire with [`arm`](Self::arm) once its ids are claimed. A
+    /// duplicate then costs no tripwire at all. Otherwise the level's begin
+    /// goes through [`Executor::hold_begin`], which may hold an outermost
     /// `BEGIN` to send with the claim.
     pub(crate) async fn begin_for_claim<X: Executor>(
         &self,
@@ -90,9 +94,10 @@ impl Level {
         Ok(())
     }
 
-    /// Commits a level [`begin_for_claim`](Self::begin_for_claim) began:
-    /// with [`commit`](Self::commit) once armed, otherwise (no id claimed,
-    /// no body ran, nothing written) without the tripwire's release.
+    /// Commits a batch's level [`begin_for_claim`](Self::begin_for_claim)
+    /// began: with [`commit`](Self::commit) once armed, otherwise (no id
+    /// claimed, no body ran, nothing written) without the tripwire's
+    /// release.
     pub(crate) async fn commit_after_claim<X: Executor>(
         &self,
         exec: &mut X,
@@ -100,7 +105,33 @@ impl Level {
     ) -> Result<(), InboxError> {
         match tripwire {
             Tripwire::Set => self.commit(exec).await,
-            Tripwire::Unset(late) => self.commit_sql(exec, "", late.end_unset).await,
+            Tripwire::Unset(late) => {
+                self.commit_sql(exec, "", Ending::Text(late.end_unset))
+                    .await
+            }
+        }
+    }
+
+    /// Commits a single delivery's level
+    /// [`begin_for_claim`](Self::begin_for_claim) began and whose claim of
+    /// `key` took its id, sending `statements` first as
+    /// [`commit_with`](Self::commit_with) does. Where the tripwire was left
+    /// unset, the claim wrote the session's claim token: the commit is
+    /// [`Executor::commit_claim_checked`], which commits nothing unless
+    /// the claim's row is there with that token.
+    pub(crate) async fn commit_claimed<X: Executor>(
+        &self,
+        exec: &mut X,
+        statements: &str,
+        tripwire: Tripwire,
+        key: &ClaimKey,
+    ) -> Result<(), InboxError> {
+        match tripwire {
+            Tripwire::Set => self.commit_with(exec, statements).await,
+            Tripwire::Unset(_) => {
+                self.commit_sql(exec, statements, Ending::ClaimChecked(key))
+                    .await
+            }
         }
     }
 
@@ -116,8 +147,8 @@ impl Level {
     ) -> Result<(), InboxError> {
         match tripwire {
             Tripwire::Set => {
-                self.commit_sql(exec, "", &self.scope.duplicate_commit_sql())
-                    .await
+                let sql = self.scope.duplicate_commit_sql();
+                self.commit_sql(exec, "", Ending::Text(&sql)).await
             }
             unset => self.commit_after_claim(exec, unset).await,
         }
@@ -159,25 +190,21 @@ impl Level {
         exec: &mut X,
         statements: &str,
     ) -> Result<(), InboxError> {
-        self.commit_sql(exec, statements, &self.scope.commit_sql())
-            .await
+        let sql = self.scope.commit_sql();
+        self.commit_sql(exec, statements, Ending::Text(&sql)).await
     }
 
-    /// [`commit_with`](Self::commit_with), committing with `commit_sql`.
+    /// [`commit_with`](Self::commit_with), committing with `ending`.
     async fn commit_sql<X: Executor>(
         &self,
         exec: &mut X,
         statements: &str,
-        commit_sql: &str,
+        ending: Ending<'_>,
     ) -> Result<(), InboxError> {
         if !self.scope.is_open(exec.status())? {
             return Err(self.ended_by_body(exec));
         }
-        let sql = match statements {
-            "" => std::borrow::Cow::Borrowed(commit_sql),
-            statements => std::borrow::Cow::Owned(format!("{statements}{commit_sql}")),
-        };
-        let Err(commit_error) = exec.level_sql(&self.scope, &sql).await else {
+        let Err(commit_error) = self.send_commit(exec, statements, ending).await else {
             exec.set_open(false);
             return self.scope.left(exec.status()).map_err(Into::into);
         };
@@ -203,6 +230,32 @@ impl Level {
             Ok(()) => failed,
             Err(rollback_error) => either(report_after_failed_rollback(failed, rollback_error)),
         })
+    }
+
+    /// Sends `statements` and the commit `ending`: one text in one round
+    /// trip, or the statements, then the bound check (each statement of
+    /// a text costs a round trip of its own where it has one anyway).
+    async fn send_commit<X: Executor>(
+        &self,
+        exec: &mut X,
+        statements: &str,
+        ending: Ending<'_>,
+    ) -> diesel::QueryResult<()> {
+        match ending {
+            Ending::Text(commit_sql) => {
+                let sql = match statements {
+                    "" => std::borrow::Cow::Borrowed(commit_sql),
+                    statements => std::borrow::Cow::Owned(format!("{statements}{commit_sql}")),
+                };
+                exec.level_sql(&self.scope, &sql).await
+            }
+            Ending::ClaimChecked(key) => {
+                if !statements.is_empty() {
+                    exec.level_sql(&self.scope, statements).await?;
+                }
+                exec.commit_claim_checked(key).await
+            }
+        }
     }
 
     /// Rolls back the level and whatever the body left open above it; a
@@ -236,6 +289,23 @@ impl Level {
 pub(crate) enum Tripwire {
     /// Set when the level began, or the level has none.
     Set,
-    /// Left for after the claim.
+    /// Left for after the claim: a batch's [`Level::arm`], or a single
+    /// delivery's claim token ([`Level::commit_claimed`]).
     Unset(LateTripwire),
+}
+
+impl Tripwire {
+    /// Whether the tripwire was left for after the claim.
+    pub(crate) fn is_unset(&self) -> bool {
+        matches!(self, Tripwire::Unset(_))
+    }
+}
+
+/// How a commit ends the level.
+#[derive(Debug, Clone, Copy)]
+enum Ending<'a> {
+    /// A text of the level's statements.
+    Text(&'a str),
+    /// [`Executor::commit_claim_checked`] of the claim's key.
+    ClaimChecked(&'a ClaimKey),
 }

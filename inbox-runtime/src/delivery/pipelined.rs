@@ -209,9 +209,10 @@ impl<C: Pipelining> Executor for Pipelined<'_, C> {
         &mut self,
         key: &ClaimKey,
         bound: Option<ClaimBound>,
+        token: bool,
     ) -> impl Future<Output = QueryResult<usize>> + Send {
         match self.held.take() {
-            None => Either::Left(self.exec.claim(key, bound)),
+            None => Either::Left(self.exec.claim(key, bound, token)),
             Some(begin) => {
                 let conn: &C = self.exec.conn();
                 Either::Right(async move {
@@ -226,6 +227,13 @@ impl<C: Pipelining> Executor for Pipelined<'_, C> {
                 })
             }
         }
+    }
+
+    fn commit_claim_checked(
+        &mut self,
+        key: &ClaimKey,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        self.exec.commit_claim_checked(key)
     }
 
     fn claim_reading(

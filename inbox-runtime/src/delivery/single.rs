@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use super::deferred::{Collector, collecting};
 use super::executor::Executor;
-use super::level::Level;
+use super::level::{Level, Tripwire};
 use super::steps::{record_failure, store_result, take};
 use crate::attempts::MaxAttempts;
+use crate::backend::InboxBackend;
 use crate::claim::Taken;
 use crate::error::{HandlerError, InboxError, into_handler_error};
 use crate::execution::{RetryPolicy, caught, leave_broken_if_unusable};
@@ -114,23 +115,26 @@ where
             };
             let taken = claim_with_retries(exec, &level, &key, P::STORES, wait, &delivery).await;
             taken.map(|taken| match taken {
-                Taken::Claimed => None,
-                Taken::Duplicate(stored) => Some(P::duplicate(&key, stored.as_deref())),
+                (Taken::Claimed, tripwire) => Begun::Claimed(tripwire),
+                (Taken::Duplicate(stored), _) => {
+                    Begun::Answered(P::duplicate(&key, stored.as_deref()))
+                }
             })
         })
         .await;
     match taken {
-        Ok(None) => {
+        Ok(Begun::Claimed(tripwire)) => {
             delivery.claimed();
             Ok(Begun::Claimed(Claimed {
                 level,
+                tripwire,
                 key,
                 max_attempts: options.resolved_max_attempts(),
                 delivery: Some(delivery),
                 with_commit: String::new(),
             }))
         }
-        Ok(Some(answer)) => {
+        Ok(Begun::Answered(answer)) => {
             delivery.claimed();
             match &answer {
                 Ok(_) => delivery.finish(&key, Ending::Duplicate),
@@ -152,7 +156,8 @@ where
 
 /// Begins `level` and claims `key` in it, retrying a claim that lost a lock
 /// conflict (outermost level only). Returns with the level open when the
-/// key was claimed, and closed (committed) on a duplicate.
+/// key was claimed, with the level's tripwire for its commit
+/// ([`Level::commit_claimed`]), and closed (committed) on a duplicate.
 async fn claim_with_retries<X: Executor>(
     exec: &mut X,
     level: &Level,
@@ -160,22 +165,16 @@ async fn claim_with_retries<X: Executor>(
     read_result: bool,
     wait: Option<Duration>,
     delivery: &Delivery,
-) -> Result<Taken, InboxError> {
+) -> Result<(Taken, Tripwire), InboxError> {
     let mut tries = RetryPolicy::CLAIM.tries();
     loop {
         let mut tripwire = level.begin_for_claim(exec).await?;
-        let taken = match take(exec, level.is_outermost(), key, read_result, wait).await {
-            Ok(Taken::Claimed) => level
-                .arm(exec, &mut tripwire)
-                .await
-                .map(|()| Taken::Claimed),
-            taken => taken,
-        };
+        let taken = take_armed(exec, level, &mut tripwire, key, read_result, wait).await;
         match taken {
-            Ok(Taken::Claimed) => return Ok(Taken::Claimed),
+            Ok(Taken::Claimed) => return Ok((Taken::Claimed, tripwire)),
             Ok(Taken::Duplicate(stored)) => {
                 level.commit_duplicate(exec, tripwire).await?;
-                return Ok(Taken::Duplicate(stored));
+                return Ok((Taken::Duplicate(stored), Tripwire::Set));
             }
             Err(error) => {
                 if let Err(rollback_error) = level.roll_back(exec).await {
@@ -195,12 +194,42 @@ async fn claim_with_retries<X: Executor>(
     }
 }
 
+/// [`take`] in `level`, its tripwire armed once the id is claimed. Where
+/// the tripwire was left unset, the claim writes the session's claim token
+/// (which [`Level::commit_claimed`] checks); on a schema without the
+/// token's column, whose refusal ran nothing, the id is claimed again
+/// without it in the same transaction, and the tripwire is the savepoint.
+async fn take_armed<X: Executor>(
+    exec: &mut X,
+    level: &Level,
+    tripwire: &mut Tripwire,
+    key: &ClaimKey,
+    read_result: bool,
+    wait: Option<Duration>,
+) -> Result<Taken, InboxError> {
+    let outermost = level.is_outermost();
+    let mut token = tripwire.is_unset();
+    let mut taken = take(exec, outermost, key, read_result, wait, token).await;
+    if token
+        && matches!(&taken, Err(InboxError::Database(cause)) if X::Backend::claim_token_refused(cause))
+    {
+        token = false;
+        taken = take(exec, outermost, key, read_result, wait, token).await;
+    }
+    match taken {
+        Ok(Taken::Claimed) if !token => level.arm(exec, tripwire).await.map(|()| Taken::Claimed),
+        taken => taken,
+    }
+}
+
 /// A level open on a connection, holding a fresh claim: the message is
 /// being processed for the first time. Ended by one of the `finish`
 /// methods, which report the delivery.
 #[derive(Debug)]
 pub(crate) struct Claimed {
     level: Level,
+    /// The level's tripwire, for its commit.
+    tripwire: Tripwire,
     key: ClaimKey,
     max_attempts: MaxAttempts,
     /// Reported when the delivery ends (once).
@@ -407,7 +436,12 @@ impl Claimed {
         match result {
             Ok(value) => match self
                 .level
-                .commit_with(exec, &std::mem::take(&mut self.with_commit))
+                .commit_claimed(
+                    exec,
+                    &std::mem::take(&mut self.with_commit),
+                    self.tripwire,
+                    &self.key,
+                )
                 .await
                 .map_err(NotCommitted::of_commit)
             {

@@ -22,19 +22,21 @@ use crate::recovery::is_lock_wait_timeout;
 
 /// Runs the claim statement inside the transaction open on the executor's
 /// connection (refused outside one: a claim committed on its own, apart
-/// from the effects, is what the inbox exists to prevent).
+/// from the effects, is what the inbox exists to prevent), writing the
+/// session's claim token if `token` (see [`Executor::claim`]).
 pub(crate) async fn claim_statement<X: Executor>(
     exec: &mut X,
     key: &ClaimKey,
     wait: Option<Duration>,
+    token: bool,
 ) -> diesel::QueryResult<Claim> {
     require_transaction(exec.status())?;
     let bound = claim_bound::<X::Backend>(wait);
-    let affected = match exec.claim(key, bound).await {
+    let affected = match exec.claim(key, bound, token).await {
         // A server without the bound's syntax ran nothing: claimed again,
         // unbounded (the backend remembers it for the process).
         Err(error) if bound.is_some() && X::Backend::bounded_claim_refused(&error) => {
-            exec.claim(key, None).await
+            exec.claim(key, None, token).await
         }
         affected => affected,
     };
@@ -47,9 +49,10 @@ pub(crate) async fn claim_or_refuse<X: Executor>(
     exec: &mut X,
     key: &ClaimKey,
     wait: Option<Duration>,
+    token: bool,
 ) -> Result<Claim, InboxError> {
     let started = Instant::now();
-    claim_statement(exec, key, wait)
+    claim_statement(exec, key, wait, token)
         .await
         .map_err(|error| claim_failure(key, wait, started, error))
 }
@@ -90,7 +93,7 @@ pub(crate) async fn claim_checked<X: Executor>(
     exec: &mut X,
     key: &ClaimKey,
 ) -> diesel::QueryResult<Claim> {
-    let claim = claim_or_refuse(exec, key, None).await?;
+    let claim = claim_or_refuse(exec, key, None, false).await?;
     if claim == Claim::Duplicate && key.fingerprint().is_some() {
         duplicate_of(key, stored_claim(exec, key).await?)?;
     }
@@ -102,19 +105,21 @@ pub(crate) async fn claim_checked<X: Executor>(
 /// (a nested handler, see [`current`]); otherwise the duplicate is checked
 /// against the fingerprint stored with its claim, and the stored result
 /// read when `read_result`. The claim waits at most `wait` for a delivery
-/// of the same id in flight.
+/// of the same id in flight, and writes the session's claim token if
+/// `token` (see [`Executor::claim`]).
 pub(crate) async fn take<X: Executor>(
     exec: &mut X,
     outermost: bool,
     key: &ClaimKey,
     read_result: bool,
     wait: Option<Duration>,
+    token: bool,
 ) -> Result<Taken, InboxError> {
     let reads_stored = key.fingerprint().is_some() || read_result;
     if outermost && reads_stored && X::Backend::CLAIM_READS_STORED {
         return take_reading(exec, key, wait).await;
     }
-    match claim_or_refuse(exec, key, wait).await? {
+    match claim_or_refuse(exec, key, wait, token).await? {
         Claim::Claimed => Ok(Taken::Claimed),
         Claim::Duplicate if !outermost && current::is_running(key) => {
             if let Some(fingerprint) = key.fingerprint() {
@@ -274,7 +279,7 @@ async fn write_failure<X: Executor>(
         None => None,
     };
     let recorded = failure::recorded(failure, limit, rows);
-    if recorded.claims() && claim_or_refuse(exec, key, None).await? == Claim::Duplicate {
+    if recorded.claims() && claim_or_refuse(exec, key, None, false).await? == Claim::Duplicate {
         return Ok(Recorded::ProcessedMeanwhile);
     }
     Ok(recorded)

@@ -231,7 +231,11 @@ impl TransactionClock {
         conn.set_instrumentation(move |event: InstrumentationEvent<'_>| {
             if let InstrumentationEvent::StartQuery { query, .. } = event {
                 let sql = query.to_string();
-                if sql.starts_with("BEGIN") || sql.starts_with("SAVEPOINT") {
+                // MySQL/MariaDB's outermost begin turns `autocommit` off.
+                if sql.starts_with("BEGIN")
+                    || sql.starts_with("SAVEPOINT")
+                    || sql.starts_with("SET @inbox_saved_autocommit")
+                {
                     ticks.fetch_add(1, Ordering::SeqCst);
                 }
             }

@@ -11,6 +11,8 @@
 //!     target/debug/deps/e2e-… roundtrips::mysql --ignored --exact --test-threads=1
 //! ```
 
+use diesel::connection::SimpleConnection;
+
 use crate::handlers::apply;
 use crate::support::*;
 
@@ -50,14 +52,14 @@ fn mysql() {
 
 /// On MariaDB/MySQL a delivery's transaction statements go as prepared
 /// statements, one round trip each: a processed message is `autocommit`
-/// off (a `SET`), the claim, the deadlock guard's savepoint, the effect,
-/// the savepoint's release, and the commit with `autocommit` restored (one
-/// `SET`): six executions of statements the connection prepared once. A
-/// duplicate is three: `autocommit` off, the claim, the commit (the body
-/// does not run, so no savepoint guards it). The server counts the two
-/// `SET`s as `Com_set_option`; Diesel's `batch_execute` would add two more
-/// per statement (it switches multi-statement mode on and off around
-/// each).
+/// off (a `SET`, which also sets the delivery's claim token), the claim,
+/// the effect, and the commit (one `SET`, which checks that the claim
+/// with the delivery's token is still there, turns `autocommit` on and
+/// restores it): four executions of statements the connection prepared
+/// once. A duplicate is three: `autocommit` off, the claim, the commit.
+/// The server counts the two `SET`s as `Com_set_option`; Diesel's
+/// `batch_execute` would add two more per statement (it switches
+/// multi-statement mode on and off around each).
 pub fn mysql_transaction_statements_take_one_round_trip_each<B: E2e>() {
     let Some((_db, mut conn)) = fresh::<B>() else {
         return;
@@ -72,7 +74,7 @@ pub fn mysql_transaction_statements_take_one_round_trip_each<B: E2e>() {
     });
     assert_eq!(
         processed,
-        [2, 0, 6],
+        [2, 0, 4],
         "processed: set option, prepare, execute"
     );
     let duplicate = inbox_tests::mysql_commands_of(&mut conn, |conn| {
@@ -85,4 +87,37 @@ pub fn mysql_transaction_statements_take_one_round_trip_each<B: E2e>() {
     );
 }
 
-inbox_tests::backend_tests!(only [mysql]: mysql_transaction_statements_take_one_round_trip_each);
+/// On an inbox whose claim-token migration has not run, the claim that
+/// writes the token is refused when prepared (each time: a statement the
+/// server refused is not cached), and the delivery claims again without
+/// it and guards its transaction with a savepoint: a processed message
+/// costs three round trips more than with the token (the refused
+/// prepare, the savepoint, its release), a duplicate one more.
+pub fn mysql_without_claim_tokens_costs_the_refused_claim_and_the_savepoint<B: E2e>() {
+    let Some((_db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    conn.batch_execute("ALTER TABLE inbox_messages DROP COLUMN claim_token")
+        .expect("an inbox from before the claim token");
+    apply(&mut conn, &Msg::new("warm-up")).expect("processed");
+    apply(&mut conn, &Msg::with_mode("warm-up-fails", Mode::Fail)).expect_err("the body fails");
+    let msg = Msg::new("m-1");
+    let processed = inbox_tests::mysql_commands_of(&mut conn, |conn| {
+        apply(conn, &msg).expect("processed");
+    });
+    assert_eq!(
+        processed,
+        [2, 1, 6],
+        "processed: set option, prepare, execute"
+    );
+    let duplicate = inbox_tests::mysql_commands_of(&mut conn, |conn| {
+        apply(conn, &msg).expect("duplicate");
+    });
+    assert_eq!(
+        duplicate,
+        [2, 1, 3],
+        "duplicate: set option, prepare, execute"
+    );
+}
+
+inbox_tests::backend_tests!(only [mysql]: mysql_transaction_statements_take_one_round_trip_each, mysql_without_claim_tokens_costs_the_refused_claim_and_the_savepoint);

@@ -244,6 +244,43 @@ pub fn a_deadlock_inside_a_savepoint_of_the_body_is_not_counted<B: ServerBackend
 /// an `Ok` here would acknowledge a message whose claim and first effect are
 /// gone.
 pub fn a_deadlock_the_body_ignores_commits_nothing<B: ServerBackend>() {
+    deadlock_the_body_ignores::<B>("dl-ignored", Around::Nothing);
+}
+
+/// As [`a_deadlock_the_body_ignores_commits_nothing`], on an inbox whose
+/// claim-token migration has not run: the claim that writes the token is
+/// refused, and the delivery claims again with a savepoint as its
+/// tripwire, which catches the deadlock as well.
+pub fn a_deadlock_the_body_ignores_commits_nothing_without_claim_tokens<B: ServerBackend>() {
+    deadlock_the_body_ignores::<B>("dl-no-token", Around::NoTokenColumn);
+}
+
+/// As [`a_deadlock_the_body_ignores_commits_nothing`], and before the body
+/// writes on, another delivery of the same id claims it and commits: the
+/// claim the commit finds is that delivery's, not this one's, which the
+/// deadlock took away. A commit that checked only that the id is claimed
+/// would commit the body's later statements: nothing of the body may
+/// commit, and the other's claim stays.
+pub fn a_claim_taken_over_after_a_deadlock_the_body_ignores_commits_nothing<B: ServerBackend>() {
+    deadlock_the_body_ignores::<B>("dl-taken-over", Around::TakenOver);
+}
+
+/// What happens around the deadlock of [`deadlock_the_body_ignores`].
+#[derive(PartialEq)]
+enum Around {
+    Nothing,
+    /// Another delivery claims the id and commits after the deadlock.
+    TakenOver,
+    /// The inbox has no `claim_token` column (MySQL/MariaDB).
+    NoTokenColumn,
+}
+
+/// A delivery of `id` whose body deadlocks, ignores the error, writes on
+/// and returns `Ok`, with `around` happening: it must fail with
+/// `IgnoredStatementFailure` (retried, not counted), with nothing of it
+/// committed. Then the redelivery, without the interference, is processed
+/// once, or is a duplicate of the other delivery's.
+fn deadlock_the_body_ignores<B: ServerBackend>(id: &str, around: Around) {
     if B::skipped_without_sessions("it watches its connections' server sessions by id") {
         return;
     }
@@ -251,18 +288,36 @@ pub fn a_deadlock_the_body_ignores_commits_nothing<B: ServerBackend>() {
         return;
     };
     let mut observer = db.connect();
+    if around == Around::NoTokenColumn {
+        observer
+            .batch_execute("ALTER TABLE inbox_messages DROP COLUMN claim_token")
+            .expect("an inbox from before the claim token");
+    }
+    let taken_over = around == Around::TakenOver;
     let partners = DeadlockPartners::new(&db, &mut observer);
     let interfere = || partners.start();
+    let take_over = || {
+        if taken_over {
+            db.connect()
+                .batch_execute(&format!(
+                    "INSERT INTO inbox_messages (handler, message_id) VALUES ({}, {})",
+                    literal(SCRIPTED),
+                    literal(id)
+                ))
+                .expect("the other delivery claims the id and commits");
+        }
+    };
     let msg = Scripted::new(
-        "dl-ignored",
+        id,
         vec![
             Step::Sql("UPDATE poison_locks SET n = n + 1 WHERE id = 1".to_owned()),
             Step::Call(Box::new(interfere)),
             Step::Ignored("UPDATE poison_locks SET n = n + 1 WHERE id = 2".to_owned()),
-            Step::Sql(
-                "INSERT INTO poison_effects (message_id, note) VALUES ('dl-ignored', 'after')"
-                    .to_owned(),
-            ),
+            Step::Call(Box::new(take_over)),
+            Step::Sql(format!(
+                "INSERT INTO poison_effects (message_id, note) VALUES ({}, 'after')",
+                literal(id)
+            )),
         ],
     );
     let result = scripted(&mut conn, &msg);
@@ -275,18 +330,24 @@ pub fn a_deadlock_the_body_ignores_commits_nothing<B: ServerBackend>() {
         "{result:?}"
     );
     assert_eq!(ack_decision(&result), AckDecision::Retry);
-    assert_eq!(claims(&mut observer, SCRIPTED, "dl-ignored"), 0);
-    assert_eq!(all_effects(&mut observer), 0, "neither effect committed");
     assert_eq!(
-        failure_row::<B>(&mut observer, SCRIPTED, "dl-ignored"),
-        None
+        all_effects(&mut observer),
+        0,
+        "nothing of the body committed"
+    );
+    assert_eq!(failure_row::<B>(&mut observer, SCRIPTED, id), None);
+    assert_eq!(
+        claims(&mut observer, SCRIPTED, id),
+        i64::from(taken_over),
+        "only the other delivery's claim"
     );
 
-    // The redelivery, without the interference, is processed once.
-    let again = Scripted::new("dl-ignored", vec![]);
-    scripted(&mut conn, &again).expect("processed");
-    assert_eq!(claims(&mut observer, SCRIPTED, "dl-ignored"), 1);
-    assert_eq!(effects(&mut observer, "dl-ignored"), 1);
+    // The redelivery, without the interference.
+    let again = Scripted::new(id, vec![]);
+    scripted(&mut conn, &again).expect("processed, or a duplicate");
+    assert_eq!(again.runs(), u32::from(!taken_over));
+    assert_eq!(claims(&mut observer, SCRIPTED, id), 1);
+    assert_eq!(effects(&mut observer, id), i64::from(!taken_over));
 }
 
 /// The other side of the deadlock tests: transactions on connections of
@@ -397,6 +458,6 @@ fn deadlock_in_the_body<B: ServerBackend>(second_lock: impl Fn() -> Step<'static
 inbox_tests::backend_tests! {
     nested_handler_failures_are_not_counted;
     only [postgres, mysql]: a_lock_timeout_in_the_body_is_not_counted, a_deadlock_in_the_body_is_not_counted, a_deadlock_inside_a_savepoint_of_the_body_is_not_counted, a_connection_killed_mid_body_is_not_counted;
-    only [mysql]: a_deadlock_the_body_ignores_commits_nothing;
+    only [mysql]: a_deadlock_the_body_ignores_commits_nothing, a_claim_taken_over_after_a_deadlock_the_body_ignores_commits_nothing, a_deadlock_the_body_ignores_commits_nothing_without_claim_tokens;
     only [postgres]: a_serialization_failure_in_the_body_is_not_counted;
 }

@@ -1,0 +1,1 @@
+ALTER TABLE inbox_messages DROP COLUMN claim_token;
