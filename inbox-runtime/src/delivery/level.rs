@@ -94,10 +94,10 @@ impl Level {
         Ok(())
     }
 
-    /// Commits a batch's level [`begin_for_claim`](Self::begin_for_claim)
-    /// began: with [`commit`](Self::commit) once armed, otherwise (no id
-    /// claimed, no body ran, nothing written) without the tripwire's
-    /// release.
+    /// Commits a level [`begin_for_claim`](Self::begin_for_claim) began,
+    /// a batch's or a duplicate's: with [`commit`](Self::commit) once
+    /// armed, otherwise (no id claimed, no body ran, nothing written)
+    /// without the tripwire's release.
     pub(crate) async fn commit_after_claim<X: Executor>(
         &self,
         exec: &mut X,
@@ -233,8 +233,9 @@ impl Level {
     }
 
     /// Sends `statements` and the commit `ending`: one text in one round
-    /// trip, or the statements, then the bound check (each statement of
-    /// a text costs a round trip of its own where it has one anyway).
+    /// trip, or the statements, then the statement that checks the claim
+    /// token and commits (each statement of a text costs a round trip of
+    /// its own where it has one anyway).
     async fn send_commit<X: Executor>(
         &self,
         exec: &mut X,
@@ -292,13 +293,6 @@ pub(crate) enum Tripwire {
     /// Left for after the claim: a batch's [`Level::arm`], or a single
     /// delivery's claim token ([`Level::commit_claimed`]).
     Unset(LateTripwire),
-}
-
-impl Tripwire {
-    /// Whether the tripwire was left for after the claim.
-    pub(crate) fn is_unset(&self) -> bool {
-        matches!(self, Tripwire::Unset(_))
-    }
 }
 
 /// How a commit ends the level.

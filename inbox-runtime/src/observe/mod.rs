@@ -529,6 +529,31 @@ pub(crate) fn shared_scopes(scopes: usize, report: &dyn fmt::Display) {
     ::log::error!(target: TARGET, "{report}");
 }
 
+/// What [`claim_token_missing`] reports.
+#[cfg(any(feature = "tracing", feature = "log"))]
+const CLAIM_TOKEN_MISSING: &str = "the inbox has no claim_token column (MySQL/MariaDB: \
+     the migration 2026-12-08-000000_claim_token has not run, nor setup() since): deliveries \
+     guard their transactions with a savepoint instead, three more round trips each; run the \
+     migration";
+
+/// A claim found the inbox without the claim token's column (MySQL/MariaDB,
+/// an inbox whose migration has not run): the delivery claims again
+/// without it, and the process reports why once, as the
+/// `inbox.claim_token_missing` event (`WARN`) and through `log`.
+#[cold]
+pub(crate) fn claim_token_missing() {
+    #[cfg(any(feature = "tracing", feature = "log"))]
+    {
+        static REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !REPORTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            #[cfg(feature = "tracing")]
+            tracing::claim_token_missing(CLAIM_TOKEN_MISSING);
+            #[cfg(feature = "log")]
+            ::log::warn!(target: TARGET, "{CLAIM_TOKEN_MISSING}");
+        }
+    }
+}
+
 /// A pruning run found rows of scopes that no registered handler declares
 /// (see [`Prune::warn_unregistered`](crate::Prune::warn_unregistered)):
 /// reported once per run, as the `inbox.unregistered_scopes` event (`WARN`)
@@ -567,10 +592,19 @@ pub(crate) fn pruned(table: &'static str, handler: Option<&str>, rows: u64) {
 #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
 pub(crate) enum Relayed<'a> {
     /// The broker confirmed it; it was recorded at `created_micros` (the
-    /// database's clock, microseconds since the Unix epoch).
-    Published { created_micros: i64 },
-    /// The broker refused it; `dead` when that was its last attempt.
-    Refused { dead: bool, reason: &'a str },
+    /// database's clock, microseconds since the Unix epoch: read by the
+    /// `metrics` feature only).
+    Published {
+        #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+        created_micros: i64,
+    },
+    /// The broker refused it; `dead` when that was its last attempt
+    /// (`reason`: read by the `tracing` feature only).
+    Refused {
+        dead: bool,
+        #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+        reason: &'a str,
+    },
     /// The broker could not take it: given back uncounted.
     Unavailable,
 }

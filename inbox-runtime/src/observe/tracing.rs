@@ -167,6 +167,18 @@ pub(super) fn shared_scopes(scopes: usize, report: &dyn std::fmt::Display) {
     );
 }
 
+/// `inbox.claim_token_missing`: a claim found the inbox without the claim
+/// token's column (once per process).
+#[cold]
+pub(super) fn claim_token_missing(message: &str) {
+    ::tracing::event!(
+        name: "inbox.claim_token_missing",
+        target: TARGET,
+        Level::WARN,
+        "{message}",
+    );
+}
+
 /// `inbox.unregistered_scopes`: a pruning run found ids of scopes no
 /// registered handler declares.
 pub(super) fn unregistered_scopes(count: usize, list: &str) {

@@ -173,7 +173,7 @@ fn allocations_per_delivery() {
         );
     }
     // The bounded claim's text carries its bound (`SET STATEMENT`), so
-    // Diesel's cache finds it by that text (written out in two pieces); the
+    // Diesel's cache finds it by that text (written out in one piece); the
     // commit that checks the claim token is found by its type, its two
     // binds Diesel's; `autocommit` off and a duplicate's commit by their
     // texts. (Before the claim token: 16 and 14, with a savepoint set and

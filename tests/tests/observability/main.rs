@@ -17,3 +17,4 @@ mod outbox;
 #[cfg(feature = "postgres")]
 mod postgres_only;
 mod prune;
+mod schema;
