@@ -434,6 +434,49 @@ mod token_tests {
         }
     }
 
+    /// The claim that reads what it met (MariaDB's `RETURNING`): the token
+    /// claim's text, an upsert that changes nothing, and the row; by the
+    /// id of its shape when unbounded (two share one exactly when they
+    /// share their text, and none is a token claim's), by its text when
+    /// bounded.
+    #[test]
+    fn reading_claims_are_token_claims_that_return_the_row() {
+        use crate::backend::stored_claim::ReadingClaimStatement;
+        let keys = keys();
+        let mut run = Vec::new();
+        for key in &keys {
+            for bound in [None, Some(ClaimBound::of(Duration::from_secs(2)))] {
+                let reading = ReadingClaimStatement { key, bound };
+                let (id, sql) = by_shape!(Mysql, reading, |s| (
+                    id_of(&s),
+                    sql_of::<_, Mysql>(&s).unwrap()
+                ));
+                let token = sql_of::<_, Mysql>(&TokenClaimStatement { key, bound }).unwrap();
+                assert_eq!(
+                    sql,
+                    format!(
+                        "{token} ON DUPLICATE KEY UPDATE received_at = received_at \
+                         RETURNING claim_token <=> @inbox_claim_token AS claimed, TRUE AS seen, \
+                         fingerprint, result"
+                    )
+                );
+                let token_id = by_shape!(Mysql, TokenClaimStatement { key, bound }, |s| id_of(&s));
+                match bound {
+                    Some(_) => assert_eq!(id, None, "keyed by its text"),
+                    None => {
+                        assert_ne!(id, token_id);
+                        run.push((id.expect("a static id"), sql));
+                    }
+                }
+            }
+        }
+        for (id, sql) in &run {
+            for (other_id, other_sql) in &run {
+                assert_eq!(id == other_id, sql == other_sql, "{sql}\n{other_sql}");
+            }
+        }
+    }
+
     /// The commit that checks the claim token: by its type, the key bound.
     #[test]
     fn the_claim_check_is_one_text_with_the_key_bound() {

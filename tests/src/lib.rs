@@ -71,6 +71,8 @@ pub use self::migrated::{inbox_migrations_since, migrate_inbox_before};
 pub use self::panics::{panic_text, quiet_deliberate_panics};
 pub use self::rows::SqlRows;
 pub use self::sent::{mysql_commands, mysql_commands_of, statement_shapes, statements_of};
+#[cfg(feature = "async")]
+pub use self::sent::{mysql_commands_async, mysql_commands_of_async};
 pub use self::statement::{Statement, statement};
 
 /// The environment variable that turns an unreachable server into a failure.

@@ -65,7 +65,8 @@ pub fn statements_of<C: Connection, T>(
 /// .map(String::from);
 /// assert_eq!(inbox_tests::statement_shapes(&mysql), ["BEGIN", "COMMIT"]);
 /// let checked = [
-///     "SET @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0, @inbox_claim_token = ? -- binds: [7]",
+///     "SET @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0, \
+///      @inbox_claim_token = UNHEX(REPLACE(UUID(), '-', '')) -- binds: []",
 ///     "SET SESSION autocommit = IF(EXISTS(SELECT 1 FROM inbox_messages WHERE …), 'ON', …) -- binds: [\"h\", \"m\"]",
 /// ]
 /// .map(String::from);
@@ -122,8 +123,8 @@ const MYSQL_FRAMING: [&str; 3] = [
 
 /// The server's counters of the statements one MariaDB/MySQL session sent:
 /// `[set option, prepare, execute]` (`Com_set_option`, `Com_stmt_prepare`,
-/// `Com_stmt_execute` of `SESSION_STATUS`). Reading them is itself one
-/// prepared statement: compare two readings in a row to subtract it.
+/// `Com_stmt_execute` of `SESSION_STATUS`). Reading them is itself a
+/// statement: compare two readings in a row to subtract it.
 ///
 /// ```no_run
 /// # #[cfg(feature = "mysql")] {
@@ -134,12 +135,36 @@ const MYSQL_FRAMING: [&str; 3] = [
 /// # }
 /// ```
 pub fn mysql_commands<C: crate::SqlRows>(conn: &mut C) -> [i64; 3] {
-    ["COM_SET_OPTION", "COM_STMT_PREPARE", "COM_STMT_EXECUTE"].map(|name| {
-        conn.bigint(&format!(
-            "SELECT CAST(VARIABLE_VALUE AS SIGNED) AS value \
-             FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = '{name}'"
-        ))
-    })
+    commands(conn.bigints(MYSQL_COMMANDS_SQL))
+}
+
+/// [`mysql_commands`] on a diesel-async connection.
+///
+/// ```no_run
+/// # #[cfg(all(feature = "mysql", feature = "async"))] {
+/// let Some(db) = <inbox_tests::Mysql as inbox_tests::TestBackend>::open() else { return };
+/// inbox_tests::runtime::current_thread().block_on(async {
+///     let mut conn = db.connect_async().await;
+///     let [set_options, prepared, executed] = inbox_tests::mysql_commands_async(&mut conn).await;
+///     # let _ = (set_options, prepared, executed);
+/// });
+/// # }
+/// ```
+#[cfg(feature = "async")]
+pub async fn mysql_commands_async<C: crate::AsyncSqlRows>(conn: &mut C) -> [i64; 3] {
+    commands(conn.bigints(MYSQL_COMMANDS_SQL).await)
+}
+
+/// The counters [`mysql_commands`] reads, in its order.
+const MYSQL_COMMANDS_SQL: &str = "SELECT CAST(VARIABLE_VALUE AS SIGNED) AS value \
+     FROM information_schema.SESSION_STATUS \
+     WHERE VARIABLE_NAME IN ('COM_SET_OPTION', 'COM_STMT_PREPARE', 'COM_STMT_EXECUTE') \
+     ORDER BY FIELD(VARIABLE_NAME, 'COM_SET_OPTION', 'COM_STMT_PREPARE', 'COM_STMT_EXECUTE')";
+
+/// The three counters of [`MYSQL_COMMANDS_SQL`]'s rows.
+fn commands(rows: Vec<i64>) -> [i64; 3] {
+    rows.try_into()
+        .unwrap_or_else(|rows| panic!("three counters expected, got {rows:?}"))
 }
 
 /// What `deliver` cost `conn` in the server's counters ([`mysql_commands`]),
@@ -153,5 +178,25 @@ pub fn mysql_commands_of<C: crate::SqlRows>(
     let before = mysql_commands(conn);
     deliver(conn);
     let after = mysql_commands(conn);
+    cost([first, second, before, after])
+}
+
+/// [`mysql_commands_of`] on a diesel-async connection.
+#[cfg(feature = "async")]
+pub async fn mysql_commands_of_async<C: crate::AsyncSqlRows>(
+    conn: &mut C,
+    deliver: impl AsyncFnOnce(&mut C),
+) -> [i64; 3] {
+    let first = mysql_commands_async(conn).await;
+    let second = mysql_commands_async(conn).await;
+    let before = mysql_commands_async(conn).await;
+    deliver(conn).await;
+    let after = mysql_commands_async(conn).await;
+    cost([first, second, before, after])
+}
+
+/// What happened between readings `before` and `after` of the counters,
+/// less what a reading costs (from `first` to `second`).
+fn cost([first, second, before, after]: [[i64; 3]; 4]) -> [i64; 3] {
     std::array::from_fn(|i| (after[i] - before[i]) - (second[i] - first[i]))
 }

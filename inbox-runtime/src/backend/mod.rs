@@ -36,7 +36,7 @@ pub(crate) mod postgres;
 pub(crate) mod prune_batch;
 pub(crate) mod shaped;
 pub(crate) mod sqlite;
-mod stored_claim;
+pub(crate) mod stored_claim;
 
 pub use batch_claim::BatchClaimed;
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
@@ -256,12 +256,34 @@ pub trait InboxBackend: Backend + sealed::Sealed {
         out: AstPass<'_, 'b, Self>,
     ) -> QueryResult<()>;
 
-    /// Whether [`walk_reading_claim`](Self::walk_reading_claim) is
-    /// written: a claim that also reads what the claim it met stored, so
-    /// that a fingerprinted or result-storing duplicate costs the round
-    /// trip of a plain one.
+    /// Whether [`walk_reading_claim`](Self::walk_reading_claim) is written
+    /// for a claim that writes the session's claim token if `token` (see
+    /// [`LateTripwire`]), and the server has not refused it
+    /// ([`reading_claim_refused`](Self::reading_claim_refused)): a claim
+    /// that also reads what the claim it met stored, so that a
+    /// fingerprinted or result-storing duplicate costs the round trip of a
+    /// plain one.
     #[doc(hidden)]
-    const CLAIM_READS_STORED: bool;
+    fn claim_reads_stored(token: bool) -> bool;
+
+    /// Whether the server describes the columns of the reading claim
+    /// ([`walk_reading_claim`](Self::walk_reading_claim)) when it prepares
+    /// it, as Diesel's blocking connections need: MariaDB describes those of
+    /// `INSERT … RETURNING` only once it has run it, so there only
+    /// diesel-async's connections send it.
+    #[doc(hidden)]
+    const READING_CLAIM_COLUMNS_AT_PREPARE: bool;
+
+    /// Whether `error` is the server refusing the reading claim's syntax
+    /// (MySQL, and MariaDB before 10.5: no `INSERT … RETURNING`): it ran
+    /// nothing, the backend records it, so that the process claims and
+    /// reads in two statements from then on, and the delivery claims again
+    /// that way.
+    #[doc(hidden)]
+    fn reading_claim_refused(error: &diesel::result::Error) -> bool {
+        let _ = error;
+        false
+    }
 
     /// Writes the claim of `key` (storing `fingerprint`, bounded by
     /// `bound`, when given) that returns one [`ReadingClaimRow`]: whether it
@@ -270,7 +292,7 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// claim (`seen`; a claim committed while this one waited for it is
     /// not seen, nor one in an archived generation: read it then with
     /// [`STORED_CLAIM_SQL`](Self::STORED_CLAIM_SQL)). Only where
-    /// [`CLAIM_READS_STORED`](Self::CLAIM_READS_STORED); elsewhere an
+    /// [`claim_reads_stored`](Self::claim_reads_stored); elsewhere an
     /// error, and never sent.
     #[doc(hidden)]
     fn walk_reading_claim<'b>(
@@ -1271,11 +1293,13 @@ mod tests {
         assert_eq!(
             <diesel::mysql::Mysql as super::InboxBackend>::bounded_idle_begin(limit)
                 .map(|begin| begin.text(None)),
-            Some(format!(
+            Some(
                 "SET @inbox_saved_wait_timeout = @@SESSION.wait_timeout, \
-                 SESSION wait_timeout = 2; {}",
-                <diesel::mysql::Mysql as super::InboxBackend>::OUTERMOST_BEGIN_SQL
-            ))
+                 SESSION wait_timeout = 2, @inbox_saved_autocommit = @@SESSION.autocommit, \
+                 SESSION autocommit = 0, @inbox_claim_token = UNHEX(REPLACE(UUID(), '-', '')); \
+                 SAVEPOINT inbox_transaction"
+                    .to_owned()
+            )
         );
         #[cfg(feature = "sqlite")]
         assert_eq!(

@@ -15,10 +15,22 @@
 //!   delivery's claim token, and the commit checks it in the same statement
 //!   (see [`LateTripwire`](crate::backend::LateTripwire)), so neither a
 //!   processed message nor a duplicate pays for a tripwire of its own.
-//!   Batches, and async connections (which send each group of statements as
-//!   one text), set a savepoint and release it before the commit.
+//!   Batches, async connections (which send each group of statements as
+//!   one text), an inbox without the token's column (its migration not
+//!   run) and a server that refuses to prepare the transaction statements
+//!   set a savepoint and release it before the commit.
+//! - **Claim token**: every outermost transaction's begin gives the session
+//!   a new one, which a handler's claim writes; a claim on diesel-async
+//!   connections that must read what a duplicate met (a fingerprint, a
+//!   stored result) is `INSERT … ON DUPLICATE KEY UPDATE … RETURNING`
+//!   (MariaDB 10.5 and later), whose row is its own claim exactly when it
+//!   holds the token. Diesel's blocking connection reads a statement's
+//!   columns when it prepares it, which MariaDB describes for `RETURNING`
+//!   only once it has run it: there, and on MySQL, the read is a statement
+//!   of its own.
 //! - **Idle bound** of an async handler's transaction: the session's
-//!   `wait_timeout`, lowered for the transaction and restored at its end.
+//!   `wait_timeout`, lowered for the transaction in the `SET` that begins it
+//!   and restored in the one that ends it.
 //! - **Pruning batch**: a derived table of expired keys picked `FOR UPDATE
 //!   SKIP LOCKED` through a forced index, joined back by primary key; `READ
 //!   COMMITTED` is set before the transaction begins.
@@ -286,10 +298,26 @@ mod imp {
 
     impl sealed::Sealed for Mysql {}
 
-    /// Begins a handler's transaction: `autocommit` off, its value saved.
-    macro_rules! autocommit_off {
+    /// The assignments that begin a handler's transaction: `autocommit`
+    /// off, its value saved (a `SET` of their own, or the end of one).
+    macro_rules! autocommit_off_assignments {
         () => {
-            "SET @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0"
+            "@inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0"
+        };
+    }
+
+    /// The assignments that begin a handler's transaction and give the
+    /// session a claim token new to it (see [`LateTripwire`]): every
+    /// outermost transaction has one, whether or not its claim writes it.
+    macro_rules! begin_assignments {
+        () => {
+            concat!(
+                autocommit_off_assignments!(),
+                ", ",
+                claim_token!(),
+                " = ",
+                new_claim_token!()
+            )
         };
     }
 
@@ -364,6 +392,12 @@ mod imp {
     static BOUNDED_CLAIMS_REFUSED: std::sync::atomic::AtomicBool =
         std::sync::atomic::AtomicBool::new(false);
 
+    /// Set once a server refused a claim that reads what it met (`INSERT …
+    /// RETURNING`, MariaDB's): the process reads it with a statement of its
+    /// own from then on.
+    static READING_CLAIMS_REFUSED: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
     /// Whether claims are sent bounded (see [`BOUNDED_CLAIMS_REFUSED`]).
     fn bounds_claims() -> bool {
         !BOUNDED_CLAIMS_REFUSED.load(std::sync::atomic::Ordering::Relaxed)
@@ -429,24 +463,71 @@ mod imp {
                 "down.sql"
             ),
         );
-        const OUTERMOST_BEGIN_SQL: &'static str = concat!(autocommit_off!(), "; ", set_tripwire!());
+        const OUTERMOST_BEGIN_SQL: &'static str =
+            concat!("SET ", begin_assignments!(), "; ", set_tripwire!());
         const OUTERMOST_COMMIT_SQL: &'static str = concat!(
             "RELEASE SAVEPOINT inbox_transaction; ",
             commit_and_restore_autocommit!()
         );
         const OUTERMOST_DUPLICATE_COMMIT_SQL: &'static str = Self::OUTERMOST_COMMIT_SQL;
-        // MySQL has no statement that inserts and returns another row
-        // (MariaDB's `INSERT … RETURNING` returns what it inserted), and a
-        // blocking connection sends one statement per round trip.
-        const CLAIM_READS_STORED: bool = false;
-        const OUTERMOST_LATE_TRIPWIRE: Option<LateTripwire> = Some(LateTripwire {
-            begin: concat!(
-                autocommit_off!(),
-                ", ",
+        /// MariaDB describes `INSERT … RETURNING`'s columns only once it
+        /// has run it.
+        const READING_CLAIM_COLUMNS_AT_PREPARE: bool = false;
+        /// A claim that writes the token reads with MariaDB's `INSERT …
+        /// RETURNING` (see [`walk_reading_claim`](Self::walk_reading_claim);
+        /// on diesel-async connections, see
+        /// [`READING_CLAIM_COLUMNS_AT_PREPARE`](Self::READING_CLAIM_COLUMNS_AT_PREPARE)),
+        /// until a server refuses it (MySQL has no `RETURNING`, MariaDB
+        /// before 10.5 none on `INSERT`). Without a token, a returned row
+        /// cannot tell a claim from a duplicate.
+        fn claim_reads_stored(token: bool) -> bool {
+            token && !READING_CLAIMS_REFUSED.load(std::sync::atomic::Ordering::Relaxed)
+        }
+
+        /// A syntax error at `RETURNING` (the server quotes the text from
+        /// there on, in every language it speaks), or at the bound's `SET
+        /// STATEMENT` (a server without it, MySQL, has no `RETURNING`
+        /// either: the bound's refusal is recorded too, see
+        /// [`bounded_claim_refused`](Self::bounded_claim_refused)).
+        fn reading_claim_refused(error: &diesel::result::Error) -> bool {
+            let refused = Self::bounded_claim_refused(error)
+                || matches!(
+                    error,
+                    diesel::result::Error::DatabaseError(_, info)
+                        if info.message().contains("'RETURNING claim_token")
+                );
+            if refused {
+                READING_CLAIMS_REFUSED.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            refused
+        }
+
+        /// The token claim (see [`walk_token_claim`](Self::walk_token_claim))
+        /// as an upsert that changes nothing on a duplicate, returning the
+        /// row either way (MariaDB returns the row a duplicate met): the
+        /// claim is this delivery's exactly when the row holds the
+        /// session's token, which is new to each transaction. The row read
+        /// is the latest committed one (an upsert reads what it locks), so
+        /// a claim committed while this one waited for it is `seen` too.
+        /// Where the claim is the row's, `<=>` makes it so even with no
+        /// token at all; the commit's check (`=`) then refuses it.
+        fn walk_reading_claim<'b>(
+            key: &'b ClaimKey,
+            fingerprint: Option<&'b Fingerprint>,
+            bound: Option<&'b crate::backend::ClaimBound>,
+            mut out: AstPass<'_, 'b, Self>,
+        ) -> QueryResult<()> {
+            push_insert(bound, &mut out);
+            push_claim_row_with(key, fingerprint, CLAIM_TOKEN_COLUMN, &mut out)?;
+            out.push_sql(concat!(
+                " ON DUPLICATE KEY UPDATE received_at = received_at RETURNING claim_token <=> ",
                 claim_token!(),
-                " = ",
-                new_claim_token!()
-            ),
+                " AS claimed, TRUE AS seen, fingerprint, result"
+            ));
+            Ok(())
+        }
+        const OUTERMOST_LATE_TRIPWIRE: Option<LateTripwire> = Some(LateTripwire {
+            begin: concat!("SET ", begin_assignments!()),
             set: set_tripwire!(),
             end_unset: commit_and_restore_autocommit!(),
         });
@@ -454,12 +535,17 @@ mod imp {
             "ROLLBACK; SET SESSION autocommit = @inbox_saved_autocommit";
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;
         const PREPARED_TRANSACTION_SQL: bool = true;
+        /// The last assignment of the commit's and the rollback's final
+        /// `SET`: a commit that fails changes none of them, and the
+        /// rollback that follows restores `wait_timeout`.
         const BOUNDED_IDLE_END_SQL: &'static str =
-            "; SET SESSION wait_timeout = @inbox_saved_wait_timeout";
+            ", SESSION wait_timeout = @inbox_saved_wait_timeout";
 
         /// `wait_timeout` (MySQL and MariaDB alike) closes a connection idle
         /// for that long, in a transaction or not, so it is lowered for the
-        /// handler's transaction only and restored when it ends.
+        /// handler's transaction only and restored when it ends. Saved and
+        /// lowered in the `SET` that turns `autocommit` off: the begin is
+        /// two statements, that `SET` and the savepoint.
         fn bounded_idle_begin(
             limit: std::time::Duration,
         ) -> Option<crate::backend::IdleBoundedBegin> {
@@ -468,7 +554,7 @@ mod imp {
                 before: "SET @inbox_saved_wait_timeout = @@SESSION.wait_timeout, \
                          SESSION wait_timeout = ",
                 bound: seconds,
-                after: concat!("; ", autocommit_off!(), "; ", set_tripwire!()),
+                after: concat!(", ", begin_assignments!(), "; ", set_tripwire!()),
             })
         }
         const PRUNE_BEFORE_BEGIN_SQL: &'static str =
@@ -498,12 +584,13 @@ mod imp {
 
         /// MySQL has no `SET STATEMENT` (MariaDB's): its parser refuses the
         /// bounded claim, which ran nothing and left the transaction as it
-        /// was.
+        /// was. Told by the text it quotes from where it stopped (in every
+        /// language the server speaks), at `STATEMENT` or at the setting.
         fn bounded_claim_refused(error: &diesel::result::Error) -> bool {
             let refused = matches!(
                 error,
                 diesel::result::Error::DatabaseError(_, info)
-                    if info.message().contains("SQL syntax") && info.message().contains("STATEMENT")
+                    if info.message().contains("innodb_lock_wait_timeout = ")
             );
             if refused {
                 BOUNDED_CLAIMS_REFUSED.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -563,12 +650,14 @@ mod imp {
             Ok(())
         }
 
-        /// 1054 ER_BAD_FIELD_ERROR, found when the statement is prepared.
+        /// 1054 ER_BAD_FIELD_ERROR, found when the statement is prepared:
+        /// told by the column's name, which the server quotes in every
+        /// language it speaks.
         fn claim_token_refused(error: &diesel::result::Error) -> bool {
             matches!(
                 error,
                 diesel::result::Error::DatabaseError(_, info)
-                    if info.message().contains("Unknown column 'claim_token'")
+                    if info.message().contains("'claim_token'")
             )
         }
 

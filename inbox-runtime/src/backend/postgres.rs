@@ -687,7 +687,12 @@ mod imp {
         /// See the module's "Commit".
         const OUTERMOST_COMMIT_SQL: &'static str = "SET LOCAL inbox.committing = 'on'; COMMIT";
         const OUTERMOST_DUPLICATE_COMMIT_SQL: &'static str = "COMMIT";
-        const CLAIM_READS_STORED: bool = true;
+        const READING_CLAIM_COLUMNS_AT_PREPARE: bool = true;
+        /// With or without a token (this backend has none): the claim is
+        /// a statement of CTEs.
+        fn claim_reads_stored(_token: bool) -> bool {
+            true
+        }
         const OUTERMOST_LATE_TRIPWIRE: Option<crate::backend::LateTripwire> = None;
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = Some("SELECT 1");
         const PREPARED_TRANSACTION_SQL: bool = false;

@@ -298,8 +298,11 @@ mod imp {
         const OUTERMOST_ROLLBACK_SQL: &'static str = "ROLLBACK";
         const OUTERMOST_COMMIT_SQL: &'static str = "COMMIT";
         const OUTERMOST_DUPLICATE_COMMIT_SQL: &'static str = Self::OUTERMOST_COMMIT_SQL;
-        // An embedded database's reads cost no round trip.
-        const CLAIM_READS_STORED: bool = false;
+        const READING_CLAIM_COLUMNS_AT_PREPARE: bool = true;
+        /// Never: an embedded database's reads cost no round trip.
+        fn claim_reads_stored(_token: bool) -> bool {
+            false
+        }
         const OUTERMOST_LATE_TRIPWIRE: Option<crate::backend::LateTripwire> = None;
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;
         const PREPARED_TRANSACTION_SQL: bool = false;

@@ -87,9 +87,16 @@ pub(crate) trait Executor {
         key: &ClaimKey,
     ) -> impl Future<Output = QueryResult<()>> + Send;
 
+    /// Whether [`claim_reading`](Self::claim_reading) is sent for a claim
+    /// that writes the session's claim token if `token`: where the backend
+    /// writes a reading claim ([`InboxBackend::claim_reads_stored`]).
+    fn claim_reads_stored(&self, token: bool) -> bool {
+        Self::Backend::claim_reads_stored(token)
+    }
+
     /// The claim statement for `key` that also reads what the claim it met
     /// stored ([`InboxBackend::walk_reading_claim`]; only where
-    /// [`InboxBackend::CLAIM_READS_STORED`]), bounded as
+    /// [`claim_reads_stored`](Self::claim_reads_stored)), bounded as
     /// [`claim`](Self::claim) is: its one row.
     fn claim_reading(
         &mut self,

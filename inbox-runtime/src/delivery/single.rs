@@ -194,11 +194,16 @@ async fn claim_with_retries<X: Executor>(
     }
 }
 
-/// [`take`] in `level`, its tripwire armed once the id is claimed. Where
-/// the tripwire was left unset, the claim writes the session's claim token
-/// (which [`Level::commit_claimed`] checks); on a schema without the
-/// token's column, whose refusal ran nothing, the id is claimed again
-/// without it in the same transaction, and the tripwire is the savepoint.
+/// [`take`] in `level`, its tripwire armed once the id is claimed. An
+/// outermost level's claim writes the session's claim token where the
+/// backend gives each outermost transaction one (see [`LateTripwire`]):
+/// the commit checks it where the tripwire was left unset
+/// ([`Level::commit_claimed`]), and a claim that reads what it met tells
+/// its own row by it. On a schema without the token's column, whose
+/// refusal ran nothing, the id is claimed again without it in the same
+/// transaction, and the tripwire is the savepoint.
+///
+/// [`LateTripwire`]: crate::backend::LateTripwire
 async fn take_armed<X: Executor>(
     exec: &mut X,
     level: &Level,
@@ -208,11 +213,12 @@ async fn take_armed<X: Executor>(
     wait: Option<Duration>,
 ) -> Result<Taken, InboxError> {
     let outermost = level.is_outermost();
-    let mut token = tripwire.is_unset();
+    let mut token = outermost && X::Backend::OUTERMOST_LATE_TRIPWIRE.is_some();
     let mut taken = take(exec, outermost, key, read_result, wait, token).await;
     if token
         && matches!(&taken, Err(InboxError::Database(cause)) if X::Backend::claim_token_refused(cause))
     {
+        crate::observe::claim_token_missing();
         token = false;
         taken = take(exec, outermost, key, read_result, wait, token).await;
     }

@@ -116,8 +116,13 @@ pub(crate) async fn take<X: Executor>(
     token: bool,
 ) -> Result<Taken, InboxError> {
     let reads_stored = key.fingerprint().is_some() || read_result;
-    if outermost && reads_stored && X::Backend::CLAIM_READS_STORED {
-        return take_reading(exec, key, wait).await;
+    if outermost && reads_stored && exec.claim_reads_stored(token) {
+        match take_reading(exec, key, wait).await {
+            // Refused by the server's parser: nothing ran, and the claim
+            // and the read go as two statements below (from now on).
+            Err(InboxError::Database(cause)) if X::Backend::reading_claim_refused(&cause) => {}
+            taken => return taken,
+        }
     }
     match claim_or_refuse(exec, key, wait, token).await? {
         Claim::Claimed => Ok(Taken::Claimed),
@@ -138,7 +143,7 @@ pub(crate) async fn take<X: Executor>(
 }
 
 /// [`take`] by the claim that also reads what the claim it met stored
-/// ([`InboxBackend::CLAIM_READS_STORED`]): a duplicate's fingerprint and
+/// ([`Executor::claim_reads_stored`]): a duplicate's fingerprint and
 /// result come in the claim's round trip, unless the claim it met is out
 /// of the statement's sight (committed while it waited, or archived), and
 /// are read on their own then.

@@ -61,6 +61,14 @@ impl TestBackend for Sqlite {
         conn
     }
 
+    /// A new diesel-async connection: [`connect`](Self::connect)'s,
+    /// wrapped, the busy timeout set as on every other.
+    #[cfg(feature = "async")]
+    fn connect_async(&self) -> impl std::future::Future<Output = Self::AsyncConnection> + Send {
+        let conn = self.connect();
+        async move { diesel_async::sync_connection_wrapper::SyncConnectionWrapper::new(conn) }
+    }
+
     /// An r2d2 pool of `size` connections, each with the busy timeout set.
     fn pool(&self, size: u32) -> Pool<ConnectionManager<SqliteConnection>> {
         Pool::builder()

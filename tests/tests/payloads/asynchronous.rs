@@ -2,6 +2,7 @@
 //! stored results, as the blocking ones. Read back on a blocking observer
 //! connection.
 
+use diesel::connection::SimpleConnection;
 use inbox_runtime::{
     AckDecision, InboxError, MAX_STORED_RESULT_BYTES, Outcome, StoredResultProblem, ack_decision,
 };
@@ -128,7 +129,78 @@ pub async fn async_panicking_result_encoder_is_a_panicking_delivery<B: TestBacke
     assert_eq!(applied(&mut observer, "a-7"), ["7"]);
 }
 
-inbox_tests::backend_tests!(
-    async async_conflicts_and_replays,
-    async_panicking_result_encoder_is_a_panicking_delivery
-);
+/// On diesel-async connections MariaDB's claim reads what the claim it
+/// met stored (`INSERT … ON DUPLICATE KEY UPDATE … RETURNING`, whose
+/// columns the server describes once it has run it: diesel-async reads
+/// them then, Diesel's blocking connection before): a fingerprinted
+/// duplicate and a stored result's execute one statement, the claim, as a
+/// plain duplicate does, between the begin and the commit (texts, one
+/// `SET` each: the idle bound is set and restored in them).
+pub async fn async_a_duplicate_reads_the_stored_claim_in_its_claim<B: TestBackend>() {
+    let Some((db, _observer)) = fresh::<B>() else {
+        return;
+    };
+    let mut conn = db.connect_async().await;
+    let [fingerprinted, stored] = async_duplicates_cost(&mut conn).await;
+    assert_eq!(fingerprinted, [2, 0, 1], "a fingerprinted duplicate");
+    assert_eq!(stored, [2, 0, 1], "a stored result's duplicate");
+}
+
+/// On an inbox whose claim-token migration has not run, the async reading
+/// claim is refused when prepared; the duplicate claims without the token
+/// and reads the stored claim with a statement of its own.
+pub async fn async_without_claim_tokens_a_duplicate_reads_the_stored_claim_on_its_own<
+    B: TestBackend,
+>() {
+    let Some((db, mut observer)) = fresh::<B>() else {
+        return;
+    };
+    observer
+        .batch_execute("ALTER TABLE inbox_messages DROP COLUMN claim_token")
+        .expect("an inbox from before the claim token");
+    let mut conn = db.connect_async().await;
+    let [fingerprinted, stored] = async_duplicates_cost(&mut conn).await;
+    assert_eq!(fingerprinted, [2, 1, 2], "a fingerprinted duplicate");
+    assert_eq!(stored, [2, 1, 2], "a stored result's duplicate");
+}
+
+/// What a duplicate of a fingerprinted message and one of a stored
+/// result's request cost an async connection, once each was delivered
+/// and redelivered: `[set option, prepare, execute]`.
+async fn async_duplicates_cost<C>(conn: &mut C) -> [[i64; 3]; 2]
+where
+    C: diesel_async::AsyncConnection<Backend: inbox_runtime::InboxBackend>
+        + inbox_tests::AsyncSqlRows,
+{
+    let first = Transfer::new("tpa-1", "amount=1");
+    assert_eq!(
+        transfer_async(conn, &first).await.unwrap(),
+        Outcome::Processed(())
+    );
+    assert_eq!(
+        transfer_async(conn, &first).await.unwrap(),
+        Outcome::Duplicate
+    );
+    let charge = Charge::new("tpa-2", 5);
+    assert!(charge_async(conn, &charge).await.unwrap().is_processed());
+    assert!(charge_async(conn, &charge).await.unwrap().is_replayed());
+    let fingerprinted = inbox_tests::mysql_commands_of_async(conn, async |conn| {
+        assert_eq!(
+            transfer_async(conn, &first).await.unwrap(),
+            Outcome::Duplicate
+        );
+    })
+    .await;
+    let stored = inbox_tests::mysql_commands_of_async(conn, async |conn| {
+        assert!(charge_async(conn, &charge).await.unwrap().is_replayed());
+    })
+    .await;
+    assert_eq!(first.runs() + charge.runs(), 2, "one body each");
+    [fingerprinted, stored]
+}
+
+inbox_tests::backend_tests! {
+    async async_conflicts_and_replays, async_panicking_result_encoder_is_a_panicking_delivery;
+    async only [mysql]: async_a_duplicate_reads_the_stored_claim_in_its_claim,
+        async_without_claim_tokens_a_duplicate_reads_the_stored_claim_on_its_own;
+}

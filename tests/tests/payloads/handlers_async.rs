@@ -17,6 +17,7 @@ where
 {
     msg.runs.fetch_add(1, Ordering::SeqCst);
     apply(conn, &msg.id, &msg.body).await?;
+    tokio::time::sleep(msg.hold).await;
     Ok(Outcome::Processed(()))
 }
 

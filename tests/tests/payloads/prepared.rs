@@ -1,6 +1,7 @@
 //! What a duplicate of a fingerprinted or storing handler costs on the
-//! wire where the claim cannot read the stored claim itself
-//! (MariaDB/MySQL), counted by the server.
+//! wire where the claim cannot read the stored claim itself (MariaDB/MySQL
+//! on Diesel's blocking connections), counted by the server; the async
+//! twins, which read it in the claim, are in `asynchronous.rs`.
 
 use inbox_runtime::Outcome;
 use inbox_tests::TestBackend;
