@@ -152,6 +152,17 @@ pub(crate) fn is_transaction_aborted(error: &Error) -> bool {
     }
 }
 
+/// `true` when `error` is a commit that failed without saying why, and
+/// may have committed (see `ServerMessages::commit_unanswered`).
+pub(crate) fn is_commit_unanswered(error: &Error) -> bool {
+    match error {
+        Error::DatabaseError(DatabaseErrorKind::Unknown, info) => {
+            matches_any(info.message(), COMMIT_UNANSWERED_MESSAGES)
+        }
+        _ => false,
+    }
+}
+
 fn database_recovery(kind: &DatabaseErrorKind, message: &str) -> Recovery {
     // The message first: PostgreSQL ends a session with a FATAL error whose
     // code may be mapped to another kind (a standby's "terminating connection
@@ -221,6 +232,7 @@ const CONNECTION_LOST_MESSAGES: Table = |messages| messages.connection_lost;
 const REFUSED_TEXT_MESSAGES: Table = |messages| messages.refused_text;
 const TRANSACTION_ABORTED_MESSAGES: Table = |messages| messages.transaction_aborted;
 const STATEMENTS_LOST_MESSAGES: Table = |messages| messages.statements_lost;
+const COMMIT_UNANSWERED_MESSAGES: Table = |messages| messages.commit_unanswered;
 
 /// The inbox error's answer, here beside the rules it applies (the error
 /// type itself knows nothing of them).

@@ -144,7 +144,7 @@ pub fn mysql_commands<C: crate::SqlRows>(conn: &mut C) -> [i64; 3] {
 /// # #[cfg(all(feature = "mysql", feature = "async"))] {
 /// let Some(db) = <inbox_tests::Mysql as inbox_tests::TestBackend>::open() else { return };
 /// inbox_tests::runtime::current_thread().block_on(async {
-///     let mut conn = db.connect_async().await;
+///     let mut conn = inbox_tests::TestBackend::connect_async(&db).await;
 ///     let [set_options, prepared, executed] = inbox_tests::mysql_commands_async(&mut conn).await;
 ///     # let _ = (set_options, prepared, executed);
 /// });

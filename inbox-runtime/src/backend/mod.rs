@@ -607,6 +607,15 @@ pub struct LateTripwire {
     /// Ends a transaction whose tripwire was never set (a duplicate's, which
     /// wrote nothing): commits it and restores the session.
     pub end_unset: &'static str,
+    /// After a commit that checks the token failed without saying why
+    /// (Galera replays a transaction an applier aborted while it
+    /// committed, then fails the `SET` that committed it: "Incorrect
+    /// arguments to SET") and the transaction was rolled back: the claim's
+    /// fingerprint and result (a [`StoredClaimRow`]) if the claim of that
+    /// key with the session's token is committed, no row otherwise. The
+    /// token is the transaction's own, so a row means that the failed
+    /// commit committed. Binds: the handler, the message id.
+    pub committed_claim: &'static str,
 }
 
 /// A claim's bound on its wait for a claim of the same key in flight, as
@@ -1215,6 +1224,10 @@ pub(crate) struct ServerMessages {
     /// pooler that hands each transaction another server connection. Every
     /// cached statement fails on that connection for ever.
     pub(crate) statements_lost: &'static [(&'static str, &'static str)],
+    /// A commit that failed without saying why, which may have committed:
+    /// Galera's failed `SET` after it replayed the transaction that `SET`
+    /// committed.
+    pub(crate) commit_unanswered: &'static [(&'static str, &'static str)],
 }
 
 /// Failures of the operating system's sockets, whatever the backend.
@@ -1225,6 +1238,7 @@ const IO_MESSAGES: ServerMessages = ServerMessages {
     refused_text: &[],
     transaction_aborted: &[],
     statements_lost: &[],
+    commit_unanswered: &[],
 };
 
 /// Every backend's messages, and the operating system's.

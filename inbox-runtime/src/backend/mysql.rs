@@ -102,6 +102,13 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
         "1243 ER_UNKNOWN_STMT_HANDLER",
         "Unknown prepared statement handler",
     )],
+    // A `SET` whose assignment failed without an error of its own: Galera's
+    // commit by `autocommit`, when an applier aborted the transaction and
+    // the server replayed it (committed).
+    commit_unanswered: &[(
+        "1210 ER_WRONG_ARGUMENTS (Galera's replayed commit)",
+        "Incorrect arguments to SET",
+    )],
 };
 
 /// What a server that does not take a statement as a prepared statement
@@ -398,6 +405,24 @@ mod imp {
     static READING_CLAIMS_REFUSED: std::sync::atomic::AtomicBool =
         std::sync::atomic::AtomicBool::new(false);
 
+    /// Whether `error` is the server's, quoting `text` of the statement it
+    /// refused (its parser quotes the text from where it stopped, in every
+    /// language it speaks); recorded in `memo` for the process if so.
+    fn refused_at(
+        error: &diesel::result::Error,
+        text: &str,
+        memo: &std::sync::atomic::AtomicBool,
+    ) -> bool {
+        let refused = matches!(
+            error,
+            diesel::result::Error::DatabaseError(_, info) if info.message().contains(text)
+        );
+        if refused {
+            memo.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        refused
+    }
+
     /// Whether claims are sent bounded (see [`BOUNDED_CLAIMS_REFUSED`]).
     fn bounds_claims() -> bool {
         !BOUNDED_CLAIMS_REFUSED.load(std::sync::atomic::Ordering::Relaxed)
@@ -490,16 +515,11 @@ mod imp {
         /// either: the bound's refusal is recorded too, see
         /// [`bounded_claim_refused`](Self::bounded_claim_refused)).
         fn reading_claim_refused(error: &diesel::result::Error) -> bool {
-            let refused = Self::bounded_claim_refused(error)
-                || matches!(
-                    error,
-                    diesel::result::Error::DatabaseError(_, info)
-                        if info.message().contains("'RETURNING claim_token")
-                );
-            if refused {
+            if Self::bounded_claim_refused(error) {
                 READING_CLAIMS_REFUSED.store(true, std::sync::atomic::Ordering::Relaxed);
+                return true;
             }
-            refused
+            refused_at(error, "'RETURNING claim_token", &READING_CLAIMS_REFUSED)
         }
 
         /// The token claim (see [`walk_token_claim`](Self::walk_token_claim))
@@ -530,6 +550,11 @@ mod imp {
             begin: concat!("SET ", begin_assignments!()),
             set: set_tripwire!(),
             end_unset: commit_and_restore_autocommit!(),
+            committed_claim: concat!(
+                "SELECT fingerprint, result FROM inbox_messages WHERE handler = ? AND message_id = ? ",
+                "AND claim_token = ",
+                claim_token!()
+            ),
         });
         const OUTERMOST_ROLLBACK_SQL: &'static str =
             "ROLLBACK; SET SESSION autocommit = @inbox_saved_autocommit";
@@ -587,15 +612,11 @@ mod imp {
         /// was. Told by the text it quotes from where it stopped (in every
         /// language the server speaks), at `STATEMENT` or at the setting.
         fn bounded_claim_refused(error: &diesel::result::Error) -> bool {
-            let refused = matches!(
+            refused_at(
                 error,
-                diesel::result::Error::DatabaseError(_, info)
-                    if info.message().contains("innodb_lock_wait_timeout = ")
-            );
-            if refused {
-                BOUNDED_CLAIMS_REFUSED.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-            refused
+                "innodb_lock_wait_timeout = ",
+                &BOUNDED_CLAIMS_REFUSED,
+            )
         }
 
         fn walk_claim<'b>(

@@ -102,6 +102,7 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
         "26000, 42P05, 08P01 (a named statement the server does not have as cached)",
         "prepared statement \"",
     )],
+    commit_unanswered: &[],
 };
 
 #[cfg(all(feature = "postgres", feature = "migrations"))]

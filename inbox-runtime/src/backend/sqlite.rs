@@ -21,6 +21,7 @@ pub(crate) const MESSAGES: ServerMessages = ServerMessages {
     // SQLite does not abort a transaction on a failed statement.
     transaction_aborted: &[],
     statements_lost: &[],
+    commit_unanswered: &[],
 };
 
 #[cfg(all(feature = "sqlite", feature = "migrations"))]

@@ -9,7 +9,7 @@ use crate::backend::LateTripwire;
 use crate::error::InboxError;
 use crate::error::Recovery;
 use crate::key::ClaimKey;
-use crate::recovery::recovery;
+use crate::recovery::{is_commit_unanswered, recovery};
 use crate::scope::{Scope, either, report_after_failed_rollback};
 
 /// A level of a [`Scope`], begun and ended through an [`Executor`].
@@ -128,8 +128,8 @@ impl Level {
     ) -> Result<(), InboxError> {
         match tripwire {
             Tripwire::Set => self.commit_with(exec, statements).await,
-            Tripwire::Unset(_) => {
-                self.commit_sql(exec, statements, Ending::ClaimChecked(key))
+            Tripwire::Unset(late) => {
+                self.commit_sql(exec, statements, Ending::ClaimChecked(key, late))
                     .await
             }
         }
@@ -225,11 +225,21 @@ impl Level {
                 aborted = exec.level_sql(&self.scope, probe).await.is_err();
             }
         }
+        let unanswered = is_commit_unanswered(&commit_error);
         let failed = self.scope.failed_commit(aborted, commit_error);
-        Err(match self.roll_back(exec).await {
-            Ok(()) => failed,
-            Err(rollback_error) => either(report_after_failed_rollback(failed, rollback_error)),
-        })
+        match self.roll_back(exec).await {
+            Ok(()) => match ending {
+                Ending::ClaimChecked(key, late)
+                    if unanswered && committed(exec, key, late).await =>
+                {
+                    Ok(())
+                }
+                _ => Err(failed),
+            },
+            Err(rollback_error) => {
+                Err(either(report_after_failed_rollback(failed, rollback_error)))
+            }
+        }
     }
 
     /// Sends `statements` and the commit `ending`: one text in one round
@@ -250,7 +260,7 @@ impl Level {
                 };
                 exec.level_sql(&self.scope, &sql).await
             }
-            Ending::ClaimChecked(key) => {
+            Ending::ClaimChecked(key, _) => {
                 if !statements.is_empty() {
                     exec.level_sql(&self.scope, statements).await?;
                 }
@@ -300,6 +310,20 @@ pub(crate) enum Tripwire {
 enum Ending<'a> {
     /// A text of the level's statements.
     Text(&'a str),
-    /// [`Executor::commit_claim_checked`] of the claim's key.
-    ClaimChecked(&'a ClaimKey),
+    /// [`Executor::commit_claim_checked`] of the claim's key, in the
+    /// transaction `LateTripwire` began.
+    ClaimChecked(&'a ClaimKey, LateTripwire),
+}
+
+/// Whether the claim of `key` that the unanswered commit of a
+/// token-checked transaction, since rolled back, was to commit is
+/// committed after all ([`LateTripwire::committed_claim`]): its token is
+/// that transaction's own, so no other transaction wrote it. Asked only
+/// of a commit that failed without saying why: one that failed for a
+/// reason (a conflict, a lost claim) committed nothing of what followed a
+/// statement that commits implicitly, which a row would not tell. A read
+/// that fails says no: the commit's own error is reported.
+async fn committed<X: Executor>(exec: &mut X, key: &ClaimKey, late: LateTripwire) -> bool {
+    let binds = crate::claim::key_binds(key);
+    matches!(exec.load_stored_claim(late.committed_claim, &binds).await, Ok(rows) if !rows.is_empty())
 }

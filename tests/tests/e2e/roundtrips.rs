@@ -64,22 +64,12 @@ pub fn mysql_transaction_statements_take_one_round_trip_each<B: E2e>() {
     let Some((_db, mut conn)) = fresh::<B>() else {
         return;
     };
-    // The first delivery prepares the statements, a failed one the
-    // `ROLLBACK`.
-    apply(&mut conn, &Msg::new("warm-up")).expect("processed");
-    apply(&mut conn, &Msg::with_mode("warm-up-fails", Mode::Fail)).expect_err("the body fails");
-    let msg = Msg::new("m-1");
-    let processed = inbox_tests::mysql_commands_of(&mut conn, |conn| {
-        apply(conn, &msg).expect("processed");
-    });
+    let [processed, duplicate] = delivery_costs(&mut conn);
     assert_eq!(
         processed,
         [2, 0, 4],
         "processed: set option, prepare, execute"
     );
-    let duplicate = inbox_tests::mysql_commands_of(&mut conn, |conn| {
-        apply(conn, &msg).expect("duplicate");
-    });
     assert_eq!(
         duplicate,
         [2, 0, 3],
@@ -99,25 +89,33 @@ pub fn mysql_without_claim_tokens_costs_the_refused_claim_and_the_savepoint<B: E
     };
     conn.batch_execute("ALTER TABLE inbox_messages DROP COLUMN claim_token")
         .expect("an inbox from before the claim token");
-    apply(&mut conn, &Msg::new("warm-up")).expect("processed");
-    apply(&mut conn, &Msg::with_mode("warm-up-fails", Mode::Fail)).expect_err("the body fails");
-    let msg = Msg::new("m-1");
-    let processed = inbox_tests::mysql_commands_of(&mut conn, |conn| {
-        apply(conn, &msg).expect("processed");
-    });
+    let [processed, duplicate] = delivery_costs(&mut conn);
     assert_eq!(
         processed,
         [2, 1, 6],
         "processed: set option, prepare, execute"
     );
-    let duplicate = inbox_tests::mysql_commands_of(&mut conn, |conn| {
-        apply(conn, &msg).expect("duplicate");
-    });
     assert_eq!(
         duplicate,
         [2, 1, 3],
         "duplicate: set option, prepare, execute"
     );
+}
+
+/// What a processed message and then its duplicate cost `conn` in the
+/// server's counters (`inbox_tests::mysql_commands_of`), once a first
+/// delivery prepared the statements and a failed one the `ROLLBACK`.
+fn delivery_costs<C: Effects + inbox_tests::SqlRows>(conn: &mut C) -> [[i64; 3]; 2] {
+    apply(conn, &Msg::new("warm-up")).expect("processed");
+    apply(conn, &Msg::with_mode("warm-up-fails", Mode::Fail)).expect_err("the body fails");
+    let msg = Msg::new("m-1");
+    let processed = inbox_tests::mysql_commands_of(conn, |conn| {
+        apply(conn, &msg).expect("processed");
+    });
+    let duplicate = inbox_tests::mysql_commands_of(conn, |conn| {
+        apply(conn, &msg).expect("duplicate");
+    });
+    [processed, duplicate]
 }
 
 inbox_tests::backend_tests!(only [mysql]: mysql_transaction_statements_take_one_round_trip_each, mysql_without_claim_tokens_costs_the_refused_claim_and_the_savepoint);
