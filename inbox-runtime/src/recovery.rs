@@ -130,13 +130,10 @@ pub(crate) fn is_constraint_violation(error: &Error) -> bool {
 /// inbox's own length checks, or a character the server's encoding cannot
 /// represent. Such a message fails the same way on every delivery.
 pub(crate) fn is_refused_key_text(error: &Error) -> bool {
-    match error {
-        Error::DatabaseError(DatabaseErrorKind::CheckViolation, _) => true,
-        Error::DatabaseError(DatabaseErrorKind::Unknown, info) => {
-            matches_any(info.message(), REFUSED_TEXT_MESSAGES)
-        }
-        _ => false,
-    }
+    matches!(
+        error,
+        Error::DatabaseError(DatabaseErrorKind::CheckViolation, _)
+    ) || is_unknown_in(error, REFUSED_TEXT_MESSAGES)
 }
 
 /// `true` when `error` is a statement refused because the transaction was
@@ -144,23 +141,22 @@ pub(crate) fn is_refused_key_text(error: &Error) -> bool {
 /// failure is that earlier statement's, one a body ignored when the inbox's
 /// own statement is the one refused.
 pub(crate) fn is_transaction_aborted(error: &Error) -> bool {
-    match error {
-        Error::DatabaseError(DatabaseErrorKind::Unknown, info) => {
-            matches_any(info.message(), TRANSACTION_ABORTED_MESSAGES)
-        }
-        _ => false,
-    }
+    is_unknown_in(error, TRANSACTION_ABORTED_MESSAGES)
 }
 
 /// `true` when `error` is a commit that failed without saying why, and
 /// may have committed (see `ServerMessages::commit_unanswered`).
 pub(crate) fn is_commit_unanswered(error: &Error) -> bool {
-    match error {
-        Error::DatabaseError(DatabaseErrorKind::Unknown, info) => {
-            matches_any(info.message(), COMMIT_UNANSWERED_MESSAGES)
-        }
-        _ => false,
-    }
+    is_unknown_in(error, COMMIT_UNANSWERED_MESSAGES)
+}
+
+/// `true` when `error` is a database error Diesel reports as `Unknown`
+/// whose message contains a text of `table`.
+fn is_unknown_in(error: &Error, table: Table) -> bool {
+    matches!(
+        error,
+        Error::DatabaseError(DatabaseErrorKind::Unknown, info) if matches_any(info.message(), table)
+    )
 }
 
 fn database_recovery(kind: &DatabaseErrorKind, message: &str) -> Recovery {

@@ -305,22 +305,15 @@ mod imp {
 
     impl sealed::Sealed for Mysql {}
 
-    /// The assignments that begin a handler's transaction: `autocommit`
-    /// off, its value saved (a `SET` of their own, or the end of one).
-    macro_rules! autocommit_off_assignments {
-        () => {
-            "@inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0"
-        };
-    }
-
-    /// The assignments that begin a handler's transaction and give the
-    /// session a claim token new to it (see [`LateTripwire`]): every
-    /// outermost transaction has one, whether or not its claim writes it.
+    /// The assignments that begin a handler's transaction (a `SET` of their
+    /// own, or the end of one): `autocommit` off, its value saved, and a
+    /// claim token new to the transaction for the session (see
+    /// [`LateTripwire`]): every outermost transaction has one, whether or
+    /// not its claim writes it.
     macro_rules! begin_assignments {
         () => {
             concat!(
-                autocommit_off_assignments!(),
-                ", ",
+                "@inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0, ",
                 claim_token!(),
                 " = ",
                 new_claim_token!()
@@ -537,8 +530,7 @@ mod imp {
             bound: Option<&'b crate::backend::ClaimBound>,
             mut out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
-            push_insert(bound, &mut out);
-            push_claim_row_with(key, fingerprint, CLAIM_TOKEN_COLUMN, &mut out)?;
+            Self::walk_token_claim(key, fingerprint, bound, out.reborrow())?;
             out.push_sql(concat!(
                 " ON DUPLICATE KEY UPDATE received_at = received_at RETURNING claim_token <=> ",
                 claim_token!(),
