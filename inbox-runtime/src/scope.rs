@@ -71,6 +71,34 @@ enum OutermostBegin {
     IdleBounded(IdleBoundedBegin),
 }
 
+/// An outermost level's begin held for the claim (see
+/// [`Scope::held_begin`]).
+#[cfg(feature = "async")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeldBegin {
+    begin: OutermostBegin,
+}
+
+#[cfg(feature = "async")]
+impl HeldBegin {
+    /// The begin's text, as [`Scope::begin_sql`] gives it.
+    pub(crate) fn sql(&self) -> Cow<'static, str> {
+        match self.begin {
+            OutermostBegin::Fixed(sql) => Cow::Borrowed(sql),
+            OutermostBegin::IdleBounded(begin) => Cow::Owned(begin.text(None)),
+        }
+    }
+
+    /// The idle bound the begin sets, in seconds (see
+    /// [`InboxBackend::bounded_idle_begin`]).
+    pub(crate) fn idle_seconds(&self) -> Option<u64> {
+        match self.begin {
+            OutermostBegin::Fixed(_) => None,
+            OutermostBegin::IdleBounded(begin) => Some(begin.bound),
+        }
+    }
+}
+
 /// `sql` followed by `end` (a bounded transaction's end), allocated only
 /// when there is an end to add.
 fn ended(sql: &'static str, end: &'static str) -> Cow<'static, str> {
@@ -149,6 +177,16 @@ impl Scope {
             OutermostBegin::Fixed(sql) => Cow::Borrowed(sql),
             OutermostBegin::IdleBounded(begin) => Cow::Owned(begin.text(None)),
         }
+    }
+
+    /// The outermost level's begin, for an executor that sends it later, in
+    /// one text with the claim (see `delivery::asynchronous::Async`): `None`
+    /// on a savepoint level.
+    #[cfg(feature = "async")]
+    pub(crate) fn held_begin(&self) -> Option<HeldBegin> {
+        self.is_outermost().then_some(HeldBegin {
+            begin: self.outermost.begin,
+        })
     }
 
     /// The outermost level's begin followed by `then` in the same text

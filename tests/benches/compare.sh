@@ -11,7 +11,8 @@
 #   INBOX_BENCH_VARIANTS=handler,duplicate INBOX_BENCH_CONNECTIONS=1 \
 #   INBOX_BENCH_ROUNDS=6 INBOX_BENCH_ROUND_TRIPS=0 tests/benches/compare.sh 9a88948
 # The base is built in a worktree under target/compare with a target
-# directory of its own; both builds are release builds.
+# directory of its own (or INBOX_COMPARE_BASE_BENCH names its executable,
+# built at BASE with the same features); both builds are release builds.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 base=${1:?usage: compare.sh BASE [RUNS] [FEATURES]}
@@ -27,15 +28,20 @@ build() {
         grep -o '"executable":"[^"]*/throughput-[^"]*"' | tail -n 1 | cut -d '"' -f 4
 }
 
-mkdir -p "$work"
-if [ ! -d "$work/base" ]; then
-    git worktree add --detach "$work/base" "$base" >/dev/null
+if [ -n "${INBOX_COMPARE_BASE_BENCH:-}" ]; then
+    # The base's executable, built earlier (at BASE, with the same features).
+    base_bench=$INBOX_COMPARE_BASE_BENCH
 else
-    git -C "$work/base" checkout --quiet --detach "$base"
+    mkdir -p "$work"
+    if [ ! -d "$work/base" ]; then
+        git worktree add --detach "$work/base" "$base" >/dev/null
+    else
+        git -C "$work/base" checkout --quiet --detach "$base"
+    fi
+    base_bench=$(build "$work/base" "$work/base-target")
 fi
-base_bench=$(build "$work/base" "$work/base-target")
 head_bench=$(build "$root" "$root/target")
-echo "base $(git -C "$work/base" rev-parse --short HEAD): $base_bench"
+echo "base $base: $base_bench"
 echo "head $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (+ working tree)'): $head_bench"
 
 for run in $(seq 1 "$runs"); do

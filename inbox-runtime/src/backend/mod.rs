@@ -266,6 +266,38 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     #[doc(hidden)]
     fn claim_reads_stored(token: bool) -> bool;
 
+    /// Whether [`push_begin_and_claim`](Self::push_begin_and_claim) writes
+    /// a text: an executor that sends a text of several statements in one
+    /// round trip then holds the outermost begin for the claim.
+    #[doc(hidden)]
+    const CLAIMS_AS_TEXT: bool = false;
+
+    /// Writes to `text` the outermost begin (with the idle bound of
+    /// `idle_seconds`, see [`bounded_idle_begin`](Self::bounded_idle_begin))
+    /// followed by the plain claim of `key` (no fingerprint) with literal
+    /// values, bounded as [`walk_bounded_claim`](Self::walk_bounded_claim)
+    /// is, for an executor that sends them in one text (diesel-async on
+    /// MySQL/MariaDB, which sends a text of several statements in one round
+    /// trip, where a prepared claim costs one of its own): whether it wrote
+    /// them (`false`, and `text` untouched, where the backend has no such
+    /// text or `key` has a fingerprint). The begin's tripwire is the one of
+    /// [`OUTERMOST_BEGIN_SQL`](Self::OUTERMOST_BEGIN_SQL), set before the
+    /// claim; the claim writes no claim token. It inserts without ignoring
+    /// a duplicate: a duplicate fails it with a unique violation, the
+    /// claim's answer (a text's statements report no affected rows). A
+    /// text stops at its first failing statement, so the claim never runs
+    /// after a begin that failed.
+    #[doc(hidden)]
+    fn push_begin_and_claim(
+        text: &mut String,
+        idle_seconds: Option<u64>,
+        key: &ClaimKey,
+        bound: Option<ClaimBound>,
+    ) -> bool {
+        let _ = (text, idle_seconds, key, bound);
+        false
+    }
+
     /// Whether the server describes the columns of the reading claim
     /// ([`walk_reading_claim`](Self::walk_reading_claim)) when it prepares
     /// it, as Diesel's blocking connections need: MariaDB describes those of

@@ -18,7 +18,11 @@
 //!   Batches, async connections (which send each group of statements as
 //!   one text), an inbox without the token's column (its migration not
 //!   run) and a server that refuses to prepare the transaction statements
-//!   set a savepoint and release it before the commit.
+//!   set a savepoint and release it before the commit. On async
+//!   connections a plain claim goes in one text with the begin, written
+//!   out with its key as hex literals (see
+//!   [`push_begin_and_claim`](crate::backend::InboxBackend::push_begin_and_claim)): a
+//!   duplicate costs the begin and claim, and the commit.
 //! - **Claim token**: every outermost transaction's begin gives the session
 //!   a new one, which a handler's claim writes; a claim on diesel-async
 //!   connections that must read what a duplicate met (a fingerprint, a
@@ -313,11 +317,28 @@ mod imp {
     macro_rules! begin_assignments {
         () => {
             concat!(
-                "@inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0, ",
+                autocommit_off!(),
+                ", ",
                 claim_token!(),
                 " = ",
                 new_claim_token!()
             )
+        };
+    }
+
+    /// `autocommit` off, its value saved: the assignment that begins every
+    /// handler's transaction.
+    macro_rules! autocommit_off {
+        () => {
+            "@inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0"
+        };
+    }
+
+    /// The start of the `SET` that begins a transaction bounded in its idle
+    /// time: `wait_timeout` saved, and lowered to the number that follows.
+    macro_rules! lower_wait_timeout {
+        () => {
+            "SET @inbox_saved_wait_timeout = @@SESSION.wait_timeout, SESSION wait_timeout = "
         };
     }
 
@@ -406,19 +427,51 @@ mod imp {
         text: &str,
         memo: &std::sync::atomic::AtomicBool,
     ) -> bool {
-        let refused = matches!(
-            error,
-            diesel::result::Error::DatabaseError(_, info) if info.message().contains(text)
-        );
+        refused_at_any(error, &[text], memo)
+    }
+
+    /// [`refused_at`] any of `texts`.
+    fn refused_at_any(
+        error: &diesel::result::Error,
+        texts: &[&str],
+        memo: &std::sync::atomic::AtomicBool,
+    ) -> bool {
+        let refused = texts.iter().any(|text| quotes(error, text));
         if refused {
             memo.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         refused
     }
 
+    /// Whether `error` is the server's and its message holds `text`.
+    fn quotes(error: &diesel::result::Error, text: &str) -> bool {
+        matches!(
+            error,
+            diesel::result::Error::DatabaseError(_, info) if info.message().contains(text)
+        )
+    }
+
+    /// Where the parser of a server without `SET STATEMENT` (MySQL) stops
+    /// in a bounded claim, as it quotes it: at `STATEMENT` or at the
+    /// setting. The quote starts there: a text that failed before its
+    /// claim (a begin sent with it) quotes the claim's bound too, after
+    /// what failed.
+    const BOUND_REFUSED_AT: &[&str] = &[
+        "'STATEMENT innodb_lock_wait_timeout = ",
+        "'innodb_lock_wait_timeout = ",
+    ];
+
     /// Whether claims are sent bounded (see [`BOUNDED_CLAIMS_REFUSED`]).
     fn bounds_claims() -> bool {
         !BOUNDED_CLAIMS_REFUSED.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The format of the prefix that bounds one statement's lock wait (MariaDB's
+    /// `SET STATEMENT`), its whole seconds to be written in.
+    macro_rules! bound_prefix {
+        () => {
+            "SET STATEMENT innodb_lock_wait_timeout = {} FOR "
+        };
     }
 
     /// `INSERT IGNORE INTO inbox_messages `, after the prefix that bounds its
@@ -435,10 +488,7 @@ mod imp {
         let mut rest = &mut text[..];
         let written = std::io::Write::write_fmt(
             &mut rest,
-            format_args!(
-                "SET STATEMENT innodb_lock_wait_timeout = {} FOR {INSERT}",
-                bound.seconds
-            ),
+            format_args!(concat!(bound_prefix!(), "{}"), bound.seconds, INSERT),
         );
         let len = 128 - rest.len();
         match (written, std::str::from_utf8(&text[..len])) {
@@ -451,12 +501,21 @@ mod imp {
         }
     }
 
+    /// `bytes` as a hex literal, `X'…'` (`X''` when empty).
+    fn push_hex_literal(text: &mut String, bytes: &[u8]) {
+        const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+        text.reserve(3 + 2 * bytes.len());
+        text.push_str("X'");
+        for byte in bytes {
+            text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+            text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+        }
+        text.push('\'');
+    }
+
     /// The prefix that bounds one statement's lock wait, in whole seconds.
     fn set_statement(bound: &crate::backend::ClaimBound) -> String {
-        format!(
-            "SET STATEMENT innodb_lock_wait_timeout = {} FOR ",
-            bound.seconds
-        )
+        format!(bound_prefix!(), bound.seconds)
     }
 
     /// The affected-row count.
@@ -487,7 +546,10 @@ mod imp {
             "RELEASE SAVEPOINT inbox_transaction; ",
             commit_and_restore_autocommit!()
         );
-        const OUTERMOST_DUPLICATE_COMMIT_SQL: &'static str = Self::OUTERMOST_COMMIT_SQL;
+        /// No release of the tripwire: a duplicate ran no statement after
+        /// its claim, and a deadlock that rolled the transaction back
+        /// would have failed the claim itself.
+        const OUTERMOST_DUPLICATE_COMMIT_SQL: &'static str = commit_and_restore_autocommit!();
         /// MariaDB describes `INSERT … RETURNING`'s columns only once it
         /// has run it.
         const READING_CLAIM_COLUMNS_AT_PREPARE: bool = false;
@@ -568,8 +630,7 @@ mod imp {
         ) -> Option<crate::backend::IdleBoundedBegin> {
             let seconds = limit.as_secs_f64().ceil().clamp(1.0, 31_536_000.0) as u64;
             Some(crate::backend::IdleBoundedBegin {
-                before: "SET @inbox_saved_wait_timeout = @@SESSION.wait_timeout, \
-                         SESSION wait_timeout = ",
+                before: lower_wait_timeout!(),
                 bound: seconds,
                 after: concat!(", ", begin_assignments!(), "; ", set_tripwire!()),
             })
@@ -602,13 +663,9 @@ mod imp {
         /// MySQL has no `SET STATEMENT` (MariaDB's): its parser refuses the
         /// bounded claim, which ran nothing and left the transaction as it
         /// was. Told by the text it quotes from where it stopped (in every
-        /// language the server speaks), at `STATEMENT` or at the setting.
+        /// language the server speaks), see [`BOUND_REFUSED_AT`].
         fn bounded_claim_refused(error: &diesel::result::Error) -> bool {
-            refused_at(
-                error,
-                "innodb_lock_wait_timeout = ",
-                &BOUNDED_CLAIMS_REFUSED,
-            )
+            refused_at_any(error, BOUND_REFUSED_AT, &BOUNDED_CLAIMS_REFUSED)
         }
 
         fn walk_claim<'b>(
@@ -632,6 +689,50 @@ mod imp {
         ) -> QueryResult<()> {
             push_insert(bound, &mut out);
             push_claim_row_with(key, fingerprint, CLAIM_TOKEN_COLUMN, &mut out)
+        }
+
+        const CLAIMS_AS_TEXT: bool = true;
+
+        /// `SET [wait_timeout lowered, ]autocommit off; SAVEPOINT
+        /// inbox_transaction; [SET STATEMENT innodb_lock_wait_timeout = N
+        /// FOR] INSERT INTO inbox_messages (handler, message_id) VALUES
+        /// (X'…', X'…')`: the begin of [`OUTERMOST_BEGIN_SQL`] without the
+        /// claim token (the savepoint is the deadlock guard here, and a
+        /// token is for a claim that reads what it met), then the claim,
+        /// the key's bytes as hex literals, which no quote, backslash or
+        /// `sql_mode` can change the meaning of (the handler's column
+        /// converts them to its character set, as a bound text). Unlike the
+        /// prepared claim's `INSERT IGNORE`, a duplicate fails it (1062, a
+        /// unique violation).
+        ///
+        /// [`OUTERMOST_BEGIN_SQL`]: InboxBackend::OUTERMOST_BEGIN_SQL
+        fn push_begin_and_claim(
+            text: &mut String,
+            idle_seconds: Option<u64>,
+            key: &ClaimKey,
+            bound: Option<crate::backend::ClaimBound>,
+        ) -> bool {
+            use std::fmt::Write;
+            if key.fingerprint().is_some() {
+                return false;
+            }
+            // Writing to a `String` cannot fail.
+            match idle_seconds {
+                Some(seconds) => {
+                    let _ = write!(text, concat!(lower_wait_timeout!(), "{}, "), seconds);
+                }
+                None => text.push_str("SET "),
+            }
+            text.push_str(concat!(autocommit_off!(), "; ", set_tripwire!(), "; "));
+            if let Some(bound) = bound {
+                let _ = write!(text, bound_prefix!(), bound.seconds);
+            }
+            text.push_str("INSERT INTO inbox_messages (handler, message_id) VALUES (");
+            push_hex_literal(text, key.handler().as_str().as_bytes());
+            text.push_str(", ");
+            push_hex_literal(text, key.message_id().as_bytes());
+            text.push(')');
+            true
         }
 
         /// The claim token's check is in the `SET` that commits: turning
@@ -784,6 +885,83 @@ mod imp {
         use crate::backend::prune_batch::batch_sql;
         use crate::key::HandlerName;
         use diesel::mysql::Mysql;
+
+        /// The begin and claim sent as one text: the begin as a handler's
+        /// without the claim token (the idle bound where given), the
+        /// savepoint, the claim with the key's bytes as hex literals and
+        /// the bound where given; none for a fingerprinted key (its
+        /// duplicate reads what it met).
+        #[test]
+        fn begin_and_claim_text() {
+            use crate::backend::{ClaimBound, InboxBackend};
+            use crate::key::ClaimKey;
+            let key = ClaimKey::new(HandlerName::new("h.x").unwrap(), "it's\\é").unwrap();
+            let mut text = String::new();
+            assert!(Mysql::push_begin_and_claim(&mut text, None, &key, None));
+            assert_eq!(
+                text,
+                "SET @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0; \
+                 SAVEPOINT inbox_transaction; INSERT INTO inbox_messages (handler, message_id) \
+                 VALUES (X'682E78', X'697427735CC3A9')"
+            );
+            let mut text = String::new();
+            let bound = ClaimBound::of(Duration::from_millis(1500));
+            assert!(Mysql::push_begin_and_claim(
+                &mut text,
+                Some(60),
+                &key,
+                Some(bound)
+            ));
+            assert_eq!(
+                text,
+                "SET @inbox_saved_wait_timeout = @@SESSION.wait_timeout, SESSION wait_timeout = \
+                 60, @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0; \
+                 SAVEPOINT inbox_transaction; SET STATEMENT innodb_lock_wait_timeout = 2 FOR \
+                 INSERT INTO inbox_messages (handler, message_id) VALUES (X'682E78', \
+                 X'697427735CC3A9')"
+            );
+            let fingerprinted = key.with_fingerprint(crate::Fingerprint::of("payload").unwrap());
+            let mut text = String::from("kept");
+            assert!(!Mysql::push_begin_and_claim(
+                &mut text,
+                None,
+                &fingerprinted,
+                None
+            ));
+            assert_eq!(text, "kept");
+        }
+
+        /// A bounded claim's refusal is told by where the parser stopped,
+        /// not by the bound's text anywhere in the message: a begin sent
+        /// with the claim that failed quotes the claim's bound after it.
+        #[test]
+        fn bound_refusal_starts_at_the_bound() {
+            use diesel::result::{DatabaseErrorKind, Error};
+            let syntax = |near: &str| {
+                Error::DatabaseError(
+                    DatabaseErrorKind::Unknown,
+                    Box::new(format!(
+                        "You have an error in your SQL syntax; check the manual that \
+                         corresponds to your MySQL server version for the right syntax to \
+                         use near '{near}' at line 1"
+                    )),
+                )
+            };
+            let refused = |error: &Error| {
+                super::BOUND_REFUSED_AT
+                    .iter()
+                    .any(|at| super::quotes(error, at))
+            };
+            assert!(refused(&syntax(
+                "innodb_lock_wait_timeout = 2 FOR INSERT INTO inbox_messages (handler, m"
+            )));
+            assert!(refused(&syntax(
+                "STATEMENT innodb_lock_wait_timeout = 2 FOR INSERT INTO inbox_messages"
+            )));
+            assert!(!refused(&syntax(
+                "SAVEPOINX inbox_transaction; SET STATEMENT innodb_lock_wait_timeout = 2 FOR"
+            )));
+        }
 
         #[test]
         fn prune_batch_sql() {

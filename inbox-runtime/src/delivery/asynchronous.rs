@@ -28,7 +28,7 @@ use crate::key::ClaimKey;
 use crate::observe::BodyScope;
 use crate::options::{Options, abandoned_transaction_timeout};
 use crate::outcome::{OnDuplicate, StoredOutcome};
-use crate::scope::Scope;
+use crate::scope::{HeldBegin, Scope};
 use crate::stored::{Plain, Reply, StoredResult, Storing};
 
 /// Claims `key` inside the transaction open on an async connection; the async
@@ -367,8 +367,21 @@ where
 
 /// A diesel-async connection as the delivery core's [`Executor`], guarded
 /// so that a future dropped inside a level marks it broken.
+///
+/// Where the backend writes its begin and claim as one text
+/// ([`InboxBackend::push_begin_and_claim`]: MySQL/MariaDB, whose prepared
+/// claim costs a round trip of its own while diesel-async sends a text of
+/// several statements in one), the outermost begin is held for the claim
+/// and sent with it: a processed message then costs the begin and claim,
+/// the body's statements, the commit; a duplicate the begin and claim, and
+/// the commit. The text stops at its first failing statement, so a claim
+/// never runs after a begin that failed (it would commit on its own, the
+/// connection's `autocommit` on), and a begin that ran is rolled back with
+/// the level when its claim failed.
 pub(crate) struct Async<'c, C: AsyncConnection> {
     guard: OpenTransactionGuard<'c, C>,
+    /// The outermost begin not sent yet, held for the claim.
+    held: Option<HeldBegin>,
 }
 
 impl<'c, C: AsyncConnection> Async<'c, C> {
@@ -376,7 +389,41 @@ impl<'c, C: AsyncConnection> Async<'c, C> {
     pub(crate) fn new(conn: &'c mut C) -> Self {
         Async {
             guard: OpenTransactionGuard::new(conn),
+            held: None,
         }
+    }
+}
+
+/// Sends `held`, an outermost begin no claim took, before a statement of
+/// another kind (the delivery core sends none between the begin and the
+/// claim, but a fingerprinted claim goes as a statement of its own).
+async fn flush<C: AsyncConnection>(conn: &mut C, held: Option<HeldBegin>) -> QueryResult<()> {
+    match held {
+        Some(begin) => conn.batch_execute(&begin.sql()).await,
+        None => Ok(()),
+    }
+}
+
+/// The text of `held` and the claim of `key` ([`InboxBackend::push_begin_and_claim`]),
+/// where the backend writes one for that key.
+fn begin_and_claim<DB: InboxBackend>(
+    held: HeldBegin,
+    key: &ClaimKey,
+    bound: Option<ClaimBound>,
+) -> Option<String> {
+    let mut text = String::new();
+    DB::push_begin_and_claim(&mut text, held.idle_seconds(), key, bound).then_some(text)
+}
+
+/// The affected rows of a claim sent in one text with its begin
+/// ([`InboxBackend::push_begin_and_claim`]): its success inserted the row,
+/// and a unique violation (the only one its text can raise) is a duplicate.
+fn claimed_by_text(sent: QueryResult<()>) -> QueryResult<usize> {
+    use diesel::result::{DatabaseErrorKind, Error};
+    match sent {
+        Ok(()) => Ok(1),
+        Err(Error::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => Ok(0),
+        Err(error) => Err(error),
     }
 }
 
@@ -414,7 +461,23 @@ where
         _scope: &Scope,
         sql: &str,
     ) -> impl Future<Output = QueryResult<()>> + Send {
-        self.guard.conn().batch_execute(sql)
+        let held = self.held.take();
+        let conn = self.guard.conn();
+        async move {
+            flush(&mut *conn, held).await?;
+            conn.batch_execute(sql).await
+        }
+    }
+
+    /// Holds an outermost begin for a claim the backend writes as a text
+    /// (see [`Async`]). A savepoint it does not take: the caller's
+    /// transaction is open already, and the savepoint goes at once.
+    fn hold_begin(&mut self, scope: &Scope) -> bool {
+        if !C::Backend::CLAIMS_AS_TEXT || self.held.is_some() {
+            return false;
+        }
+        self.held = scope.held_begin();
+        self.held.is_some()
     }
 
     fn claim(
@@ -424,8 +487,15 @@ where
         token: bool,
     ) -> impl Future<Output = QueryResult<usize>> + Send {
         use diesel_async::RunQueryDsl;
+        let held = self.held.take();
+        let with_claim = held.and_then(|held| begin_and_claim::<C::Backend>(held, key, bound));
+        let held = held.filter(|_| with_claim.is_none());
         let conn = self.guard.conn();
         async move {
+            if let Some(text) = with_claim {
+                return claimed_by_text(conn.batch_execute(&text).await);
+            }
+            flush(&mut *conn, held).await?;
             if token {
                 let statement = TokenClaimStatement { key, bound };
                 return by_shape!(C::Backend, statement, |claim| claim.execute(conn).await);
@@ -451,8 +521,12 @@ where
         key: &ClaimKey,
     ) -> impl Future<Output = QueryResult<()>> + Send {
         use diesel_async::RunQueryDsl;
+        let held = self.held.take();
         let conn = self.guard.conn();
-        async move { ClaimCheckStatement { key }.execute(conn).await.map(drop) }
+        async move {
+            flush(&mut *conn, held).await?;
+            ClaimCheckStatement { key }.execute(conn).await.map(drop)
+        }
     }
 
     fn claim_reading(
@@ -460,8 +534,12 @@ where
         key: &ClaimKey,
         bound: Option<ClaimBound>,
     ) -> impl Future<Output = QueryResult<Vec<ReadingClaimRow>>> + Send {
+        let held = self.held.take();
         let conn = self.guard.conn();
-        async move { C::Backend::load_reading_claim_async(conn, key, bound).await }
+        async move {
+            flush(&mut *conn, held).await?;
+            C::Backend::load_reading_claim_async(conn, key, bound).await
+        }
     }
 
     fn execute_bound(
@@ -469,8 +547,12 @@ where
         sql: &'static str,
         binds: &[Bind<'_>],
     ) -> impl Future<Output = QueryResult<usize>> + Send {
+        let held = self.held.take();
         let conn = self.guard.conn();
-        async move { C::Backend::execute_cached_async(conn, sql, binds).await }
+        async move {
+            flush(&mut *conn, held).await?;
+            C::Backend::execute_cached_async(conn, sql, binds).await
+        }
     }
 
     fn load_stored_claim(
@@ -478,12 +560,21 @@ where
         sql: &'static str,
         binds: &[Bind<'_>],
     ) -> impl Future<Output = QueryResult<Vec<StoredClaimRow>>> + Send {
+        let held = self.held.take();
         let conn = self.guard.conn();
-        async move { C::Backend::load_stored_claim_async(conn, sql, binds).await }
+        async move {
+            flush(&mut *conn, held).await?;
+            C::Backend::load_stored_claim_async(conn, sql, binds).await
+        }
     }
 
     fn load_flag(&mut self, sql: &'static str) -> impl Future<Output = QueryResult<bool>> + Send {
-        C::Backend::load_flag_async(self.guard.conn(), sql)
+        let held = self.held.take();
+        let conn = self.guard.conn();
+        async move {
+            flush(&mut *conn, held).await?;
+            C::Backend::load_flag_async(conn, sql).await
+        }
     }
 
     fn claim_batch(
@@ -492,7 +583,11 @@ where
         ids: &[&str],
         bound: Option<&ClaimBound>,
     ) -> impl Future<Output = QueryResult<BatchClaimed>> + Send {
+        let held = self.held.take();
         let conn = self.guard.conn();
-        async move { C::Backend::claim_batch_async(conn, handler, ids, bound).await }
+        async move {
+            flush(&mut *conn, held).await?;
+            C::Backend::claim_batch_async(conn, handler, ids, bound).await
+        }
     }
 }

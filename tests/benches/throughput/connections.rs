@@ -124,6 +124,11 @@ mod nonblocking {
             id: &'a str,
         ) -> impl Future<Output = QueryResult<usize>> + Send + 'a;
 
+        /// The deadlock guard a hand-written claim needs on this server
+        /// (`claim-guarded`): its begin, commit and rollback texts; `None`
+        /// where a failed statement aborts the transaction (PostgreSQL).
+        const GUARD: Option<[&'static str; 3]>;
+
         /// Message `id` through an `#[idempotent]` handler written for
         /// this connection type, whose body is [`effect`](Self::effect):
         /// what a user's handler on it costs (on `AsyncPgConnection`, its
@@ -136,8 +141,10 @@ mod nonblocking {
     }
 
     macro_rules! nonblocking {
-        ($connection:ty, $claim:expr) => {
+        ($connection:ty, $claim:expr, $guard:expr) => {
             impl AsyncBenchConnection for $connection {
+                const GUARD: Option<[&'static str; 3]> = $guard;
+
                 fn effect(
                     &mut self,
                     account: i64,
@@ -189,7 +196,19 @@ mod nonblocking {
     }
 
     #[cfg(feature = "postgres")]
-    nonblocking!(diesel_async::AsyncPgConnection, super::ON_CONFLICT_DOLLAR);
+    nonblocking!(
+        diesel_async::AsyncPgConnection,
+        super::ON_CONFLICT_DOLLAR,
+        None
+    );
     #[cfg(feature = "mysql")]
-    nonblocking!(diesel_async::AsyncMysqlConnection, super::INSERT_IGNORE);
+    nonblocking!(
+        diesel_async::AsyncMysqlConnection,
+        super::INSERT_IGNORE,
+        Some([
+            "SET SESSION autocommit = 0; SAVEPOINT bench_guard",
+            "RELEASE SAVEPOINT bench_guard; SET SESSION autocommit = 1",
+            "ROLLBACK; SET SESSION autocommit = 1",
+        ])
+    );
 }

@@ -25,6 +25,15 @@
 //! - `claim-cached`: hand-written, `conn.transaction(..)` running
 //!   [`ClaimStatement`](inbox_runtime::ClaimStatement) (a prepared
 //!   statement Diesel caches) and, when it claimed a row, the effect;
+//! - `claim-guarded` (async only, not in the default list):
+//!   `claim-cached` with the deadlock guard its backend needs, written by
+//!   hand: on MariaDB/MySQL, whose deadlock rolls the whole transaction
+//!   back and lets a body that swallowed it go on in a new one,
+//!   `autocommit` off and a savepoint set before the claim, released before
+//!   the commit (`SET SESSION autocommit = 0; SAVEPOINT …`, `RELEASE
+//!   SAVEPOINT …; SET SESSION autocommit = 1`), what `handler` does; on
+//!   PostgreSQL, whose failed statement aborts the transaction, it is
+//!   `claim-cached`;
 //! - `claim-uncached`: the same with the claim as
 //!   `diesel::sql_query("INSERT … ON CONFLICT DO NOTHING")` (`INSERT
 //!   IGNORE` on MariaDB/MySQL) with two binds, which Diesel never caches;
@@ -155,6 +164,7 @@ fn fresh_ids(count: usize) -> u64 {
 enum Variant {
     NoDedup,
     ClaimCached,
+    ClaimGuarded,
     ClaimUncached,
     Handler,
     Duplicate,
@@ -175,6 +185,7 @@ impl Variant {
         match self {
             Variant::NoDedup => "no-dedup".into(),
             Variant::ClaimCached => "claim-cached".into(),
+            Variant::ClaimGuarded => "claim-guarded".into(),
             Variant::ClaimUncached => "claim-uncached".into(),
             Variant::Handler => "handler".into(),
             Variant::Duplicate => "duplicate".into(),
@@ -205,6 +216,7 @@ impl Variant {
         Some(match name {
             "no-dedup" => Variant::NoDedup,
             "claim-cached" => Variant::ClaimCached,
+            "claim-guarded" => Variant::ClaimGuarded,
             "claim-uncached" => Variant::ClaimUncached,
             "handler" => Variant::Handler,
             "duplicate" => Variant::Duplicate,
@@ -233,6 +245,11 @@ impl Variant {
     #[cfg_attr(not(feature = "async"), allow(dead_code))]
     fn blocking_only(self) -> bool {
         self.is_payload() || matches!(self, Variant::Outbox | Variant::OutboxKeyed)
+    }
+
+    /// Whether it runs on diesel-async connections only (`claim-guarded`).
+    fn async_only(self) -> bool {
+        self == Variant::ClaimGuarded
     }
 
     /// Messages per delivery.
@@ -278,6 +295,12 @@ fn env_number(name: &str, default: u64) -> u64 {
 }
 
 impl Config {
+    /// The variants blocking connections run.
+    fn sync_variants(&self) -> Vec<Variant> {
+        let sync = |variant: &&Variant| !variant.async_only();
+        self.variants.iter().filter(sync).copied().collect()
+    }
+
     fn from_env() -> Config {
         let mut variants: Vec<Variant> = env_list(
             "INBOX_BENCH_VARIANTS",
@@ -451,6 +474,7 @@ impl<C: BenchConnection> Worker<C> {
                     .transaction(|conn| conn.effect(account))
                     .expect("no-dedup");
             }
+            Variant::ClaimGuarded => unreachable!("claim-guarded: async connections only"),
             Variant::ClaimCached => {
                 let key = key(handler, fresh_ids(1));
                 self.conn
@@ -746,7 +770,7 @@ fn sqlite(config: &Config) {
         );
     }
     let mut workers = vec![Worker::new(db.connect(), 0)];
-    let mut measured = rounds(config, &config.variants, |variant, length| {
+    let mut measured = rounds(config, &config.sync_variants(), |variant, length| {
         slice_sync(&mut workers, variant, length)
     });
     print_table(&title("SQLite (file, WAL)", "sync", 1), &mut measured, None);

@@ -49,6 +49,10 @@ impl<C: AsyncBenchConnection> AsyncWorker<C> {
     }
 
     async fn deliver(&mut self, variant: Variant) {
+        let variant = match (variant, C::GUARD) {
+            (Variant::ClaimGuarded, None) => Variant::ClaimCached,
+            (variant, _) => variant,
+        };
         let account = self.account;
         let handler = &self.handler;
         match variant {
@@ -70,6 +74,33 @@ impl<C: AsyncBenchConnection> AsyncWorker<C> {
                     })
                     .await
                     .expect("claim-cached");
+            }
+            Variant::ClaimGuarded => {
+                let Some([begin, commit, rollback]) = C::GUARD else {
+                    unreachable!("claim-guarded is claim-cached without a guard")
+                };
+                let key = key(handler, fresh_ids(1));
+                let conn = &mut self.conn;
+                conn.batch_execute(begin)
+                    .await
+                    .expect("claim-guarded: begin");
+                let done: QueryResult<()> = async {
+                    if ClaimStatement::new(&key).execute(conn).await? == 1 {
+                        conn.effect(account).await?;
+                    }
+                    Ok(())
+                }
+                .await;
+                match done {
+                    Ok(()) => conn
+                        .batch_execute(commit)
+                        .await
+                        .expect("claim-guarded: commit"),
+                    Err(error) => {
+                        let _ = conn.batch_execute(rollback).await;
+                        panic!("claim-guarded: {error}");
+                    }
+                }
             }
             Variant::ClaimUncached => {
                 let id = fresh_ids(1).to_string();

@@ -80,7 +80,7 @@ pub fn server<B: Server>(name: &str, config: &Config) {
         None
     };
     if config.runs("sync") {
-        let sync_variants = &config.variants;
+        let sync_variants = &config.sync_variants();
         let trips = proxy.as_ref().map(|(proxy, url)| {
             let mut conn = B::Connection::establish(url).expect("connect through the proxy");
             if let Some(sql) = session_sql::<B>(config) {

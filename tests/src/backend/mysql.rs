@@ -111,7 +111,7 @@ impl ServerBackend for Mysql {
     fn lock_waiters_sql(ids: &[i64]) -> String {
         format!(
             "(SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-             WHERE id IN ({}) AND info LIKE '%INSERT IGNORE INTO inbox_messages%')",
+             WHERE id IN ({}) AND info LIKE '%INTO inbox_messages%')",
             id_list(ids)
         )
     }

@@ -13,6 +13,8 @@
 mod deadlock;
 mod delivery;
 mod failure;
+#[cfg(feature = "mysql")]
+mod folding;
 mod handlers;
 mod in_flight;
 #[cfg(feature = "postgres")]

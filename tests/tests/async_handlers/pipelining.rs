@@ -5,52 +5,18 @@
 use diesel::QueryResult;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use inbox_runtime::{ClaimKey, HandlerName, Outcome, PipelinedClaimStatement};
-use inbox_tests::proxy::Proxy;
-use inbox_tests::{Postgres, ServerBackend, TestBackend};
+use inbox_tests::{Postgres, TestBackend};
 
 use crate::handlers::{EFFECTS_DDL, Msg, record_generic, record_pg};
-use crate::support::{claims, effects, effects_and_claims};
+use crate::support::{claims, counted, effects, effects_and_claims, flights};
 use inbox_tests::AppError;
 use inbox_tests::CancelAfter;
-
-/// A fresh schema with the suite's effects table, a direct connection to
-/// it, and one through a proxy that counts its round trips.
-struct Counted {
-    /// Kept to the end: its schema is dropped with it.
-    _db: Postgres,
-    direct: AsyncPgConnection,
-    proxy: Proxy,
-    conn: AsyncPgConnection,
-}
-
-/// [`Counted`], or `None` when the server is skipped.
-async fn counted() -> Option<Counted> {
-    let (db, direct) = Postgres::open_async_with_effects(EFFECTS_DDL).await?;
-    let (template, upstream) = Proxy::split_url(db.url(), Postgres::DEFAULT_PORT);
-    let proxy = Proxy::start(&upstream);
-    let conn = AsyncPgConnection::establish(&proxy.url(&template))
-        .await
-        .expect("connect through the proxy");
-    Some(Counted {
-        _db: db,
-        direct,
-        proxy,
-        conn,
-    })
-}
-
-/// Round trips of one delivery through `proxy`.
-async fn flights<T>(proxy: &Proxy, delivery: impl Future<Output = T>) -> (T, u64) {
-    let before = proxy.flights();
-    let result = delivery.await;
-    (result, proxy.flights() - before)
-}
 
 /// The same handler written for `AsyncPgConnection` and for any connection:
 /// the first sends one round trip fewer for a processed message and for a
 /// duplicate, which costs it two (`BEGIN` + claim, the commit).
 async fn an_async_pg_handler_sends_begin_in_one_flight_with_its_claim() {
-    let Some(mut counted) = counted().await else {
+    let Some(mut counted) = counted::<Postgres>().await else {
         return;
     };
     let both = [Written::ForTheType, Written::Generic];
@@ -191,7 +157,7 @@ async fn a_failed_pipelined_begin_fails_the_delivery_and_claims_nothing() {
 /// its own. The claim must refuse, writing nothing; the delivery fails with
 /// the `BEGIN`'s error, and the redelivery is processed once.
 async fn a_claim_sent_with_a_begin_the_server_refused_writes_nothing() {
-    let Some(mut counted) = counted().await else {
+    let Some(mut counted) = counted::<Postgres>().await else {
         return;
     };
     let warm = Msg::new("warm");
@@ -384,7 +350,7 @@ async fn charge(
 /// and a copy with another payload the typed conflict.
 #[cfg(feature = "serde")]
 async fn a_pipelined_duplicate_reads_its_stored_result_with_the_claim() {
-    let Some(mut counted) = counted().await else {
+    let Some(mut counted) = counted::<Postgres>().await else {
         return;
     };
     let request = |key: &str, body: &[u8]| Charge {

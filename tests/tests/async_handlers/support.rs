@@ -4,9 +4,45 @@
 
 use std::time::{Duration, Instant};
 
+use inbox_tests::proxy::Proxy;
 use inbox_tests::{AsyncSqlRows, ServerBackend, TestBackend};
 
 use crate::handlers::{EFFECTS_DDL, literal};
+
+/// A fresh schema with the suite's effects table, a direct connection to
+/// it, and one through a proxy that counts its round trips.
+pub struct Counted<B: TestBackend> {
+    /// Kept to the end: its schema is dropped with it.
+    _db: B,
+    pub direct: B::AsyncConnection,
+    pub proxy: Proxy,
+    pub conn: B::AsyncConnection,
+}
+
+/// [`Counted`], or `None` when the server is skipped.
+pub async fn counted<B: ServerBackend>() -> Option<Counted<B>> {
+    use diesel_async::AsyncConnection;
+    let (db, direct) = B::open_async_with_effects(EFFECTS_DDL).await?;
+    let (template, upstream) = Proxy::split_url(db.url(), B::DEFAULT_PORT);
+    let proxy = Proxy::start(&upstream);
+    let url = B::async_tcp_url(&proxy.url(&template));
+    let conn = B::AsyncConnection::establish(&url)
+        .await
+        .expect("connect through the proxy");
+    Some(Counted {
+        _db: db,
+        direct,
+        proxy,
+        conn,
+    })
+}
+
+/// Round trips of one delivery through `proxy`.
+pub async fn flights<T>(proxy: &Proxy, delivery: impl Future<Output = T>) -> (T, u64) {
+    let before = proxy.flights();
+    let result = delivery.await;
+    (result, proxy.flights() - before)
+}
 
 /// A fresh database with the effects table, and a connection to it.
 pub async fn fresh<B: TestBackend>() -> Option<(B, B::AsyncConnection)> {
