@@ -118,7 +118,7 @@ fn is_claim(sql: &str) -> bool {
 const MYSQL_FRAMING: [&str; 3] = [
     "SAVEPOINT inbox_transaction",
     "RELEASE SAVEPOINT inbox_transaction",
-    "SET SESSION autocommit = @inbox_saved_autocommit",
+    "SET SESSION autocommit = IFNULL(@inbox_saved_autocommit, @@SESSION.autocommit)",
 ];
 
 /// The server's counters of the statements one MariaDB/MySQL session sent:

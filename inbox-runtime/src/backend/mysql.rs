@@ -312,8 +312,10 @@ mod imp {
     /// The assignments that begin a handler's transaction (a `SET` of their
     /// own, or the end of one): `autocommit` off, its value saved, and a
     /// claim token new to the transaction for the session (see
-    /// [`LateTripwire`]): every outermost transaction has one, whether or
-    /// not its claim writes it.
+    /// [`LateTripwire`]), whether or not its claim writes it. (An async
+    /// handler's plain claim, sent in one text with its begin, has a begin
+    /// of its own without the token: see
+    /// [`push_begin_and_claim`](InboxBackend::push_begin_and_claim).)
     macro_rules! begin_assignments {
         () => {
             concat!(
@@ -546,9 +548,10 @@ mod imp {
             "RELEASE SAVEPOINT inbox_transaction; ",
             commit_and_restore_autocommit!()
         );
-        /// No release of the tripwire: a duplicate ran no statement after
-        /// its claim, and a deadlock that rolled the transaction back
-        /// would have failed the claim itself.
+        /// No release of the tripwire: a duplicate wrote nothing (its claim
+        /// inserted no row, and what it read after it locks nothing), so a
+        /// rollback the server made behind its back would have lost
+        /// nothing, and committing ends the transaction as well.
         const OUTERMOST_DUPLICATE_COMMIT_SQL: &'static str = commit_and_restore_autocommit!();
         /// MariaDB describes `INSERT … RETURNING`'s columns only once it
         /// has run it.
@@ -610,15 +613,23 @@ mod imp {
                 claim_token!()
             ),
         });
-        const OUTERMOST_ROLLBACK_SQL: &'static str =
-            "ROLLBACK; SET SESSION autocommit = @inbox_saved_autocommit";
+        /// The saved `autocommit` restored where this transaction's begin
+        /// saved one: a begin sent in one text with the claim may have
+        /// failed before it saved anything (on a new session, nothing was
+        /// ever saved).
+        const OUTERMOST_ROLLBACK_SQL: &'static str = "ROLLBACK; SET SESSION autocommit = \
+             IFNULL(@inbox_saved_autocommit, @@SESSION.autocommit)";
         const ABORTED_TRANSACTION_PROBE_SQL: Option<&'static str> = None;
         const PREPARED_TRANSACTION_SQL: bool = true;
         /// The last assignment of the commit's and the rollback's final
         /// `SET`: a commit that fails changes none of them, and the
-        /// rollback that follows restores `wait_timeout`.
-        const BOUNDED_IDLE_END_SQL: &'static str =
-            ", SESSION wait_timeout = @inbox_saved_wait_timeout";
+        /// rollback that follows restores `wait_timeout`, where this
+        /// transaction's begin saved it (see
+        /// [`OUTERMOST_ROLLBACK_SQL`](Self::OUTERMOST_ROLLBACK_SQL); a user
+        /// variable never set is a string, which `wait_timeout` refuses:
+        /// hence the cast).
+        const BOUNDED_IDLE_END_SQL: &'static str = ", SESSION wait_timeout = \
+             CAST(IFNULL(@inbox_saved_wait_timeout, @@SESSION.wait_timeout) AS UNSIGNED)";
 
         /// `wait_timeout` (MySQL and MariaDB alike) closes a connection idle
         /// for that long, in a transaction or not, so it is lowered for the
@@ -700,10 +711,10 @@ mod imp {
         /// claim token (the savepoint is the deadlock guard here, and a
         /// token is for a claim that reads what it met), then the claim,
         /// the key's bytes as hex literals, which no quote, backslash or
-        /// `sql_mode` can change the meaning of (the handler's column
-        /// converts them to its character set, as a bound text). Unlike the
-        /// prepared claim's `INSERT IGNORE`, a duplicate fails it (1062, a
-        /// unique violation).
+        /// `sql_mode` can change the meaning of (binary strings, as the
+        /// `VARBINARY` columns hold them: the same bytes as a bound text).
+        /// Unlike the prepared claim's `INSERT IGNORE`, a duplicate fails it
+        /// (1062, a unique violation).
         ///
         /// [`OUTERMOST_BEGIN_SQL`]: InboxBackend::OUTERMOST_BEGIN_SQL
         fn push_begin_and_claim(

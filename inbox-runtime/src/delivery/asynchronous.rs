@@ -435,7 +435,11 @@ where
     type Backend = C::Backend;
     type Conn = C;
 
+    /// The connection, for a body: never with a begin held (it would run
+    /// in autocommit), since a held begin goes with the claim or before any
+    /// other statement.
     fn conn(&mut self) -> &mut C {
+        debug_assert!(self.held.is_none(), "a begin held past its claim");
         self.guard.conn()
     }
 

@@ -185,25 +185,85 @@ async fn a_claim_that_fails_after_its_begin_leaves_the_session_as_it_was() {
     assert_eq!(effects(&mut conn, "held").await, 1);
 }
 
-/// On an inbox whose claim-token migration has not run, the claim sent
-/// with the begin is refused (it ran nothing); the delivery claims again
-/// without the token, in the same transaction.
-async fn without_claim_tokens_the_claim_sent_with_the_begin_claims_again() {
-    let Some((_db, mut conn)) = Mysql::open_async_with_effects(EFFECTS_DDL).await else {
+/// The claim sent with the begin writes no claim token: an inbox whose
+/// claim-token migration has not run takes it as it is, in the same round
+/// trips (a claim that wrote the token would be refused there and claim
+/// again, one round trip more).
+async fn an_inbox_without_the_claim_token_column_takes_the_claim_sent_with_the_begin() {
+    let Some(mut counted) = counted::<Mysql>().await else {
         return;
     };
-    conn.batch_execute("ALTER TABLE inbox_messages DROP COLUMN claim_token")
+    counted
+        .direct
+        .batch_execute("ALTER TABLE inbox_messages DROP COLUMN claim_token")
         .await
         .unwrap();
-    let msg = Msg::new("no-token");
+    let warm = Msg::new("warm");
     assert_eq!(
-        record(&mut conn, &msg).await.unwrap(),
+        record(&mut counted.conn, &warm).await.unwrap(),
         Outcome::Processed(0)
     );
-    assert_eq!(record(&mut conn, &msg).await.unwrap(), Outcome::Duplicate);
-    assert_eq!(claims(&mut conn, "async.record", "no-token").await, 1);
-    assert_eq!(effects(&mut conn, "no-token").await, 1);
-    assert_session_restored(&mut conn).await;
+    let (written, body) = flights(
+        &counted.proxy,
+        write_effect(&mut counted.conn, "body-alone", 0),
+    )
+    .await;
+    written.expect("the body's statement alone");
+    let msg = Msg::new("no-token");
+    let (outcome, processed) = flights(&counted.proxy, record(&mut counted.conn, &msg)).await;
+    assert_eq!(outcome.unwrap(), Outcome::Processed(0));
+    let (outcome, duplicate) = flights(&counted.proxy, record(&mut counted.conn, &msg)).await;
+    assert_eq!(outcome.unwrap(), Outcome::Duplicate);
+    assert_eq!(duplicate, 2, "the begin and claim, the commit");
+    assert_eq!(
+        processed,
+        2 + body,
+        "the begin and claim, the body's {body}, the commit"
+    );
+    assert_eq!(
+        claims(&mut counted.direct, "async.record", "no-token").await,
+        1
+    );
+    assert_eq!(effects(&mut counted.direct, "no-token").await, 1);
+    assert_session_restored(&mut counted.conn).await;
+}
+
+/// A text whose first statement the server refuses (the proxy corrupts the
+/// `SET` that begins it, on a new session, which never saved a value of
+/// its own yet) ran nothing: the rollback restores nothing it did not
+/// save, the connection goes on, and the redelivery is processed once.
+async fn a_text_refused_at_its_first_statement_leaves_a_new_session_usable() {
+    let Some(mut counted) = counted::<Mysql>().await else {
+        return;
+    };
+    let msg = Msg::new("set-refused");
+    counted.proxy.corrupt_next(
+        b"SET @inbox_saved_wait_timeout",
+        b"SEX @inbox_saved_wait_timeout",
+    );
+    let error = record(&mut counted.conn, &msg)
+        .await
+        .expect_err("the begin was refused")
+        .to_string();
+    assert!(
+        !counted.proxy.corruption_pending(),
+        "the begin went through the proxy"
+    );
+    assert!(error.contains("SEX"), "the begin's own error: {error}");
+    assert_eq!(
+        claims(&mut counted.direct, "async.record", "set-refused").await,
+        0
+    );
+    assert_session_restored(&mut counted.conn).await;
+    assert_eq!(
+        record(&mut counted.conn, &msg).await.expect("redelivered"),
+        Outcome::Processed(0)
+    );
+    assert_eq!(
+        claims(&mut counted.direct, "async.record", "set-refused").await,
+        1
+    );
+    assert_eq!(effects(&mut counted.direct, "set-refused").await, 1);
 }
 
 /// No transaction open, `autocommit` on and the idle bound the session had.
@@ -239,5 +299,6 @@ tests!(
     a_key_no_quoting_could_carry_is_claimed_as_it_is,
     a_refused_begin_stops_the_text_before_its_claim,
     a_claim_that_fails_after_its_begin_leaves_the_session_as_it_was,
-    without_claim_tokens_the_claim_sent_with_the_begin_claims_again,
+    an_inbox_without_the_claim_token_column_takes_the_claim_sent_with_the_begin,
+    a_text_refused_at_its_first_statement_leaves_a_new_session_usable,
 );
