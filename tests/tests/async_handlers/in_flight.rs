@@ -44,6 +44,14 @@ pub async fn copies_of_a_slow_delivery_are_in_progress_within_the_bound<B: Serve
         return;
     };
     let slow = "slow-async";
+    // Connected before the first delivery's hold starts: the hold has to
+    // cover every task's first copy, not the connecting too (on a loaded
+    // machine, eight connections took long enough for one task's first
+    // copy to come after the hold ended).
+    let mut conns = Vec::new();
+    for _ in 0..WORKERS {
+        conns.push(db.connect_async().await);
+    }
     let mut holder = db.connect_async().await;
     let (taken, claim_taken) = tokio::sync::oneshot::channel();
     let first = tokio::spawn(async move {
@@ -59,8 +67,7 @@ pub async fn copies_of_a_slow_delivery_are_in_progress_within_the_bound<B: Serve
     });
     claim_taken.await.expect("the first delivery claims its id");
     let mut tasks = Vec::new();
-    for worker in 0..WORKERS {
-        let mut conn = db.connect_async().await;
+    for (worker, mut conn) in conns.into_iter().enumerate() {
         tasks.push(tokio::spawn(async move {
             let mut copies = Vec::new();
             let mut others = Vec::new();
