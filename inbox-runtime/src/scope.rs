@@ -71,6 +71,16 @@ enum OutermostBegin {
     IdleBounded(IdleBoundedBegin),
 }
 
+impl OutermostBegin {
+    /// The begin's text.
+    fn sql(self) -> Cow<'static, str> {
+        match self {
+            OutermostBegin::Fixed(sql) => Cow::Borrowed(sql),
+            OutermostBegin::IdleBounded(begin) => Cow::Owned(begin.text(None)),
+        }
+    }
+}
+
 /// An outermost level's begin held for the claim (see
 /// [`Scope::held_begin`]).
 #[cfg(feature = "async")]
@@ -83,10 +93,7 @@ pub(crate) struct HeldBegin {
 impl HeldBegin {
     /// The begin's text, as [`Scope::begin_sql`] gives it.
     pub(crate) fn sql(&self) -> Cow<'static, str> {
-        match self.begin {
-            OutermostBegin::Fixed(sql) => Cow::Borrowed(sql),
-            OutermostBegin::IdleBounded(begin) => Cow::Owned(begin.text(None)),
-        }
+        self.begin.sql()
     }
 
     /// The idle bound the begin sets, in seconds (see
@@ -173,10 +180,7 @@ impl Scope {
         if !self.is_outermost() {
             return Cow::Owned(format!("SAVEPOINT {}", self.savepoint()));
         }
-        match self.outermost.begin {
-            OutermostBegin::Fixed(sql) => Cow::Borrowed(sql),
-            OutermostBegin::IdleBounded(begin) => Cow::Owned(begin.text(None)),
-        }
+        self.outermost.begin.sql()
     }
 
     /// The outermost level's begin, for an executor that sends it later, in

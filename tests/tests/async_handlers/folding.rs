@@ -10,7 +10,7 @@ use inbox_runtime::Outcome;
 use inbox_tests::{AsyncSqlRows, Mysql, TestBackend};
 
 use crate::handlers::{EFFECTS_DDL, Msg, record, write_effect};
-use crate::support::{claims, counted, effects, flights};
+use crate::support::{Counted, claims, counted, effects, flights};
 
 /// A duplicate costs two round trips (the begin and claim, the commit), a
 /// processed message those two and its body's.
@@ -120,38 +120,16 @@ async fn a_refused_begin_stops_the_text_before_its_claim() {
         record(&mut counted.conn, &warm).await.unwrap(),
         Outcome::Processed(0)
     );
-    let msg = Msg::new("begin-refused");
-    counted.proxy.corrupt_next(
-        b"SAVEPOINT inbox_transaction; ",
-        b"SAVEPOINX inbox_transaction; ",
-    );
-    let error = record(&mut counted.conn, &msg)
-        .await
-        .expect_err("the begin was refused")
-        .to_string();
-    assert!(
-        !counted.proxy.corruption_pending(),
-        "the begin went through the proxy"
-    );
-    assert!(
-        error.contains("SAVEPOINX"),
-        "the begin's own error: {error}"
-    );
-    assert_eq!(
-        claims(&mut counted.direct, "async.record", "begin-refused").await,
-        0
-    );
-    assert_eq!(effects(&mut counted.direct, "begin-refused").await, 0);
-    assert_session_restored(&mut counted.conn).await;
-    assert_eq!(
-        record(&mut counted.conn, &msg).await.expect("redelivered"),
-        Outcome::Processed(0)
-    );
-    assert_eq!(
-        claims(&mut counted.direct, "async.record", "begin-refused").await,
-        1
-    );
-    assert_eq!(effects(&mut counted.direct, "begin-refused").await, 1);
+    refused_begin_is_retried_cleanly(
+        &mut counted,
+        "begin-refused",
+        (
+            b"SAVEPOINT inbox_transaction; ",
+            b"SAVEPOINX inbox_transaction; ",
+        ),
+        "SAVEPOINX",
+    )
+    .await;
 }
 
 /// A claim that fails after its begin ran (the id's row is held by a
@@ -236,11 +214,31 @@ async fn a_text_refused_at_its_first_statement_leaves_a_new_session_usable() {
     let Some(mut counted) = counted::<Mysql>().await else {
         return;
     };
-    let msg = Msg::new("set-refused");
-    counted.proxy.corrupt_next(
-        b"SET @inbox_saved_wait_timeout",
-        b"SEX @inbox_saved_wait_timeout",
-    );
+    refused_begin_is_retried_cleanly(
+        &mut counted,
+        "set-refused",
+        (
+            b"SET @inbox_saved_wait_timeout",
+            b"SEX @inbox_saved_wait_timeout",
+        ),
+        "SEX",
+    )
+    .await;
+}
+
+/// Delivers message `id` with its begin corrupted on the way by `from` →
+/// `to` (the next text holding `from`): the delivery fails with the
+/// server's error, which quotes `marker`; nothing is claimed or written,
+/// the session is as it was, and the redelivery on the same connection is
+/// processed once.
+async fn refused_begin_is_retried_cleanly(
+    counted: &mut Counted<Mysql>,
+    id: &str,
+    (from, to): (&[u8], &[u8]),
+    marker: &str,
+) {
+    let msg = Msg::new(id);
+    counted.proxy.corrupt_next(from, to);
     let error = record(&mut counted.conn, &msg)
         .await
         .expect_err("the begin was refused")
@@ -249,21 +247,16 @@ async fn a_text_refused_at_its_first_statement_leaves_a_new_session_usable() {
         !counted.proxy.corruption_pending(),
         "the begin went through the proxy"
     );
-    assert!(error.contains("SEX"), "the begin's own error: {error}");
-    assert_eq!(
-        claims(&mut counted.direct, "async.record", "set-refused").await,
-        0
-    );
+    assert!(error.contains(marker), "the begin's own error: {error}");
+    assert_eq!(claims(&mut counted.direct, "async.record", id).await, 0);
+    assert_eq!(effects(&mut counted.direct, id).await, 0);
     assert_session_restored(&mut counted.conn).await;
     assert_eq!(
         record(&mut counted.conn, &msg).await.expect("redelivered"),
         Outcome::Processed(0)
     );
-    assert_eq!(
-        claims(&mut counted.direct, "async.record", "set-refused").await,
-        1
-    );
-    assert_eq!(effects(&mut counted.direct, "set-refused").await, 1);
+    assert_eq!(claims(&mut counted.direct, "async.record", id).await, 1);
+    assert_eq!(effects(&mut counted.direct, id).await, 1);
 }
 
 /// No transaction open, `autocommit` on and the idle bound the session had.
