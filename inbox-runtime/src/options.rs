@@ -129,10 +129,12 @@ impl From<MaxAttempts> for Options {
 ///
 /// - PostgreSQL: `lock_timeout` for the claim statement alone, set and
 ///   restored by the claim statement itself (no extra round trip); at
-///   least 1 ms.
+///   least 1 ms, at most `i32::MAX` ms (about 24.8 days, the longest it
+///   takes).
 /// - MariaDB: `SET STATEMENT innodb_lock_wait_timeout = N FOR` the claim;
 ///   InnoDB counts whole seconds, so a bound is rounded up to the next
-///   second (500 ms waits 1 s). MySQL has no `SET STATEMENT`: the first
+///   second (500 ms waits 1 s), at most 1,073,741,824 s (the longest it
+///   takes; `Duration::MAX` waits that long). MySQL has no `SET STATEMENT`: the first
 ///   bounded claim it refuses makes the process send unbounded claims,
 ///   which wait as the server's `innodb_lock_wait_timeout` says (50 s by
 ///   default; not tested here, the suite runs MariaDB).

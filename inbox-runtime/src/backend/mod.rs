@@ -652,8 +652,9 @@ pub struct LateTripwire {
 
 /// A claim's bound on its wait for a claim of the same key in flight, as
 /// the backends write it: whole milliseconds (PostgreSQL's `lock_timeout`,
-/// at least 1: 0 would mean none) and whole seconds rounded up (InnoDB's
-/// `innodb_lock_wait_timeout`).
+/// at least 1: 0 would mean none; at most `i32::MAX`, its largest) and
+/// whole seconds rounded up (InnoDB's `innodb_lock_wait_timeout`, at most
+/// [`MAX_LOCK_WAIT_SECONDS`], its largest).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimBound {
@@ -669,10 +670,17 @@ impl ClaimBound {
         let millis = wait.as_millis();
         ClaimBound {
             millis: i32::try_from(millis).unwrap_or(i32::MAX).max(1),
-            seconds: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+            seconds: wait
+                .as_secs()
+                .saturating_add(u64::from(wait.subsec_nanos() > 0))
+                .min(MAX_LOCK_WAIT_SECONDS),
         }
     }
 }
+
+/// The longest `innodb_lock_wait_timeout` MySQL and MariaDB take, in
+/// seconds (about 34 years): a longer bound waits this long.
+const MAX_LOCK_WAIT_SECONDS: u64 = 1_073_741_824;
 
 /// The text that begins an outermost transaction the server ends once it
 /// sits idle for longer than a bound ([`InboxBackend::bounded_idle_begin`]):
@@ -1352,5 +1360,28 @@ mod tests {
             <diesel::sqlite::Sqlite as super::InboxBackend>::bounded_idle_begin(limit),
             None
         );
+    }
+
+    /// A claim's bound in each backend's unit: rounded up to a millisecond
+    /// and a second, at least 1 ms, and at most what each server takes,
+    /// however long the wait (no overflow at `Duration::MAX`).
+    #[test]
+    fn a_claim_bound_is_written_in_each_servers_range() {
+        use std::time::Duration;
+        let of = |wait| {
+            let bound = super::ClaimBound::of(wait);
+            (bound.millis, bound.seconds)
+        };
+        assert_eq!(of(Duration::ZERO), (1, 0));
+        assert_eq!(of(Duration::from_micros(1)), (1, 1));
+        assert_eq!(of(Duration::from_millis(1500)), (1500, 2));
+        assert_eq!(of(Duration::from_secs(2)), (2000, 2));
+        let longest = (i32::MAX, super::MAX_LOCK_WAIT_SECONDS);
+        assert_eq!(
+            of(Duration::from_secs(super::MAX_LOCK_WAIT_SECONDS)),
+            longest
+        );
+        assert_eq!(of(Duration::from_secs(u64::MAX)), longest);
+        assert_eq!(of(Duration::MAX), longest);
     }
 }

@@ -314,6 +314,43 @@ pub fn an_unbounded_claim_waits_for_the_first_delivery<B: E2e>() {
     assert_eq!(observer.effects_by(HANDLER, id), 1);
 }
 
+/// A bound longer than any server's lock wait (`Duration::MAX`, as a
+/// "never give up" might be written) is the longest the server takes: the
+/// copy waits for the first delivery's body and is a duplicate, on every
+/// backend, its own claim text and the bound's arithmetic included.
+pub fn the_longest_bound_waits_as_long_as_the_server_allows<B: E2e>() {
+    let Some((db, mut observer)) = fresh::<B>() else {
+        return;
+    };
+    for (n, bound) in [Duration::MAX, Duration::from_secs(u64::MAX)]
+        .into_iter()
+        .enumerate()
+    {
+        let id = format!("longest-bound-{n}");
+        let hold = Duration::from_millis(1200);
+        let first = first_delivery(&db, &id, hold, false);
+        let began = Instant::now();
+        let mut conn = db.connect();
+        let copy = deliver(
+            &mut conn,
+            &id,
+            ClaimWait::Bounded(bound),
+            Duration::ZERO,
+            false,
+            None,
+        );
+        let waited = began.elapsed();
+        assert_eq!(copy.expect("a duplicate"), Outcome::Duplicate, "{bound:?}");
+        assert!(
+            waited >= hold - Duration::from_millis(300),
+            "{bound:?}: waited only {waited:?}"
+        );
+        let committed = first.join().expect("no panic").expect("committed");
+        assert_eq!(committed, Outcome::Processed(()));
+        assert_eq!(observer.effects_by(HANDLER, &id), 1);
+    }
+}
+
 /// A batch holding an id whose first delivery is in flight: that message
 /// alone is `InProgress`; the others are processed.
 pub fn a_batch_answers_in_progress_for_its_in_flight_message_alone<B: E2e>() {
@@ -493,6 +530,7 @@ inbox_tests::backend_tests! {
         a_batch_answers_in_progress_for_its_in_flight_message_alone,
         after_the_first_delivery_fails_a_later_copy_processes_it,
         the_body_waits_as_the_application_says;
-    an_unbounded_claim_waits_for_the_first_delivery;
+    an_unbounded_claim_waits_for_the_first_delivery,
+        the_longest_bound_waits_as_long_as_the_server_allows;
     only [sqlite]: a_busy_database_answers_in_progress;
 }
