@@ -161,6 +161,7 @@ mod recovery;
 pub mod registry;
 pub mod retention;
 mod scope;
+mod short_text;
 mod stored;
 mod text;
 

@@ -18,7 +18,7 @@
 //! - the outermost commit can first check that the transaction is not
 //!   aborted (PostgreSQL answers `COMMIT` with a silent `ROLLBACK` then).
 
-use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use diesel::QueryResult;
@@ -32,6 +32,7 @@ use crate::backend::{IdleBoundedBegin, InboxBackend, LateTripwire};
 use crate::error::InboxError;
 use crate::execution::depth;
 use crate::recovery::is_transaction_aborted;
+use crate::short_text::ShortText;
 
 /// Where a handler's transaction sits: the depth it found the connection at.
 #[derive(Debug, Clone)]
@@ -52,15 +53,30 @@ pub(crate) struct Scope {
     late_tripwire: Option<LateTripwire>,
 }
 
-/// The SQL of an outermost level, by backend and idle bound.
+/// The SQL of an outermost level, by backend and idle bound: each ending
+/// is written out, with `end`, when it is sent.
 #[derive(Debug, Clone)]
 struct Outermost {
     begin: OutermostBegin,
-    commit: Cow<'static, str>,
+    commit: &'static str,
     /// The commit of a duplicate's transaction
     /// ([`InboxBackend::OUTERMOST_DUPLICATE_COMMIT_SQL`]).
-    duplicate_commit: Cow<'static, str>,
-    rollback: Cow<'static, str>,
+    duplicate_commit: &'static str,
+    rollback: &'static str,
+    /// What a bounded transaction's endings end with
+    /// ([`InboxBackend::BOUNDED_IDLE_END_SQL`]; empty when unbounded).
+    end: &'static str,
+}
+
+impl Outermost {
+    /// `ending` followed by [`end`](Self::end) (inline: no allocation).
+    fn ended(&self, ending: &'static str) -> ShortText {
+        let mut text = ShortText::from_static(ending);
+        if !self.end.is_empty() {
+            text.push_str(self.end);
+        }
+        text
+    }
 }
 
 /// How an outermost level begins: the backend's text, or one with an idle
@@ -72,11 +88,17 @@ enum OutermostBegin {
 }
 
 impl OutermostBegin {
-    /// The begin's text.
-    fn sql(self) -> Cow<'static, str> {
-        match self {
-            OutermostBegin::Fixed(sql) => Cow::Borrowed(sql),
-            OutermostBegin::IdleBounded(begin) => Cow::Owned(begin.text(None)),
+    /// The begin's text, followed by `; ` and `then` when given.
+    fn sql(self, then: Option<&str>) -> ShortText {
+        match (self, then) {
+            (OutermostBegin::Fixed(sql), None) => ShortText::from_static(sql),
+            (OutermostBegin::Fixed(sql), Some(then)) => {
+                let mut text = ShortText::from_static(sql);
+                text.push_str("; ");
+                text.push_str(then);
+                text
+            }
+            (OutermostBegin::IdleBounded(begin), then) => begin.text(then),
         }
     }
 }
@@ -92,8 +114,8 @@ pub(crate) struct HeldBegin {
 #[cfg(feature = "async")]
 impl HeldBegin {
     /// The begin's text, as [`Scope::begin_sql`] gives it.
-    pub(crate) fn sql(&self) -> Cow<'static, str> {
-        self.begin.sql()
+    pub(crate) fn sql(&self) -> ShortText {
+        self.begin.sql(None)
     }
 
     /// The idle bound the begin sets, in seconds (see
@@ -103,15 +125,6 @@ impl HeldBegin {
             OutermostBegin::Fixed(_) => None,
             OutermostBegin::IdleBounded(begin) => Some(begin.bound),
         }
-    }
-}
-
-/// `sql` followed by `end` (a bounded transaction's end), allocated only
-/// when there is an end to add.
-fn ended(sql: &'static str, end: &'static str) -> Cow<'static, str> {
-    match end {
-        "" => Cow::Borrowed(sql),
-        end => Cow::Owned(format!("{sql}{end}")),
     }
 }
 
@@ -142,22 +155,16 @@ impl Scope {
             (0, None) => DB::OUTERMOST_LATE_TRIPWIRE,
             _ => None,
         };
-        let outermost = match bounded_begin {
-            Some(begin) => Outermost {
-                begin: OutermostBegin::IdleBounded(begin),
-                commit: ended(DB::OUTERMOST_COMMIT_SQL, DB::BOUNDED_IDLE_END_SQL),
-                duplicate_commit: ended(
-                    DB::OUTERMOST_DUPLICATE_COMMIT_SQL,
-                    DB::BOUNDED_IDLE_END_SQL,
-                ),
-                rollback: ended(DB::OUTERMOST_ROLLBACK_SQL, DB::BOUNDED_IDLE_END_SQL),
-            },
-            None => Outermost {
-                begin: OutermostBegin::Fixed(DB::OUTERMOST_BEGIN_SQL),
-                commit: Cow::Borrowed(DB::OUTERMOST_COMMIT_SQL),
-                duplicate_commit: Cow::Borrowed(DB::OUTERMOST_DUPLICATE_COMMIT_SQL),
-                rollback: Cow::Borrowed(DB::OUTERMOST_ROLLBACK_SQL),
-            },
+        let (begin, end) = match bounded_begin {
+            Some(begin) => (OutermostBegin::IdleBounded(begin), DB::BOUNDED_IDLE_END_SQL),
+            None => (OutermostBegin::Fixed(DB::OUTERMOST_BEGIN_SQL), ""),
+        };
+        let outermost = Outermost {
+            begin,
+            commit: DB::OUTERMOST_COMMIT_SQL,
+            duplicate_commit: DB::OUTERMOST_DUPLICATE_COMMIT_SQL,
+            rollback: DB::OUTERMOST_ROLLBACK_SQL,
+            end,
         };
         Ok(Scope {
             base,
@@ -176,11 +183,11 @@ impl Scope {
 
     /// Begins the handler's level: `BEGIN`, or a savepoint in the caller's
     /// transaction.
-    pub(crate) fn begin_sql(&self) -> Cow<'_, str> {
-        if !self.is_outermost() {
-            return Cow::Owned(format!("SAVEPOINT {}", self.savepoint()));
+    pub(crate) fn begin_sql(&self) -> ShortText {
+        match self.is_outermost() {
+            true => self.outermost.begin.sql(None),
+            false => self.savepoint_sql("SAVEPOINT"),
         }
-        self.outermost.begin.sql()
     }
 
     /// The outermost level's begin, for an executor that sends it later, in
@@ -194,17 +201,13 @@ impl Scope {
     }
 
     /// The outermost level's begin followed by `then` in the same text
-    /// (one allocation): what an executor that holds the outermost `BEGIN`
-    /// sends (see `delivery::pipelined`). `None` on a savepoint level.
+    /// (inline: no allocation): what an executor that holds the outermost
+    /// `BEGIN` sends (see `delivery::pipelined`). `None` on a savepoint
+    /// level.
     #[cfg(any(test, all(feature = "postgres", feature = "async")))]
-    pub(crate) fn outermost_begin_then(&self, then: &str) -> Option<String> {
-        if !self.is_outermost() {
-            return None;
-        }
-        Some(match self.outermost.begin {
-            OutermostBegin::Fixed(sql) => [sql, "; ", then].concat(),
-            OutermostBegin::IdleBounded(begin) => begin.text(Some(then)),
-        })
+    pub(crate) fn outermost_begin_then(&self, then: &str) -> Option<ShortText> {
+        self.is_outermost()
+            .then(|| self.outermost.begin.sql(Some(then)))
     }
 
     /// The outermost transaction with its tripwire set after the claim, if
@@ -223,32 +226,29 @@ impl Scope {
 
     /// Commits the handler's level; on the outermost level, with the
     /// backend's check that the transaction is not aborted.
-    pub(crate) fn commit_sql(&self) -> Cow<'_, str> {
-        if self.is_outermost() {
-            Cow::Borrowed(&self.outermost.commit)
-        } else {
-            Cow::Owned(format!("RELEASE SAVEPOINT {}", self.savepoint()))
+    pub(crate) fn commit_sql(&self) -> ShortText {
+        match self.is_outermost() {
+            true => self.outermost.ended(self.outermost.commit),
+            false => self.savepoint_sql("RELEASE SAVEPOINT"),
         }
     }
 
     /// Commits the handler's level after a claim that found its id taken,
     /// with no body run: on the outermost level without the backend's
     /// check ([`InboxBackend::OUTERMOST_DUPLICATE_COMMIT_SQL`]).
-    pub(crate) fn duplicate_commit_sql(&self) -> Cow<'_, str> {
-        if self.is_outermost() {
-            Cow::Borrowed(&self.outermost.duplicate_commit)
-        } else {
-            self.commit_sql()
+    pub(crate) fn duplicate_commit_sql(&self) -> ShortText {
+        match self.is_outermost() {
+            true => self.outermost.ended(self.outermost.duplicate_commit),
+            false => self.commit_sql(),
         }
     }
 
     /// Rolls back the handler's level and everything the body opened above
     /// it.
-    pub(crate) fn rollback_sql(&self) -> Cow<'_, str> {
-        if self.is_outermost() {
-            Cow::Borrowed(&self.outermost.rollback)
-        } else {
-            Cow::Owned(format!("ROLLBACK TO SAVEPOINT {}", self.savepoint()))
+    pub(crate) fn rollback_sql(&self) -> ShortText {
+        match self.is_outermost() {
+            true => self.outermost.ended(self.outermost.rollback),
+            false => self.savepoint_sql("ROLLBACK TO SAVEPOINT"),
         }
     }
 
@@ -370,8 +370,12 @@ impl Scope {
         conn.batch_execute(rest)
     }
 
-    fn savepoint(&self) -> String {
-        format!("inbox_savepoint_{}", self.base)
+    /// `statement` on this level's savepoint, named after its depth.
+    fn savepoint_sql(&self, statement: &str) -> ShortText {
+        let mut text = ShortText::new();
+        // Writing to a `ShortText` cannot fail.
+        let _ = write!(text, "{statement} inbox_savepoint_{}", self.base);
+        text
     }
 }
 
@@ -510,14 +514,14 @@ mod tests {
                 let outer = Scope::bounded::<DB>(&mut status, idle_limit).unwrap();
                 let held = outer.outermost_begin_then("SET y = 1").unwrap();
                 assert_eq!(held, format!("{}; SET y = 1", outer.begin_sql()));
-                assert_eq!(held.capacity(), held.len());
+                assert!(!held.is_on_heap());
                 let bounded = DB::bounded_idle_begin(std::time::Duration::from_secs(5));
                 if let (Some(_), Some(begin)) = (idle_limit, bounded) {
                     assert_eq!(outer.begin_sql(), begin.text(None));
                 }
                 outer.entered(&mut status).unwrap();
                 let inner = Scope::bounded::<DB>(&mut status, idle_limit).unwrap();
-                assert_eq!(inner.outermost_begin_then("SET y = 1"), None);
+                assert!(inner.outermost_begin_then("SET y = 1").is_none());
                 outer.left(&mut status).unwrap();
             }
         }
@@ -527,6 +531,49 @@ mod tests {
         held::<diesel::pg::Pg>();
         #[cfg(feature = "mysql")]
         held::<diesel::mysql::Mysql>();
+    }
+
+    /// A level's endings, written inline: the backend's own on the
+    /// outermost level, followed by its bounded end when the idle time is
+    /// bounded; the savepoint's, named after the depth, above it.
+    #[test]
+    fn each_levels_endings_are_written_inline() {
+        fn endings<DB: InboxBackend>() {
+            let mut status = TransactionManagerStatus::default();
+            let limit = Some(std::time::Duration::from_secs(5));
+            for idle_limit in [None, limit] {
+                let outer = Scope::bounded::<DB>(&mut status, idle_limit).unwrap();
+                let end = match idle_limit.and_then(DB::bounded_idle_begin) {
+                    Some(_) => DB::BOUNDED_IDLE_END_SQL,
+                    None => "",
+                };
+                let texts = [
+                    (outer.commit_sql(), DB::OUTERMOST_COMMIT_SQL),
+                    (
+                        outer.duplicate_commit_sql(),
+                        DB::OUTERMOST_DUPLICATE_COMMIT_SQL,
+                    ),
+                    (outer.rollback_sql(), DB::OUTERMOST_ROLLBACK_SQL),
+                ];
+                for (text, ending) in texts {
+                    assert_eq!(text, format!("{ending}{end}"));
+                    assert!(!text.is_on_heap(), "{text}");
+                }
+                outer.entered(&mut status).unwrap();
+                let inner = Scope::bounded::<DB>(&mut status, idle_limit).unwrap();
+                assert_eq!(inner.begin_sql(), "SAVEPOINT inbox_savepoint_1");
+                assert_eq!(inner.commit_sql(), "RELEASE SAVEPOINT inbox_savepoint_1");
+                assert_eq!(inner.duplicate_commit_sql(), inner.commit_sql());
+                assert!(!inner.rollback_sql().is_on_heap());
+                outer.left(&mut status).unwrap();
+            }
+        }
+        #[cfg(feature = "sqlite")]
+        endings::<diesel::sqlite::Sqlite>();
+        #[cfg(feature = "postgres")]
+        endings::<diesel::pg::Pg>();
+        #[cfg(feature = "mysql")]
+        endings::<diesel::mysql::Mysql>();
     }
 
     #[test]

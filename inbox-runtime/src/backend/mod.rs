@@ -695,19 +695,13 @@ pub struct IdleBoundedBegin {
 }
 
 impl IdleBoundedBegin {
-    /// The text, followed by `; ` and `then` when given (one allocation,
-    /// of its exact size).
-    pub(crate) fn text(&self, then: Option<&str>) -> String {
+    /// The text, followed by `; ` and `then` when given (inline: no
+    /// allocation, see [`ShortText`](crate::short_text::ShortText)).
+    pub(crate) fn text(&self, then: Option<&str>) -> crate::short_text::ShortText {
         use std::fmt::Write;
-        let digits = self
-            .bound
-            .checked_ilog10()
-            .map_or(1, |log| log as usize + 1);
-        let then_len = then.map_or(0, |then| 2 + then.len());
-        let mut text =
-            String::with_capacity(self.before.len() + digits + self.after.len() + then_len);
+        let mut text = crate::short_text::ShortText::new();
         text.push_str(self.before);
-        // Writing to a `String` cannot fail.
+        // Writing to a `ShortText` cannot fail.
         let _ = write!(text, "{}", self.bound);
         text.push_str(self.after);
         if let Some(then) = then {
@@ -1320,7 +1314,7 @@ mod tests {
     }
 
     /// An idle-bounded begin is written out as each backend's text, alone
-    /// or with what follows it, in one allocation of its exact size.
+    /// or with what follows it.
     #[test]
     fn an_idle_bounded_begin_is_written_out_whole() {
         for bound in [0, 1, 9, 10, 99, 100, 12_345, u64::MAX] {
@@ -1331,22 +1325,20 @@ mod tests {
             };
             let text = begin.text(None);
             assert_eq!(text, format!("SET x = {bound}; BEGIN"));
-            assert_eq!(text.capacity(), text.len());
             let then = begin.text(Some("SET y = 1"));
             assert_eq!(then, format!("SET x = {bound}; BEGIN; SET y = 1"));
-            assert_eq!(then.capacity(), then.len());
         }
         let limit = std::time::Duration::from_millis(1_500);
         #[cfg(feature = "postgres")]
         assert_eq!(
             <diesel::pg::Pg as super::InboxBackend>::bounded_idle_begin(limit)
-                .map(|begin| begin.text(None)),
+                .map(|begin| begin.text(None).to_string()),
             Some("BEGIN; SET LOCAL idle_in_transaction_session_timeout = 1500".to_owned())
         );
         #[cfg(feature = "mysql")]
         assert_eq!(
             <diesel::mysql::Mysql as super::InboxBackend>::bounded_idle_begin(limit)
-                .map(|begin| begin.text(None)),
+                .map(|begin| begin.text(None).to_string()),
             Some(
                 "SET @inbox_saved_wait_timeout = @@SESSION.wait_timeout, \
                  SESSION wait_timeout = 2, @inbox_saved_autocommit = @@SESSION.autocommit, \
@@ -1383,5 +1375,30 @@ mod tests {
         );
         assert_eq!(of(Duration::from_secs(u64::MAX)), longest);
         assert_eq!(of(Duration::MAX), longest);
+    }
+
+    /// Each backend's idle-bounded begin, at the longest bound and with
+    /// what an executor sends after it, is written without an allocation.
+    #[test]
+    fn every_idle_bounded_begin_is_written_inline() {
+        let longest = std::time::Duration::MAX;
+        #[cfg(feature = "postgres")]
+        {
+            let begin = <diesel::pg::Pg as super::InboxBackend>::bounded_idle_begin(longest)
+                .expect("PostgreSQL bounds the idle time");
+            assert!(!begin.text(None).is_on_heap());
+            #[cfg(feature = "async")]
+            assert!(
+                !begin
+                    .text(Some(super::postgres::PIPELINED_CLAIMING_SQL))
+                    .is_on_heap()
+            );
+        }
+        #[cfg(feature = "mysql")]
+        {
+            let begin = <diesel::mysql::Mysql as super::InboxBackend>::bounded_idle_begin(longest)
+                .expect("MySQL bounds the idle time");
+            assert!(!begin.text(None).is_on_heap());
+        }
     }
 }

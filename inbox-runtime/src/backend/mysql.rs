@@ -515,6 +515,11 @@ mod imp {
         text.push('\'');
     }
 
+    /// Room for all of a begin-and-claim text but its key's hex digits:
+    /// the begin with its idle bound, the claim's bound and its `INSERT`
+    /// (each number at its longest).
+    const BEGIN_AND_CLAIM_BYTES: usize = 384;
+
     /// The prefix that bounds one statement's lock wait, in whole seconds.
     fn set_statement(bound: &crate::backend::ClaimBound) -> String {
         format!(bound_prefix!(), bound.seconds)
@@ -727,6 +732,10 @@ mod imp {
             if key.fingerprint().is_some() {
                 return false;
             }
+            // The text's own statements and the bound, then two hex digits
+            // per byte of the key: one allocation.
+            let (handler, id) = (key.handler().as_str(), key.message_id());
+            text.reserve(BEGIN_AND_CLAIM_BYTES + 2 * (handler.len() + id.len()));
             // Writing to a `String` cannot fail.
             match idle_seconds {
                 Some(seconds) => {
@@ -739,9 +748,9 @@ mod imp {
                 let _ = write!(text, bound_prefix!(), bound.seconds);
             }
             text.push_str("INSERT INTO inbox_messages (handler, message_id) VALUES (");
-            push_hex_literal(text, key.handler().as_str().as_bytes());
+            push_hex_literal(text, handler.as_bytes());
             text.push_str(", ");
-            push_hex_literal(text, key.message_id().as_bytes());
+            push_hex_literal(text, id.as_bytes());
             text.push(')');
             true
         }
@@ -930,6 +939,22 @@ mod imp {
                  SAVEPOINT inbox_transaction; SET STATEMENT innodb_lock_wait_timeout = 2 FOR \
                  INSERT INTO inbox_messages (handler, message_id) VALUES (X'682E78', \
                  X'697427735CC3A9')"
+            );
+            // At the longest numbers, the text fits in what was reserved
+            // for it: one allocation.
+            let mut text = String::new();
+            let longest = ClaimBound::of(Duration::MAX);
+            assert!(Mysql::push_begin_and_claim(
+                &mut text,
+                Some(u64::MAX),
+                &key,
+                Some(longest)
+            ));
+            let key_bytes = "h.x".len() + "it's\\é".len();
+            assert!(text.len() <= super::BEGIN_AND_CLAIM_BYTES + 2 * key_bytes);
+            assert_eq!(
+                text.capacity(),
+                super::BEGIN_AND_CLAIM_BYTES + 2 * key_bytes
             );
             let fingerprinted = key.with_fingerprint(crate::Fingerprint::of("payload").unwrap());
             let mut text = String::from("kept");

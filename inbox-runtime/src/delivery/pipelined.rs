@@ -50,6 +50,7 @@ use crate::error::InboxError;
 use crate::key::ClaimKey;
 use crate::options::Options;
 use crate::scope::Scope;
+use crate::short_text::ShortText;
 use crate::stored::Reply;
 
 /// A diesel-async PostgreSQL connection a shared reference to which is a
@@ -109,7 +110,7 @@ pub(crate) struct Pipelined<'c, C: AsyncConnection> {
     exec: Async<'c, C>,
     /// The outermost `BEGIN` not sent yet, with its transaction block's
     /// mark.
-    held: Option<String>,
+    held: Option<ShortText>,
 }
 
 impl<'c, C: Pipelining> Pipelined<'c, C> {
