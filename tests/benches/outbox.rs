@@ -6,7 +6,7 @@
 //!
 //! 1. **Relay throughput against a plain publish loop**, on NATS JetStream
 //!    and on RabbitMQ, interleaved round by round: each round publishes
-//!    `INBOX_BENCH_MESSAGES` (2,000) messages of 128 bytes with a plain
+//!    `INBOX_BENCH_MESSAGES` (10,000) messages of 128 bytes with a plain
 //!    loop of the client (batches of 100 published together, then their
 //!    confirmations awaited: JetStream publish acks, RabbitMQ publisher
 //!    confirms), and drains as many from the outbox with `Relay::run_once_async`
@@ -22,6 +22,9 @@
 //!
 //! It prints figures; it asserts nothing. Servers: `INBOX_TEST_POSTGRES_URL`
 //! (a schema of its own), `INBOX_TEST_NATS_URL`, `INBOX_TEST_AMQP_URL`.
+//! `INBOX_BENCH_PARTS` (a comma-separated list of `none`, `nats`, `rabbitmq`,
+//! `latency`; all by default) runs some of it: `none` is the relay with a
+//! publisher that confirms at once, the database's share.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -85,28 +88,36 @@ fn main() {
             PAYLOAD.len()
         );
 
-        let mut discard = Vec::new();
-        for _ in 0..rounds {
-            discard.push(relay_drain(&db, "nowhere", messages, vec![Confirms]).await);
+        let parts = std::env::var("INBOX_BENCH_PARTS")
+            .unwrap_or_else(|_| "none,nats,rabbitmq,latency".to_owned());
+        let runs = |part: &str| parts.split(',').any(|named| named.trim() == part);
+        if runs("none") {
+            let mut discard = Vec::new();
+            for _ in 0..rounds {
+                discard.push(relay_drain(&db, "nowhere", messages, vec![Confirms]).await);
+            }
+            let per_second = median(&mut discard.iter().map(|s| s.per_second).collect::<Vec<_>>());
+            let cpu_micros = median(&mut discard.iter().map(|s| s.cpu_micros).collect::<Vec<_>>());
+            println!(
+                "no broker       1 relay  {per_second:7.0} msg/s, {cpu_micros:5.1} µs CPU/msg \
+                 (a publisher that confirms at once: the database's share)"
+            );
         }
-        println!(
-            "no broker       1 relay  {:7.0} msg/s, {:5.1} µs CPU/msg (a publisher that confirms at once: the database's share)",
-            median(&mut discard.iter().map(|s| s.per_second).collect::<Vec<_>>()),
-            median(&mut discard.iter().map(|s| s.cpu_micros).collect::<Vec<_>>()),
-        );
         let subject = format!("{run}.receipts");
         let nats = JetStreamPublisher::new(js.clone());
         let mut rates = Rates::default();
-        for _ in 0..rounds {
+        for _ in 0..rounds * usize::from(runs("nats")) {
             rates.plain.push(nats_loop(&js, &subject, messages).await);
             rates
                 .one
                 .push(relay_drain(&db, &subject, messages, vec![nats.clone()]).await);
-            rates.two.push(
-                relay_drain(&db, &subject, messages, vec![nats.clone(), nats.clone()]).await,
-            );
+            rates
+                .two
+                .push(relay_drain(&db, &subject, messages, vec![nats.clone(), nats.clone()]).await);
         }
-        rates.print("NATS JetStream");
+        if runs("nats") {
+            rates.print("NATS JetStream");
+        }
 
         let amqp = lapin::Connection::connect(&amqp_url, ConnectionProperties::default())
             .await
@@ -129,7 +140,7 @@ fn main() {
             .expect("a queue");
         let rabbit = || LapinPublisher::new(&amqp_url, ConnectionProperties::default());
         let mut rates = Rates::default();
-        for _ in 0..rounds {
+        for _ in 0..rounds * usize::from(runs("rabbitmq")) {
             rates.plain.push(amqp_loop(&channel, &run, messages).await);
             rates
                 .one
@@ -142,17 +153,23 @@ fn main() {
                 .await
                 .expect("purge");
         }
-        rates.print("RabbitMQ");
-
-        println!("\ncommit-to-publish latency, 200 messages/s, 10 s per mode, alternated twice:");
-        let mut woken = Vec::new();
-        let mut polled = Vec::new();
-        for _ in 0..2 {
-            woken.extend(latency(&db, &js, &subject, true).await);
-            polled.extend(latency(&db, &js, &subject, false).await);
+        if runs("rabbitmq") {
+            rates.print("RabbitMQ");
         }
-        print_latency("woken on commit (LISTEN)", &mut woken);
-        print_latency("polling (idle wait 500 ms)", &mut polled);
+
+        if runs("latency") {
+            println!(
+                "\ncommit-to-publish latency, 200 messages/s, 10 s per mode, alternated twice:"
+            );
+            let mut woken = Vec::new();
+            let mut polled = Vec::new();
+            for _ in 0..2 {
+                woken.extend(latency(&db, &js, &subject, true).await);
+                polled.extend(latency(&db, &js, &subject, false).await);
+            }
+            print_latency("woken on commit (LISTEN)", &mut woken);
+            print_latency("polling (idle wait 500 ms)", &mut polled);
+        }
         let _ = js.delete_stream(&run).await;
     });
 }
