@@ -42,8 +42,10 @@ impl<'a> CachedStatement<'a> {
             + HasSqlType<Binary>,
         str: ToSql<Text, DB>,
         Option<&'a str>: ToSql<Nullable<Text>, DB>,
+        Option<i64>: ToSql<Nullable<BigInt>, DB>,
         i32: ToSql<Integer, DB>,
         i64: ToSql<BigInt, DB>,
+        Option<i64>: ToSql<Nullable<BigInt>, DB>,
         [u8]: ToSql<Binary, DB>,
     {
         let Some(bind) = self.binds.get(index) else {
@@ -62,6 +64,7 @@ impl<'a> CachedStatement<'a> {
             Bind::OptionalText(text) => out.push_bind_param::<Nullable<Text>, _>(text),
             Bind::Integer(value) => out.push_bind_param::<Integer, _>(value),
             Bind::BigInt(value) => out.push_bind_param::<BigInt, _>(value),
+            Bind::OptionalBigInt(value) => out.push_bind_param::<Nullable<BigInt>, _>(value),
             Bind::Bytes(bytes) => out.push_bind_param::<Binary, [u8]>(bytes),
         }
     }
@@ -78,6 +81,7 @@ where
     DB: Backend + HasSqlType<Text> + HasSqlType<Integer> + HasSqlType<BigInt> + HasSqlType<Binary>,
     str: ToSql<Text, DB>,
     Option<&'a str>: ToSql<Nullable<Text>, DB>,
+    Option<i64>: ToSql<Nullable<BigInt>, DB>,
     i32: ToSql<Integer, DB>,
     i64: ToSql<BigInt, DB>,
     [u8]: ToSql<Binary, DB>,

@@ -44,6 +44,8 @@ pub(crate) use batch_claim::values_sql;
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub(crate) use batch_claim::{BatchReports, InsertedId};
 pub use failure_rows::{DeadLetterRow, Present, SummaryRow};
+#[cfg(feature = "postgres")]
+pub(crate) use outbox_sql::DeletingLease;
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub(crate) use outbox_sql::outbox_leasable;
 pub use outbox_sql::{BacklogRow, DeadOutboxRow, KeyedInsert, Lease, OutboxRow, OutboxSql};
@@ -756,6 +758,8 @@ pub enum Bind<'a> {
     Integer(i32),
     /// A 64-bit integer.
     BigInt(i64),
+    /// A 64-bit integer or `NULL`.
+    OptionalBigInt(Option<i64>),
     /// Bytes.
     Bytes(&'a [u8]),
 }
@@ -775,7 +779,8 @@ where
     &'a str: diesel::serialize::ToSql<Text, DB>
         + diesel::serialize::ToSql<diesel::sql_types::Nullable<Text>, DB>,
     i32: diesel::serialize::ToSql<diesel::sql_types::Integer, DB>,
-    i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
+    i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>
+        + diesel::serialize::ToSql<diesel::sql_types::Nullable<diesel::sql_types::BigInt>, DB>,
     DB: diesel::sql_types::HasSqlType<diesel::sql_types::Binary>,
     &'a [u8]: diesel::serialize::ToSql<diesel::sql_types::Binary, DB>,
 {
@@ -786,6 +791,7 @@ where
             Bind::OptionalText(text) => query.bind::<Nullable<Text>, _>(text),
             Bind::Integer(value) => query.bind::<Integer, _>(value),
             Bind::BigInt(value) => query.bind::<BigInt, _>(value),
+            Bind::OptionalBigInt(value) => query.bind::<Nullable<BigInt>, _>(value),
             Bind::Bytes(bytes) => query.bind::<Binary, _>(bytes),
         };
     }

@@ -264,7 +264,8 @@ mod imp {
         },
         lease: Lease::LockThenWrite {
             select: concat!(
-                "SELECT o.position, o.id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts, ",
+                "SELECT o.position, o.id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts, \
+                 o.key_seq, o.last_error, ",
                 micros!("o.created_at"),
                 " AS created_micros FROM inbox_outbox o WHERE ",
                 outbox_leasable!("UTC_TIMESTAMP(6)"),
@@ -274,6 +275,7 @@ mod imp {
                  leased_until = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? * 1000 MICROSECOND) \
                  WHERE position IN (",
         },
+        deleting_lease: None,
         mark_sent: "UPDATE inbox_outbox SET sent_at = UTC_TIMESTAMP(6), lease_owner = NULL, \
              leased_until = NULL WHERE sent_at IS NULL AND position IN (",
         delete_sent: "DELETE FROM inbox_outbox WHERE sent_at IS NULL AND position IN (",

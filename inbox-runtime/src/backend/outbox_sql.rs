@@ -25,6 +25,10 @@ pub struct OutboxSql {
     pub(crate) insert_keyed: KeyedInsert,
     /// Leases the next messages a relay may publish.
     pub(crate) lease: Lease,
+    /// Leases the next messages by deleting them, where the backend can (a
+    /// relay that does not [keep sent messages](crate::outbox::Relay::keep_sent)):
+    /// see [`DeletingLease`].
+    pub(crate) deleting_lease: Option<DeletingLease>,
     /// Marks messages sent, kept for their retention (positions appended): a
     /// relay that [keeps sent messages](crate::outbox::Relay::keep_sent).
     pub(crate) mark_sent: &'static str,
@@ -101,6 +105,27 @@ pub enum Lease {
     HeldLock(&'static str),
 }
 
+/// A lease that deletes the messages it picks and returns them, in a
+/// transaction the round holds open while it publishes: a message the
+/// broker confirmed costs no statement after the broker's answer, and the
+/// round's commit is its record. What the broker did not confirm is put
+/// back: the whole round rolled back when it recorded nothing (no message
+/// confirmed, none refused), each such message inserted again as it was
+/// (`restore`) otherwise, in the round's transaction, so that a confirmed
+/// message never becomes visible to another relay again.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct DeletingLease {
+    /// Picks, locks (skipping rows another relay has locked), deletes and
+    /// returns the messages, bounding how long the transaction may sit idle:
+    /// `(lease_millis as text, limit)`.
+    pub(crate) lease: &'static str,
+    /// Inserts a message again as the lease returned it: `(position, id,
+    /// destination, ordering_key, key_seq, headers, payload,
+    /// created_micros, attempts, last_error)`.
+    pub(crate) restore: &'static str,
+}
+
 /// The condition a message meets to be leased (the table is `o`), with the
 /// backend's current time: pending, no lease held, no retry waited for, and
 /// no earlier unsent message of its ordering key (a dead one included, so a
@@ -142,6 +167,12 @@ pub struct OutboxRow {
     pub(crate) attempts: i32,
     #[diesel(sql_type = BigInt)]
     pub(crate) created_micros: i64,
+    /// Read for a [`DeletingLease`]'s restore.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub(crate) key_seq: Option<i64>,
+    /// Read for a [`DeletingLease`]'s restore.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub(crate) last_error: Option<String>,
 }
 
 /// One dead message, as [`OutboxSql::list_dead`] reads it.

@@ -185,8 +185,8 @@ mod imp {
 
     use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{
-        BatchReports, FailureSql, InboxBackend, KeyedInsert, Lease, OutboxSql, PruneBatchStatement,
-        PrunedTable, StoredClaimSql, migration_sql, outbox_leasable, sealed,
+        BatchReports, DeletingLease, FailureSql, InboxBackend, KeyedInsert, Lease, OutboxSql,
+        PruneBatchStatement, PrunedTable, StoredClaimSql, migration_sql, outbox_leasable, sealed,
     };
     use crate::fingerprint::Fingerprint;
     use crate::key::ClaimKey;
@@ -515,6 +515,32 @@ mod imp {
     /// confirmed message costs one delete; one statement records a keyed
     /// message (a CTE upserts the key's counter, whose row lock makes
     /// writers of one key take turns until they commit).
+    /// The first step of a lease that holds its rows locked: the session
+    /// ends (and its locks go) once the transaction sits idle for longer
+    /// than the lease (`$1`), and its commit does not wait for the WAL
+    /// flush: a commit lost to a server crash leaves its messages pending,
+    /// published again under the same ids (at least once, as promised), or
+    /// a refusal uncounted. `set_config(…, true)` lasts as long as the
+    /// transaction, in a CTE the lease joins (volatile: evaluated once, not
+    /// inlined).
+    macro_rules! held_lease_bound {
+        () => {
+            "WITH bound AS (SELECT set_config('idle_in_transaction_session_timeout', $1, true) AS lease, \
+             set_config('synchronous_commit', 'off', true) AS durability) "
+        };
+    }
+
+    /// The columns a lease returns ([`OutboxRow`](crate::backend::OutboxRow)), of the table `o`.
+    macro_rules! leased_columns {
+        () => {
+            concat!(
+                "o.position, o.id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts, ",
+                micros!("o.created_at"),
+                " AS created_micros, o.key_seq, o.last_error"
+            )
+        };
+    }
+
     const OUTBOX: OutboxSql = OutboxSql {
         insert: "INSERT INTO inbox_outbox (id, destination, headers, payload) VALUES ($1, $2, $3, $4)",
         insert_keyed: KeyedInsert::OneStatement(
@@ -524,22 +550,36 @@ mod imp {
              INSERT INTO inbox_outbox (id, destination, ordering_key, key_seq, headers, payload) \
              SELECT $1, $2, seq.ordering_key, seq.last_seq, $3, $4 FROM seq",
         ),
-        // The session ends (and its locks go) once the transaction sits
-        // idle for longer than the lease, and its commit does not wait for
-        // the WAL flush: a commit lost to a server crash leaves its messages
-        // pending, published again under the same ids (at least once, as
-        // promised) or a refusal uncounted. `set_config(…, true)` lasts as
-        // long as the transaction, in a CTE the select joins (volatile:
-        // evaluated once, not inlined).
+        // The rows held locked while the round publishes, then marked sent
+        // (a relay that keeps sent messages; see `held_lease_bound!`).
         lease: Lease::HeldLock(concat!(
-            "WITH bound AS (SELECT set_config('idle_in_transaction_session_timeout', $1, true) AS lease, ",
-            "set_config('synchronous_commit', 'off', true) AS durability) ",
-            "SELECT o.position, o.id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts, ",
-            micros!("o.created_at"),
-            " AS created_micros FROM inbox_outbox o, bound WHERE ",
+            held_lease_bound!(),
+            "SELECT ",
+            leased_columns!(),
+            " FROM inbox_outbox o, bound WHERE ",
             outbox_leasable!("statement_timestamp()"),
             " ORDER BY o.position LIMIT $2 FOR UPDATE OF o SKIP LOCKED"
         )),
+        // The rows picked as the held lock picks them, then deleted in the
+        // same statement: one statement per round where a confirmed
+        // message cost a delete of its own after the broker's answer. A
+        // restored message keeps its position (`OVERRIDING SYSTEM VALUE`)
+        // and its id: the rows this transaction deleted hold neither key
+        // against it.
+        deleting_lease: Some(DeletingLease {
+            lease: concat!(
+                held_lease_bound!(),
+                ", picked AS (SELECT o.position FROM inbox_outbox o, bound WHERE ",
+                outbox_leasable!("statement_timestamp()"),
+                " ORDER BY o.position LIMIT $2 FOR UPDATE OF o SKIP LOCKED) ",
+                "DELETE FROM inbox_outbox o USING picked WHERE o.position = picked.position RETURNING ",
+                leased_columns!()
+            ),
+            restore: "INSERT INTO inbox_outbox (position, id, destination, ordering_key, key_seq, \
+                 headers, payload, created_at, attempts, last_error) OVERRIDING SYSTEM VALUE \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, \
+                 TIMESTAMPTZ 'epoch' + $8 * INTERVAL '1 microsecond', $9, $10)",
+        }),
         mark_sent: "UPDATE inbox_outbox SET sent_at = statement_timestamp(), lease_owner = NULL, \
              leased_until = NULL WHERE sent_at IS NULL AND position IN (",
         delete_sent: "DELETE FROM inbox_outbox WHERE sent_at IS NULL AND position IN (",

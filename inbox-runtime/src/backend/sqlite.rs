@@ -212,10 +212,12 @@ mod imp {
             "WHERE position IN (SELECT o.position FROM inbox_outbox o WHERE ",
             outbox_leasable!("strftime('%Y-%m-%d %H:%M:%f', 'now')"),
             " ORDER BY o.position LIMIT ?) ",
-            "RETURNING position, id, destination, ordering_key, headers, payload, attempts, ",
+            "RETURNING position, id, destination, ordering_key, headers, payload, attempts, \
+             key_seq, last_error, ",
             micros!("created_at"),
             " AS created_micros"
         )),
+        deleting_lease: None,
         mark_sent: "UPDATE inbox_outbox SET sent_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), \
              lease_owner = NULL, leased_until = NULL WHERE sent_at IS NULL AND position IN (",
         delete_sent: "DELETE FROM inbox_outbox WHERE sent_at IS NULL AND position IN (",

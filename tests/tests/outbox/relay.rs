@@ -24,6 +24,8 @@ inbox_tests::backend_tests! {
     an_unavailable_broker_gets_the_messages_back_uncounted,
     a_relay_killed_mid_round_leaves_its_lease_then_another_publishes_the_same_ids,
     three_relays_publish_every_message_once_each_key_in_order,
+    three_relays_on_a_flaky_broker_publish_every_message_once_each_key_in_order,
+    a_round_puts_back_what_the_broker_did_not_confirm_as_it_was,
     a_relay_refuses_to_run_inside_a_transaction,
     a_message_continues_the_trace_it_was_sent_from,
     a_handlers_messages_continue_its_deliverys_trace;
@@ -419,6 +421,27 @@ pub fn a_round_stuck_past_its_lease_loses_its_messages_to_another_relay<B: TestB
 }
 
 pub fn three_relays_publish_every_message_once_each_key_in_order<B: TestBackend>() {
+    three_relays_publish_once::<B>(Broker::default());
+}
+
+/// The same with every third message the broker answers unavailable: each
+/// round confirms some of its messages and puts the others back (on
+/// PostgreSQL, inserted again in the round's transaction), while the other
+/// relays lease around them. No message goes out twice, none is lost, and
+/// a key's messages go out in commit order.
+pub fn three_relays_on_a_flaky_broker_publish_every_message_once_each_key_in_order<
+    B: TestBackend,
+>() {
+    three_relays_publish_once::<B>(Broker {
+        flaky_every: 3,
+        ..Broker::default()
+    });
+}
+
+/// 8 keys of 25 messages and 25 unkeyed ones, relayed by three relays
+/// publishing to `broker` (and its clones) in rounds of 5 until the outbox
+/// is empty: each message confirmed once, each key's in commit order.
+fn three_relays_publish_once<B: TestBackend>(broker: Broker) {
     let Some(db) = B::open() else { return };
     let mut conn = db.connect();
     const KEYS: usize = 8;
@@ -430,7 +453,6 @@ pub fn three_relays_publish_every_message_once_each_key_in_order<B: TestBackend>
         messages.push(OutgoingMessage::new("receipts", format!("free:{wave}")));
         send_all(&mut conn, &messages);
     }
-    let broker = Broker::default();
     let start = Arc::new(Barrier::new(3));
     let relays: Vec<_> = (0..3)
         .map(|_| {
@@ -473,6 +495,116 @@ pub fn three_relays_publish_every_message_once_each_key_in_order<B: TestBackend>
         );
     }
     assert_eq!(outbox::backlog(&mut conn).unwrap().pending, 0);
+}
+
+/// Every column of the outbox's rows but a refused message's next try, one
+/// text per row in position order.
+fn outbox_rows<C: SqlRows>(conn: &mut C, backend: &str) -> Vec<String> {
+    const COLUMNS: [&str; 14] = [
+        "position",
+        "id",
+        "destination",
+        "ordering_key",
+        "key_seq",
+        "headers",
+        "payload",
+        "created_at",
+        "attempts",
+        "last_error",
+        "lease_owner",
+        "leased_until",
+        "sent_at",
+        "dead_at",
+    ];
+    let each = |format: fn(&str) -> String, separator: &str| COLUMNS.map(format).join(separator);
+    let value = match backend {
+        "postgres" => format!("ROW({})::text", COLUMNS.join(", ")),
+        "mysql" => format!(
+            "CONCAT_WS('|', {})",
+            each(|column| format!("IFNULL(HEX({column}), 'NULL')"), ", ")
+        ),
+        _ => each(|column| format!("quote({column})"), " || '|' || "),
+    };
+    conn.texts(&format!(
+        "SELECT {value} AS value FROM inbox_outbox ORDER BY position"
+    ))
+}
+
+/// A round whose broker confirms one message, refuses one and cannot take
+/// one: the confirmed one is gone; the unavailable one is back exactly as
+/// it was (position, id, key, headers, payload, creation time, attempts and
+/// the error of an earlier refusal); the refused one likewise, but for its
+/// attempt counted and its new error. The next round publishes both with
+/// the ids, headers and payloads they were sent with.
+pub fn a_round_puts_back_what_the_broker_did_not_confirm_as_it_was<B: TestBackend>() {
+    let Some(db) = B::open() else { return };
+    let mut conn = db.connect();
+    send_all(
+        &mut conn,
+        &[
+            keyed("k", "k1"),
+            OutgoingMessage::new("nowhere", "k2")
+                .ordering_key("k")
+                .header("h", "v"),
+            OutgoingMessage::new("later", "c").header("x-a", "1"),
+        ],
+    );
+    let relay = Relay::new().max_attempts(5).backoff(AT_ONCE);
+    // k1 goes out (k2 waits behind it); c is refused once: an error to keep.
+    let mut broker = Broker {
+        refuse_destination: Some("later"),
+        ..Broker::default()
+    };
+    let first = relay.run_once(&mut conn, &mut broker).unwrap();
+    assert_eq!((first.published, first.refused), (1, 1), "{first:?}");
+    let before = outbox_rows(&mut conn, B::NAME);
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    send_all(&mut conn, &[OutgoingMessage::new("receipts", "e")]);
+    let mut broker = Broker {
+        refuse_destination: Some("nowhere"),
+        unavailable_destination: Some("later"),
+        confirmed: broker.confirmed,
+        ..Broker::default()
+    };
+    let second = relay.run_once(&mut conn, &mut broker).unwrap();
+    assert_eq!(
+        (
+            second.leased,
+            second.published,
+            second.refused,
+            second.unavailable
+        ),
+        (3, 1, 1, 1),
+        "{second:?}"
+    );
+    let after = outbox_rows(&mut conn, B::NAME);
+    assert_eq!(after.len(), 2, "e is gone, k2 and c are back: {after:?}");
+    let (k2, c) = (&after[0], &after[1]);
+    assert_eq!(c, &before[1], "c is back as it was");
+    assert_ne!(k2, &before[0], "k2's refusal is counted");
+
+    let mut broker = Broker {
+        confirmed: broker.confirmed,
+        ..Broker::default()
+    };
+    drain(&relay, &mut conn, &mut broker);
+    assert_eq!(broker.payloads(), ["k1", "e", "k2", "c"]);
+    let confirmed = broker.confirmed.lock().unwrap();
+    let (k2, c) = (&confirmed[2], &confirmed[3]);
+    assert_eq!((k2.attempts, c.attempts), (1, 1));
+    assert_eq!(k2.ordering_key.as_deref(), Some("k"));
+    assert!(
+        k2.headers.contains(&("h".to_owned(), "v".to_owned())),
+        "{:?}",
+        k2.headers
+    );
+    assert!(
+        c.headers.contains(&("x-a".to_owned(), "1".to_owned())),
+        "{:?}",
+        c.headers
+    );
+    assert!(outbox::backlog(&mut conn).unwrap().pending == 0);
 }
 
 pub fn a_message_continues_the_trace_it_was_sent_from<B: TestBackend>() {
@@ -615,38 +747,46 @@ fn postgres_lease_walks_the_pending_messages_not_the_sent_ones() {
         .collect();
     send_all(&mut conn, &pending);
     conn.batch_execute("ANALYZE inbox_outbox").unwrap();
-    let lease = outbox::lease_statement::<diesel::pg::Pg>()
-        .expect("one statement on PostgreSQL")
-        .replace("$1", "'30000'")
-        .replace("$2", "100");
     #[derive(diesel::QueryableByName)]
     struct PlanLine {
         #[diesel(sql_type = diesel::sql_types::Text)]
         #[diesel(column_name = "QUERY PLAN")]
         line: String,
     }
-    // EXPLAIN ANALYZE runs the lease: in a transaction rolled back.
-    let mut plan = Vec::new();
-    let _ = conn.transaction(|conn| {
-        plan = diesel::RunQueryDsl::load::<PlanLine>(
-            diesel::sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF) {lease}")),
-            conn,
-        )?
-        .into_iter()
-        .map(|line| line.line)
-        .collect();
-        Err::<(), _>(diesel::result::Error::RollbackTransaction)
-    });
-    let filtered: u64 = plan
-        .iter()
-        .filter_map(|line| line.trim().strip_prefix("Rows Removed by Filter: "))
-        .filter_map(|n| n.trim().parse::<u64>().ok())
-        .sum();
-    assert!(
-        filtered < 1_000,
-        "the lease read and filtered out {filtered} rows:\n{}",
-        plan.join("\n")
-    );
+    // The lease that deletes what it picks, and the one that keeps them.
+    for keep_sent in [false, true] {
+        let lease = outbox::lease_statement::<diesel::pg::Pg>(keep_sent)
+            .expect("one statement on PostgreSQL")
+            .replace("$1", "'30000'")
+            .replace("$2", "100");
+        // EXPLAIN ANALYZE runs the lease: in a transaction rolled back.
+        let mut plan = Vec::new();
+        let _ = conn.transaction(|conn| {
+            plan = diesel::RunQueryDsl::load::<PlanLine>(
+                diesel::sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF) {lease}")),
+                conn,
+            )?
+            .into_iter()
+            .map(|line| line.line)
+            .collect();
+            Err::<(), _>(diesel::result::Error::RollbackTransaction)
+        });
+        let filtered: u64 = plan
+            .iter()
+            .filter_map(|line| line.trim().strip_prefix("Rows Removed by Filter: "))
+            .filter_map(|n| n.trim().parse::<u64>().ok())
+            .sum();
+        assert!(
+            filtered < 1_000,
+            "keep_sent {keep_sent}: the lease read and filtered out {filtered} rows:\n{}",
+            plan.join("\n")
+        );
+        assert!(
+            plan.iter().any(|line| line.contains("rows=100")),
+            "keep_sent {keep_sent}: the lease took its 100:\n{}",
+            plan.join("\n")
+        );
+    }
 }
 
 /// MySQL/MariaDB: InnoDB keeps a lock on every row a locking read scanned

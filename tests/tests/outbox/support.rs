@@ -12,13 +12,21 @@ use inbox_runtime::outbox::{
 use inbox_runtime::{InboxBackend, InboxError};
 use inbox_tests::SqlRows;
 
-/// A broker that confirms everything except what `refuse` or `unavailable`
-/// pick, and keeps what it confirmed, in order.
+/// A broker that confirms everything except what `refuse_destination`,
+/// `unavailable`, `unavailable_destination` or `flaky_every` pick, and
+/// keeps what it confirmed, in order.
 #[derive(Clone, Default)]
 pub struct Broker {
     pub confirmed: Arc<Mutex<Vec<OutboxMessage>>>,
     pub refuse_destination: Option<&'static str>,
+    /// Every message unavailable.
     pub unavailable: bool,
+    /// The messages to this destination unavailable.
+    pub unavailable_destination: Option<&'static str>,
+    /// Every n-th message this broker (and its clones) answers unavailable
+    /// (0: none).
+    pub flaky_every: usize,
+    pub answered: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Broker {
@@ -26,7 +34,14 @@ impl Broker {
         messages
             .iter()
             .map(|message| {
-                if self.unavailable {
+                let answered = self
+                    .answered
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let flaky = self.flaky_every > 0 && answered % self.flaky_every == 0;
+                if self.unavailable
+                    || flaky
+                    || self.unavailable_destination == Some(message.destination.as_str())
+                {
                     Err(PublishError::unavailable("connection refused"))
                 } else if self.refuse_destination == Some(message.destination.as_str()) {
                     Err(PublishError::refused(format!(
@@ -86,7 +101,7 @@ pub fn keyed(key: &str, text: &str) -> OutgoingMessage {
 /// transaction (PostgreSQL) rather than lease them for a time (a lease
 /// written and committed before publishing).
 pub fn rounds_hold_locks<B: inbox_tests::TestBackend>() -> bool {
-    inbox_runtime::outbox::lease_statement::<inbox_tests::DieselBackend<B>>().is_some()
+    inbox_runtime::outbox::lease_statement::<inbox_tests::DieselBackend<B>>(false).is_some()
 }
 
 /// Rows of the outbox table.

@@ -325,13 +325,17 @@ impl RelayReport {
     }
 }
 
-/// The statement that locks a round's messages on `B`, when the round holds
-/// them locked (PostgreSQL's): binds `$1` the lease in milliseconds as
+/// The statement that locks a round's messages on `B` (and deletes them,
+/// unless the relay keeps sent messages), when the round holds them in its
+/// transaction (PostgreSQL's): binds `$1` the lease in milliseconds as
 /// text, `$2` the batch size. For the suite's plan checks.
 #[doc(hidden)]
-pub fn lease_statement<B: InboxBackend>() -> Option<&'static str> {
-    match B::OUTBOX_SQL.lease {
-        crate::backend::Lease::HeldLock(sql) => Some(sql),
-        crate::backend::Lease::Returning(_) | crate::backend::Lease::LockThenWrite { .. } => None,
+pub fn lease_statement<B: InboxBackend>(keep_sent: bool) -> Option<&'static str> {
+    match (B::OUTBOX_SQL.deleting_lease, &B::OUTBOX_SQL.lease) {
+        (Some(deleting), _) if !keep_sent => Some(deleting.lease),
+        (_, crate::backend::Lease::HeldLock(sql)) => Some(sql),
+        (_, crate::backend::Lease::Returning(_) | crate::backend::Lease::LockThenWrite { .. }) => {
+            None
+        }
     }
 }

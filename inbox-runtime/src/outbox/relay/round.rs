@@ -103,27 +103,53 @@ where
         return Err(InboxError::InsideTransaction { operation: ROUND });
     }
     let owner = OutboxId::generate();
-    let select = match <X::Backend as InboxBackend>::OUTBOX_SQL.lease {
-        Lease::HeldLock(select) => select,
-        Lease::Returning(sql) => {
+    let sql = &<X::Backend as InboxBackend>::OUTBOX_SQL;
+    let deleting = sql.deleting_lease.filter(|_| !relay.keep_sent);
+    let (select, holding) = match (deleting, &sql.lease) {
+        (Some(deleting), _) => (
+            deleting.lease,
+            Holding::Deleted {
+                restore: deleting.restore,
+            },
+        ),
+        (None, Lease::HeldLock(select)) => (*select, Holding::Locked),
+        (None, Lease::Returning(sql)) => {
             let rows = with_retries!(
                 RetryPolicy::RELAY,
                 exec,
                 lease_returning(relay, exec, owner.as_str(), sql).await
             )?;
-            return settle(relay, exec, owner.as_str(), rows, publisher, false).await;
+            return settle(
+                relay,
+                exec,
+                owner.as_str(),
+                rows,
+                publisher,
+                Holding::Leased,
+            )
+            .await
+            .map(|(report, _)| report);
         }
-        Lease::LockThenWrite { select, lease } => {
+        (None, Lease::LockThenWrite { select, lease }) => {
             let rows = with_retries!(
                 RetryPolicy::RELAY,
                 exec,
                 lock_then_lease(relay, exec, owner.as_str(), select, lease).await
             )?;
-            return settle(relay, exec, owner.as_str(), rows, publisher, false).await;
+            return settle(
+                relay,
+                exec,
+                owner.as_str(),
+                rows,
+                publisher,
+                Holding::Leased,
+            )
+            .await
+            .map(|(report, _)| report);
         }
     };
-    // The rows stay locked by this transaction while they are published:
-    // it ends after what the broker answered is recorded.
+    // The rows stay locked (or deleted) by this transaction while they are
+    // published: it ends after what the broker answered is recorded.
     exec.transaction(TransactionStep::Begin).await?;
     let settled = caught(async {
         let (lease_millis, limit) = lease_binds(relay);
@@ -131,11 +157,16 @@ where
         let rows = exec
             .load(select, &[Bind::Text(&lease_millis), Bind::BigInt(limit)])
             .await?;
-        settle(relay, exec, owner.as_str(), rows, publisher, true).await
+        settle(relay, exec, owner.as_str(), rows, publisher, holding).await
     })
     .await;
     match settled {
-        Ok(Ok(report)) => match exec.transaction(TransactionStep::Commit).await {
+        Ok(Ok((report, RoundEnd::RollBack))) => {
+            exec.transaction(TransactionStep::Rollback).await?;
+            Ok(report)
+        }
+        Ok(Ok((report, RoundEnd::Commit))) => match exec.transaction(TransactionStep::Commit).await
+        {
             Ok(()) => Ok(report),
             Err(error) => {
                 // Nothing of the round is recorded: its messages are
@@ -158,11 +189,46 @@ where
     }
 }
 
-/// Publishes `rows` (leased for `owner`, or locked by the round's
-/// transaction when `held`) and records what the broker answered: the
-/// confirmed ones sent (deleted, or marked when the relay keeps them), the
-/// refused ones counted, the others given back. Outside a held transaction
-/// each record runs on its own and is tried again after a lock conflict
+/// How a round holds the messages it publishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holding {
+    /// Leased for the round's owner, in a transaction of their own: each
+    /// record is a statement of its own.
+    Leased,
+    /// Locked by the round's transaction ([`Lease::HeldLock`]).
+    Locked,
+    /// Deleted by the round's transaction
+    /// ([`DeletingLease`](crate::backend::DeletingLease)): what the broker
+    /// did not confirm is inserted again with `restore`.
+    Deleted { restore: &'static str },
+}
+
+/// How a round that holds its messages ends its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RoundEnd {
+    Commit,
+    /// Nothing was recorded, and the transaction's own work is undone: a
+    /// deleting lease's messages, none confirmed nor refused, are back as
+    /// they were.
+    RollBack,
+}
+
+/// What a leased message's row holds besides the message: what its
+/// records and its restore need.
+struct Leased {
+    position: i64,
+    attempts: i32,
+    key_seq: Option<i64>,
+    last_error: Option<String>,
+    /// As stored (the message holds them decoded).
+    headers: Vec<u8>,
+}
+
+/// Publishes `rows` (leased for `owner`, or held by the round's
+/// transaction) and records what the broker answered: the confirmed ones
+/// sent (deleted, or marked when the relay keeps them), the refused ones
+/// counted, the others given back. Outside a held transaction each record
+/// runs on its own and is tried again after a lock conflict
 /// ([`RetryPolicy::RELAY`]): InnoDB keeps a lock on every row another
 /// relay's lease scanned until that lease commits, so a record can wait
 /// for it and lose, and a record that fails leaves a confirmed message to
@@ -173,8 +239,8 @@ async fn settle<X, P>(
     owner: &str,
     mut rows: Vec<OutboxRow>,
     publisher: &mut P,
-    held: bool,
-) -> Result<RelayReport, InboxError>
+    holding: Holding,
+) -> Result<(RelayReport, RoundEnd), InboxError>
 where
     X: RelayExec,
     P: Publish,
@@ -185,27 +251,37 @@ where
         ..RelayReport::default()
     };
     if rows.is_empty() {
-        return Ok(report);
+        return Ok((report, RoundEnd::Commit));
     }
 
-    let mut positions = Vec::with_capacity(rows.len());
+    let mut leased = Vec::with_capacity(rows.len());
     let mut messages = Vec::with_capacity(rows.len());
     let mut refusals = Vec::new();
-    for row in rows {
+    let mut damaged_rows = Vec::new();
+    for mut row in rows {
         match headers::decode(&row.headers) {
             Ok(decoded) => {
-                positions.push((row.position, row.attempts));
+                leased.push(Leased {
+                    position: row.position,
+                    attempts: row.attempts,
+                    key_seq: row.key_seq,
+                    last_error: row.last_error.take(),
+                    headers: std::mem::take(&mut row.headers),
+                });
                 messages.push(message(row, decoded));
             }
             // Stored by this crate and damaged since: no publish can fix
             // it, so it is dead at once.
-            Err(reason) => refusals.push(Refusal {
-                position: row.position,
-                attempts: row.attempts,
-                reason,
-                damaged: true,
-                destination: row.destination,
-            }),
+            Err(reason) => {
+                refusals.push(Refusal {
+                    position: row.position,
+                    attempts: row.attempts,
+                    reason,
+                    damaged: true,
+                    destination: row.destination.clone(),
+                });
+                damaged_rows.push(row);
+            }
         }
     }
     let limit = relay.publish_limit();
@@ -233,42 +309,59 @@ where
     let mut published = Vec::new();
     let mut unavailable = Vec::new();
     let mut given_back = Vec::new();
-    for (((position, attempts), answer), message) in
-        positions.into_iter().zip(answers).zip(&messages)
-    {
+    let mut unconfirmed = Vec::new();
+    for ((row, answer), message) in leased.iter().zip(answers).zip(&messages) {
         match answer {
             Ok(()) => {
-                sent.push(position);
+                sent.push(row.position);
                 published.push(message);
+                continue;
             }
             Err(error) if error.is_refused() => refusals.push(Refusal {
-                position,
-                attempts,
+                position: row.position,
+                attempts: row.attempts,
                 reason: error.reason().to_owned(),
                 damaged: false,
                 destination: message.destination.clone(),
             }),
             Err(error) => {
                 report.last_unavailable = Some(error.reason().to_owned());
-                unavailable.push(position);
+                unavailable.push(row.position);
                 given_back.push(message);
             }
         }
+        unconfirmed.push((row, message));
     }
 
     let sql = &<X::Backend as InboxBackend>::OUTBOX_SQL;
-    let records = if held {
-        RetryPolicy::ONCE
-    } else {
-        RetryPolicy::RELAY
+    let records = match holding {
+        Holding::Leased => RetryPolicy::RELAY,
+        Holding::Locked | Holding::Deleted { .. } => RetryPolicy::ONCE,
     };
-    if !sent.is_empty() {
-        let done = if relay.keep_sent {
-            sql.mark_sent
+    let mut end = RoundEnd::Commit;
+    if let Holding::Deleted { restore } = holding {
+        if sent.is_empty() && refusals.is_empty() {
+            end = RoundEnd::RollBack;
         } else {
-            sql.delete_sent
+            for (row, message) in unconfirmed {
+                let restored = Restored::of_message(row, message);
+                exec.execute_cached(restore, &restored.binds()).await?;
+            }
+            for row in &damaged_rows {
+                let restored = Restored::of_row(row);
+                exec.execute_cached(restore, &restored.binds()).await?;
+            }
+        }
+    }
+    if !sent.is_empty() {
+        let done = match (holding, relay.keep_sent) {
+            (Holding::Deleted { .. }, _) => None,
+            (_, true) => Some(sql.mark_sent),
+            (_, false) => Some(sql.delete_sent),
         };
-        with_retries!(records, exec, on_positions(exec, done, &[], &sent).await)?;
+        if let Some(done) = done {
+            with_retries!(records, exec, on_positions(exec, done, &[], &sent).await)?;
+        }
         report.published = sent.len();
         for message in published {
             let created_micros = message.created_micros;
@@ -320,7 +413,7 @@ where
     }
     if !unavailable.is_empty() {
         // Held rows are given back as the round's transaction ends.
-        if !held {
+        if holding == Holding::Leased {
             let owner = [Bind::Text(owner)];
             with_retries!(
                 records,
@@ -333,7 +426,72 @@ where
             observe::relayed(&message.destination, Relayed::Unavailable);
         }
     }
-    Ok(report)
+    Ok((report, end))
+}
+
+/// A message a deleting lease took, as the lease's restore inserts it again
+/// (see [`DeletingLease`](crate::backend::DeletingLease)).
+struct Restored<'a> {
+    position: i64,
+    id: &'a str,
+    destination: &'a str,
+    ordering_key: Option<&'a str>,
+    key_seq: Option<i64>,
+    headers: &'a [u8],
+    payload: &'a [u8],
+    created_micros: i64,
+    attempts: i32,
+    last_error: Option<&'a str>,
+}
+
+impl<'a> Restored<'a> {
+    /// A message whose headers were decoded for its publish.
+    fn of_message(row: &'a Leased, message: &'a OutboxMessage) -> Self {
+        Restored {
+            position: row.position,
+            id: message.id.as_str(),
+            destination: &message.destination,
+            ordering_key: message.ordering_key.as_deref(),
+            key_seq: row.key_seq,
+            headers: &row.headers,
+            payload: &message.payload,
+            created_micros: message.created_micros,
+            attempts: row.attempts,
+            last_error: row.last_error.as_deref(),
+        }
+    }
+
+    /// A message as its row returned it.
+    fn of_row(row: &'a OutboxRow) -> Self {
+        Restored {
+            position: row.position,
+            id: &row.id,
+            destination: &row.destination,
+            ordering_key: row.ordering_key.as_deref(),
+            key_seq: row.key_seq,
+            headers: &row.headers,
+            payload: &row.payload,
+            created_micros: row.created_micros,
+            attempts: row.attempts,
+            last_error: row.last_error.as_deref(),
+        }
+    }
+
+    /// The restore's binds, in its order.
+    fn binds(&self) -> [Bind<'a>; 10] {
+        [
+            Bind::BigInt(self.position),
+            Bind::Text(self.id),
+            Bind::Text(self.destination),
+            Bind::OptionalText(self.ordering_key),
+            Bind::OptionalBigInt(self.key_seq),
+            Bind::Bytes(self.headers),
+            Bind::Bytes(self.payload),
+            Bind::BigInt(self.created_micros),
+            Bind::Integer(self.attempts),
+            Bind::OptionalText(self.last_error),
+        ]
+    }
 }
 
 /// A message the broker refused, or that cannot be published at all.
