@@ -42,7 +42,6 @@ impl<'a> CachedStatement<'a> {
             + HasSqlType<Binary>,
         str: ToSql<Text, DB>,
         Option<&'a str>: ToSql<Nullable<Text>, DB>,
-        Option<i64>: ToSql<Nullable<BigInt>, DB>,
         i32: ToSql<Integer, DB>,
         i64: ToSql<BigInt, DB>,
         Option<i64>: ToSql<Nullable<BigInt>, DB>,

@@ -44,11 +44,11 @@ pub(crate) use batch_claim::values_sql;
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub(crate) use batch_claim::{BatchReports, InsertedId};
 pub use failure_rows::{DeadLetterRow, Present, SummaryRow};
-#[cfg(feature = "postgres")]
-pub(crate) use outbox_sql::DeletingLease;
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub(crate) use outbox_sql::outbox_leasable;
 pub use outbox_sql::{BacklogRow, DeadOutboxRow, KeyedInsert, Lease, OutboxRow, OutboxSql};
+#[cfg(feature = "postgres")]
+pub(crate) use outbox_sql::{DeletingLease, RESTORE_BINDS};
 pub(crate) use prune_batch::NextHandler;
 pub use prune_batch::{PruneBatchStatement, PruneScope, PrunedTable};
 pub use stored_claim::{ReadingClaimRow, StoredClaimRow, StoredClaimSql};
@@ -1360,8 +1360,8 @@ mod tests {
         );
     }
 
-    /// A claim's bound in each backend's unit: rounded up to a millisecond
-    /// and a second, at least 1 ms, and at most what each server takes,
+    /// A claim's bound in each backend's unit: whole milliseconds (at least
+    /// one) and whole seconds rounded up, at most what each server takes,
     /// however long the wait (no overflow at `Duration::MAX`).
     #[test]
     fn a_claim_bound_is_written_in_each_servers_range() {

@@ -266,6 +266,8 @@ mod imp {
             select: concat!(
                 "SELECT o.position, o.id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts, \
                  o.key_seq, o.last_error, ",
+                micros!("o.retry_at"),
+                " AS retry_micros, ",
                 micros!("o.created_at"),
                 " AS created_micros FROM inbox_outbox o WHERE ",
                 outbox_leasable!("UTC_TIMESTAMP(6)"),
@@ -944,7 +946,9 @@ mod imp {
             );
             // At the longest numbers, the text fits in what was reserved
             // for it: one allocation.
-            let mut text = String::new();
+            let key_bytes = "h.x".len() + "it's\\é".len();
+            let mut text = String::with_capacity(super::BEGIN_AND_CLAIM_BYTES + 2 * key_bytes);
+            let reserved = text.capacity();
             let longest = ClaimBound::of(Duration::MAX);
             assert!(Mysql::push_begin_and_claim(
                 &mut text,
@@ -952,12 +956,8 @@ mod imp {
                 &key,
                 Some(longest)
             ));
-            let key_bytes = "h.x".len() + "it's\\é".len();
             assert!(text.len() <= super::BEGIN_AND_CLAIM_BYTES + 2 * key_bytes);
-            assert_eq!(
-                text.capacity(),
-                super::BEGIN_AND_CLAIM_BYTES + 2 * key_bytes
-            );
+            assert_eq!(text.capacity(), reserved, "nothing beyond the reservation");
             let fingerprinted = key.with_fingerprint(crate::Fingerprint::of("payload").unwrap());
             let mut text = String::from("kept");
             assert!(!Mysql::push_begin_and_claim(

@@ -110,21 +110,29 @@ pub enum Lease {
 /// broker confirmed costs no statement after the broker's answer, and the
 /// round's commit is its record. What the broker did not confirm is put
 /// back: the whole round rolled back when it recorded nothing (no message
-/// confirmed, none refused), each such message inserted again as it was
-/// (`restore`) otherwise, in the round's transaction, so that a confirmed
-/// message never becomes visible to another relay again.
+/// confirmed, none refused), the messages inserted again as they were
+/// (`restore`) otherwise, in the round's transaction, so that once the
+/// round commits, a message the broker confirmed is gone for every relay.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct DeletingLease {
     /// Picks, locks (skipping rows another relay has locked), deletes and
     /// returns the messages, bounding how long the transaction may sit idle:
-    /// `(lease_millis as text, limit)`.
+    /// `(lease_millis as text, limit)`. It also marks the transaction as a
+    /// relay's, whose inserts are put-backs: they notify no relay that
+    /// wakes on commit.
     pub(crate) lease: &'static str,
-    /// Inserts a message again as the lease returned it: `(position, id,
-    /// destination, ordering_key, key_seq, headers, payload,
-    /// created_micros, attempts, last_error)`.
-    pub(crate) restore: &'static str,
+    /// Inserts `rows` messages again as the lease returned them, in one
+    /// statement: [`RESTORE_BINDS`] binds per message, one message after
+    /// the other, `(position, id, destination, ordering_key, key_seq,
+    /// headers, payload, created_micros, attempts, last_error,
+    /// retry_micros)`.
+    pub(crate) restore: fn(rows: usize) -> String,
 }
+
+/// The binds of one message a [`DeletingLease`] puts back.
+#[cfg(feature = "postgres")]
+pub(crate) const RESTORE_BINDS: usize = 11;
 
 /// The condition a message meets to be leased (the table is `o`), with the
 /// backend's current time: pending, no lease held, no retry waited for, and
@@ -173,6 +181,10 @@ pub struct OutboxRow {
     /// Read for a [`DeletingLease`]'s restore.
     #[diesel(sql_type = Nullable<Text>)]
     pub(crate) last_error: Option<String>,
+    /// Read for a [`DeletingLease`]'s restore: when a refused message may
+    /// be tried again (microseconds since the Unix epoch).
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub(crate) retry_micros: Option<i64>,
 }
 
 /// One dead message, as [`OutboxSql::list_dead`] reads it.

@@ -120,7 +120,10 @@ pub(crate) use imp::{PIPELINED_CLAIMING_SQL, PipelinedReadingClaimStatement};
 /// so notifying commits take turns; only deployments with a listening
 /// relay should pay for it. Created only when missing (no lock on the table
 /// when it exists); the function names nothing of the schema's, so its
-/// search_path is pinned to the catalog.
+/// search_path is pinned to the catalog. A relay's transaction that puts
+/// back messages it did not publish (see `DeletingLease`) notifies
+/// nobody: the function skips it, and replaces a function of an earlier
+/// version that did not.
 #[cfg(feature = "postgres")]
 pub(crate) const ENABLE_OUTBOX_NOTIFY_SQL: &str = "\
 DO $outer$
@@ -128,11 +131,15 @@ BEGIN
     IF NOT EXISTS (
         SELECT 1 FROM pg_proc
         WHERE proname = 'inbox_outbox_notify' AND pronamespace = current_schema()::regnamespace
+            AND prosrc LIKE '%inbox.putting_back%'
     ) THEN
-        CREATE FUNCTION inbox_outbox_notify() RETURNS trigger LANGUAGE plpgsql
+        CREATE OR REPLACE FUNCTION inbox_outbox_notify() RETURNS trigger LANGUAGE plpgsql
         SET search_path = pg_catalog, pg_temp AS $body$
         BEGIN
-            PERFORM pg_notify('inbox_outbox', TG_TABLE_SCHEMA);
+            -- A relay putting back messages it did not publish: nothing new.
+            IF current_setting('inbox.putting_back', true) IS DISTINCT FROM 'on' THEN
+                PERFORM pg_notify('inbox_outbox', TG_TABLE_SCHEMA);
+            END IF;
             RETURN NULL;
         END
         $body$;
@@ -186,7 +193,8 @@ mod imp {
     use crate::backend::prune_batch::{Delete, Pick};
     use crate::backend::{
         BatchReports, DeletingLease, FailureSql, InboxBackend, KeyedInsert, Lease, OutboxSql,
-        PruneBatchStatement, PrunedTable, StoredClaimSql, migration_sql, outbox_leasable, sealed,
+        PruneBatchStatement, PrunedTable, RESTORE_BINDS, StoredClaimSql, migration_sql,
+        outbox_leasable, sealed,
     };
     use crate::fingerprint::Fingerprint;
     use crate::key::ClaimKey;
@@ -509,12 +517,6 @@ mod imp {
     pub(crate) const MIGRATIONS: diesel_migrations::EmbeddedMigrations =
         diesel_migrations::embed_migrations!("migrations/postgres");
 
-    /// The outbox's statements (see [`OutboxSql`]): a round locks the next
-    /// messages (`SELECT … FOR UPDATE SKIP LOCKED`) in a transaction it
-    /// holds while publishing, so its lease is written nowhere and a
-    /// confirmed message costs one delete; one statement records a keyed
-    /// message (a CTE upserts the key's counter, whose row lock makes
-    /// writers of one key take turns until they commit).
     /// The first step of a lease that holds its rows locked: the session
     /// ends (and its locks go) once the transaction sits idle for longer
     /// than the lease (`$1`), and its commit does not wait for the WAL
@@ -524,9 +526,13 @@ mod imp {
     /// transaction, in a CTE the lease joins (volatile: evaluated once, not
     /// inlined).
     macro_rules! held_lease_bound {
-        () => {
-            "WITH bound AS (SELECT set_config('idle_in_transaction_session_timeout', $1, true) AS lease, \
-             set_config('synchronous_commit', 'off', true) AS durability) "
+        ($($more:literal)?) => {
+            concat!(
+                "WITH bound AS (SELECT set_config('idle_in_transaction_session_timeout', $1, true) AS lease, \
+                 set_config('synchronous_commit', 'off', true) AS durability",
+                $($more,)?
+                ") "
+            )
         };
     }
 
@@ -536,11 +542,59 @@ mod imp {
             concat!(
                 "o.position, o.id, o.destination, o.ordering_key, o.headers, o.payload, o.attempts, ",
                 micros!("o.created_at"),
-                " AS created_micros, o.key_seq, o.last_error"
+                " AS created_micros, o.key_seq, o.last_error, ",
+                micros!("o.retry_at"),
+                " AS retry_micros"
             )
         };
     }
 
+    /// The put-back of `rows` messages a deleting lease took (see
+    /// [`DeletingLease::restore`]), in one statement. A time given as
+    /// microseconds since the epoch is exact (below 2^53 µs a `bigint`
+    /// times an interval is), and `NULL` stays `NULL`.
+    fn restore_sql(rows: usize) -> String {
+        use std::fmt::Write;
+        const HEAD: &str = "INSERT INTO inbox_outbox (position, id, destination, ordering_key, \
+            key_seq, headers, payload, created_at, attempts, last_error, retry_at) \
+            OVERRIDING SYSTEM VALUE VALUES ";
+        let mut sql = String::with_capacity(HEAD.len() + rows * 160);
+        sql.push_str(HEAD);
+        for row in 0..rows {
+            let n = row * RESTORE_BINDS;
+            let bind = |k: usize| n + k;
+            if row > 0 {
+                sql.push_str(", ");
+            }
+            // Writing to a `String` cannot fail.
+            let _ = write!(
+                sql,
+                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, \
+                 TIMESTAMPTZ 'epoch' + ${} * INTERVAL '1 microsecond', ${}, ${}, \
+                 TIMESTAMPTZ 'epoch' + ${} * INTERVAL '1 microsecond')",
+                bind(1),
+                bind(2),
+                bind(3),
+                bind(4),
+                bind(5),
+                bind(6),
+                bind(7),
+                bind(8),
+                bind(9),
+                bind(10),
+                bind(11),
+            );
+        }
+        sql
+    }
+
+    /// The outbox's statements (see [`OutboxSql`]): a round locks the next
+    /// messages (`SELECT … FOR UPDATE SKIP LOCKED`) in a transaction it
+    /// holds while publishing, so its lease is written nowhere, and deletes
+    /// them in the same statement (a relay that keeps sent messages marks
+    /// them after the broker's answer instead); one statement records a
+    /// keyed message (a CTE upserts the key's counter, whose row lock makes
+    /// writers of one key take turns until they commit).
     const OUTBOX: OutboxSql = OutboxSql {
         insert: "INSERT INTO inbox_outbox (id, destination, headers, payload) VALUES ($1, $2, $3, $4)",
         insert_keyed: KeyedInsert::OneStatement(
@@ -568,17 +622,14 @@ mod imp {
         // against it.
         deleting_lease: Some(DeletingLease {
             lease: concat!(
-                held_lease_bound!(),
+                held_lease_bound!(", set_config('inbox.putting_back', 'on', true) AS putting_back"),
                 ", picked AS (SELECT o.position FROM inbox_outbox o, bound WHERE ",
                 outbox_leasable!("statement_timestamp()"),
                 " ORDER BY o.position LIMIT $2 FOR UPDATE OF o SKIP LOCKED) ",
                 "DELETE FROM inbox_outbox o USING picked WHERE o.position = picked.position RETURNING ",
                 leased_columns!()
             ),
-            restore: "INSERT INTO inbox_outbox (position, id, destination, ordering_key, key_seq, \
-                 headers, payload, created_at, attempts, last_error) OVERRIDING SYSTEM VALUE \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, \
-                 TIMESTAMPTZ 'epoch' + $8 * INTERVAL '1 microsecond', $9, $10)",
+            restore: restore_sql,
         }),
         mark_sent: "UPDATE inbox_outbox SET sent_at = statement_timestamp(), lease_owner = NULL, \
              leased_until = NULL WHERE sent_at IS NULL AND position IN (",

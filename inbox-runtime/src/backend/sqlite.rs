@@ -214,6 +214,8 @@ mod imp {
             " ORDER BY o.position LIMIT ?) ",
             "RETURNING position, id, destination, ordering_key, headers, payload, attempts, \
              key_seq, last_error, ",
+            micros!("retry_at"),
+            " AS retry_micros, ",
             micros!("created_at"),
             " AS created_micros"
         )),

@@ -12,10 +12,14 @@ use crate::error::InboxError;
 /// channel `inbox_outbox` when it commits (a statement trigger on
 /// `inbox_outbox`; never on a rollback), which a relay with
 /// [`wake_on_commit`](super::BackgroundRelay::wake_on_commit) listens on.
-/// Such a relay runs this itself when it connects; run it yourself (once,
-/// like [`setup`](crate::setup)) when the relay's role may not create
-/// triggers on the table. Running it again changes nothing and takes no
-/// lock.
+/// A relay's round that puts back messages the broker did not confirm
+/// (PostgreSQL's relay deletes what it leases) records nothing new and
+/// notifies nobody. Such a relay runs this itself when it connects; run it
+/// yourself (once, like [`setup`](crate::setup)) when the relay's role may
+/// not create triggers on the table. Running it again changes nothing and
+/// takes no lock; on an outbox whose notifying function an earlier version
+/// created (which notified on put-backs too), it replaces that function,
+/// and the trigger stays.
 ///
 /// Not part of the schema by default, because it has a price: PostgreSQL
 /// serializes the commits of notifying transactions across the whole

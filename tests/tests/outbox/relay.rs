@@ -497,10 +497,9 @@ fn three_relays_publish_once<B: TestBackend>(broker: Broker) {
     assert_eq!(outbox::backlog(&mut conn).unwrap().pending, 0);
 }
 
-/// Every column of the outbox's rows but a refused message's next try, one
-/// text per row in position order.
+/// Every column of the outbox's rows, one text per row in position order.
 fn outbox_rows<C: SqlRows>(conn: &mut C, backend: &str) -> Vec<String> {
-    const COLUMNS: [&str; 14] = [
+    const COLUMNS: [&str; 15] = [
         "position",
         "id",
         "destination",
@@ -511,6 +510,7 @@ fn outbox_rows<C: SqlRows>(conn: &mut C, backend: &str) -> Vec<String> {
         "created_at",
         "attempts",
         "last_error",
+        "retry_at",
         "lease_owner",
         "leased_until",
         "sent_at",
@@ -532,9 +532,10 @@ fn outbox_rows<C: SqlRows>(conn: &mut C, backend: &str) -> Vec<String> {
 
 /// A round whose broker confirms one message, refuses one and cannot take
 /// one: the confirmed one is gone; the unavailable one is back exactly as
-/// it was (position, id, key, headers, payload, creation time, attempts and
-/// the error of an earlier refusal); the refused one likewise, but for its
-/// attempt counted and its new error. The next round publishes both with
+/// it was (every column: position, id, key, headers, payload, creation
+/// time, attempts, and the error and next try of an earlier refusal); the
+/// refused one likewise, but for its attempt counted, its new error and
+/// next try. The next round publishes both with
 /// the ids, headers and payloads they were sent with.
 pub fn a_round_puts_back_what_the_broker_did_not_confirm_as_it_was<B: TestBackend>() {
     let Some(db) = B::open() else { return };
@@ -605,6 +606,152 @@ pub fn a_round_puts_back_what_the_broker_did_not_confirm_as_it_was<B: TestBacken
         c.headers
     );
     assert!(outbox::backlog(&mut conn).unwrap().pending == 0);
+}
+
+/// Notifications of commits on `listener`'s channel `inbox_outbox` from
+/// `schema`'s outbox, after a moment for them to arrive.
+#[cfg(feature = "postgres")]
+fn notifications(listener: &mut diesel::PgConnection, schema: &str) -> usize {
+    use diesel::connection::SimpleConnection as _;
+    thread::sleep(Duration::from_millis(300));
+    listener.batch_execute("SELECT 1").unwrap();
+    listener
+        .notifications_iter()
+        .map(Result::unwrap)
+        .filter(|notification| notification.channel == "inbox_outbox")
+        .filter(|notification| notification.payload == schema)
+        .count()
+}
+
+/// With commit notifications on, a relay round that puts back what the
+/// broker did not confirm commits an insert, but nothing new: it notifies
+/// no relay, while a transaction that records a message does. The
+/// notifying function of an earlier version (which notified on every
+/// insert) is replaced when notifications are enabled again.
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_a_put_back_notifies_no_relay_even_where_an_earlier_trigger_did() {
+    use diesel::connection::SimpleConnection as _;
+    let Some(db) = inbox_tests::Postgres::open() else {
+        return;
+    };
+    let mut conn = db.connect();
+    let schema = conn
+        .texts("SELECT current_schema()::text AS value")
+        .remove(0);
+    // The earlier version's function and trigger.
+    conn.batch_execute(
+        "CREATE FUNCTION inbox_outbox_notify() RETURNS trigger LANGUAGE plpgsql \
+         SET search_path = pg_catalog, pg_temp AS $body$ BEGIN \
+         PERFORM pg_notify('inbox_outbox', TG_TABLE_SCHEMA); RETURN NULL; END $body$; \
+         CREATE TRIGGER inbox_outbox_notify AFTER INSERT ON inbox_outbox \
+         FOR EACH STATEMENT EXECUTE FUNCTION inbox_outbox_notify();",
+    )
+    .unwrap();
+    outbox::enable_commit_notifications(&mut conn).unwrap();
+    let mut listener = db.connect();
+    listener.batch_execute("LISTEN inbox_outbox").unwrap();
+
+    send_all(
+        &mut conn,
+        &[
+            OutgoingMessage::new("receipts", "a"),
+            OutgoingMessage::new("later", "b"),
+        ],
+    );
+    assert_eq!(
+        notifications(&mut listener, &schema),
+        1,
+        "a recorded message"
+    );
+    let mut broker = Broker {
+        unavailable_destination: Some("later"),
+        ..Broker::default()
+    };
+    let round = Relay::new().run_once(&mut conn, &mut broker).unwrap();
+    assert_eq!((round.published, round.unavailable), (1, 1), "{round:?}");
+    assert_eq!(
+        conn.bigint("SELECT count(*) AS value FROM inbox_outbox"),
+        1,
+        "b is back"
+    );
+    assert_eq!(notifications(&mut listener, &schema), 0, "a put-back");
+    send_all(&mut conn, &[OutgoingMessage::new("receipts", "c")]);
+    assert_eq!(
+        notifications(&mut listener, &schema),
+        1,
+        "a recorded message"
+    );
+    outbox::disable_commit_notifications(&mut conn).unwrap();
+}
+
+/// A relay whose role may not insert into the outbox cannot put back what
+/// the broker did not confirm: that round fails and is rolled back (its
+/// confirmed message published again later, under its id), and the relay
+/// holds its rows locked from then on, deleting what the broker confirmed.
+/// Nothing is lost; the relay's clones remember it too.
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_a_relay_whose_role_may_not_put_back_holds_its_rows_locked_instead() {
+    use diesel::connection::SimpleConnection as _;
+    let Some(db) = inbox_tests::Postgres::open() else {
+        return;
+    };
+    let mut conn = db.connect();
+    let schema = conn
+        .texts("SELECT current_schema()::text AS value")
+        .remove(0);
+    let role = format!("{schema}_relay");
+    conn.batch_execute(&format!(
+        "CREATE ROLE \"{role}\" NOLOGIN; \
+         GRANT USAGE ON SCHEMA \"{schema}\" TO \"{role}\"; \
+         GRANT SELECT, UPDATE, DELETE ON inbox_outbox TO \"{role}\";"
+    ))
+    .unwrap();
+    let mut relay_conn = db.connect();
+    relay_conn
+        .batch_execute(&format!("SET ROLE \"{role}\""))
+        .unwrap();
+    let checked = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let ids = send_all(
+            &mut conn,
+            &[
+                OutgoingMessage::new("receipts", "a"),
+                OutgoingMessage::new("later", "b"),
+            ],
+        );
+        let relay = Relay::new();
+        let mut broker = Broker {
+            unavailable_destination: Some("later"),
+            ..Broker::default()
+        };
+        let refused = relay.run_once(&mut relay_conn, &mut broker);
+        assert!(refused.is_err(), "{refused:?}");
+        assert_eq!(
+            conn.bigint("SELECT count(*) AS value FROM inbox_outbox"),
+            2,
+            "rolled back: both pending"
+        );
+        let clone = relay.clone();
+        let round = clone.run_once(&mut relay_conn, &mut broker).unwrap();
+        assert_eq!((round.published, round.unavailable), (1, 1), "{round:?}");
+        broker.unavailable_destination = None;
+        drain(&relay, &mut relay_conn, &mut broker);
+        assert_eq!(broker.payloads(), ["a", "a", "b"], "a published again");
+        let confirmed = broker.confirmed.lock().unwrap();
+        assert_eq!(confirmed[0].id, confirmed[1].id, "under its id");
+        assert_eq!(confirmed[0].id, ids[0]);
+        assert_eq!(outbox::backlog(&mut conn).unwrap().pending, 0);
+    }));
+    relay_conn.batch_execute("RESET ROLE").unwrap();
+    conn.batch_execute(&format!(
+        "REVOKE ALL ON inbox_outbox FROM \"{role}\"; \
+         REVOKE ALL ON SCHEMA \"{schema}\" FROM \"{role}\"; DROP ROLE \"{role}\";"
+    ))
+    .unwrap();
+    if let Err(panic) = checked {
+        std::panic::resume_unwind(panic);
+    }
 }
 
 pub fn a_message_continues_the_trace_it_was_sent_from<B: TestBackend>() {

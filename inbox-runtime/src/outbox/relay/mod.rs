@@ -43,8 +43,9 @@ pub const MAX_RELAY_BATCH: u32 = 1000;
 ///    message at once;
 /// 2. **publishes** them through the publisher, which answers once the
 ///    broker confirmed each one;
-/// 3. **records** the answers: the confirmed ones are deleted (one delete
-///    per round), or marked sent and kept for the pruner when the relay
+/// 3. **records** the answers: the confirmed ones are deleted (on
+///    PostgreSQL by the lease itself, the others put back; elsewhere one
+///    delete per round), or marked sent and kept for the pruner when the relay
 ///    [keeps sent messages](Self::keep_sent). A refused one
 ///    ([`PublishError::refused`](super::PublishError::refused)) counts a
 ///    failed attempt and waits for its retry by [`backoff`](Self::backoff);
@@ -108,7 +109,38 @@ pub struct Relay {
     max_attempts: u32,
     backoff: Backoff,
     keep_sent: bool,
+    /// Whether the database refused this relay's put-back for good (see
+    /// `round::put_back`); shared by its clones.
+    put_back_refused: PutBackRefused,
 }
+
+/// A relay's memo that the database refused its put-back for good (a role
+/// without `INSERT` on the outbox, a trigger of the application's that
+/// rejects it): its rounds then hold their rows locked and delete what the
+/// broker confirmed, which needs no insert. Not part of the relay's
+/// configuration: relays compare equal whatever it holds.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PutBackRefused(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl PutBackRefused {
+    /// Whether the put-back was refused.
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Notes that the put-back was refused.
+    pub(crate) fn set(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl PartialEq for PutBackRefused {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for PutBackRefused {}
 
 impl Default for Relay {
     fn default() -> Self {
@@ -133,6 +165,7 @@ impl Relay {
                 max: Duration::from_secs(300),
             },
             keep_sent: false,
+            put_back_refused: PutBackRefused::default(),
         }
     }
 
@@ -214,7 +247,8 @@ impl Relay {
     /// at once (the default). Kept messages are an audit trail of what was
     /// sent; they cost the relay an update per message (the mark: a new
     /// row version and its index entries) and the pruner a delete later,
-    /// where the default costs one delete.
+    /// where the default costs one delete per round (on PostgreSQL none:
+    /// the lease deletes what it picks).
     ///
     /// ```
     /// let relay = inbox_runtime::outbox::Relay::new().keep_sent(true);

@@ -104,7 +104,9 @@ where
     }
     let owner = OutboxId::generate();
     let sql = &<X::Backend as InboxBackend>::OUTBOX_SQL;
-    let deleting = sql.deleting_lease.filter(|_| !relay.keep_sent);
+    let deleting = sql
+        .deleting_lease
+        .filter(|_| !relay.keep_sent && !relay.put_back_refused.is_set());
     let (select, holding) = match (deleting, &sql.lease) {
         (Some(deleting), _) => (
             deleting.lease,
@@ -190,7 +192,7 @@ where
 }
 
 /// How a round holds the messages it publishes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 enum Holding {
     /// Leased for the round's owner, in a transaction of their own: each
     /// record is a statement of its own.
@@ -200,7 +202,7 @@ enum Holding {
     /// Deleted by the round's transaction
     /// ([`DeletingLease`](crate::backend::DeletingLease)): what the broker
     /// did not confirm is inserted again with `restore`.
-    Deleted { restore: &'static str },
+    Deleted { restore: fn(usize) -> String },
 }
 
 /// How a round that holds its messages ends its transaction.
@@ -220,6 +222,7 @@ struct Leased {
     attempts: i32,
     key_seq: Option<i64>,
     last_error: Option<String>,
+    retry_micros: Option<i64>,
     /// As stored (the message holds them decoded).
     headers: Vec<u8>,
 }
@@ -266,6 +269,7 @@ where
                     attempts: row.attempts,
                     key_seq: row.key_seq,
                     last_error: row.last_error.take(),
+                    retry_micros: row.retry_micros,
                     headers: std::mem::take(&mut row.headers),
                 });
                 messages.push(message(row, decoded));
@@ -343,14 +347,12 @@ where
         if sent.is_empty() && refusals.is_empty() {
             end = RoundEnd::RollBack;
         } else {
-            for (row, message) in unconfirmed {
-                let restored = Restored::of_message(row, message);
-                exec.execute_cached(restore, &restored.binds()).await?;
-            }
-            for row in &damaged_rows {
-                let restored = Restored::of_row(row);
-                exec.execute_cached(restore, &restored.binds()).await?;
-            }
+            let restored: Vec<Restored<'_>> = unconfirmed
+                .into_iter()
+                .map(|(row, message)| Restored::of_message(row, message))
+                .chain(damaged_rows.iter().map(Restored::of_row))
+                .collect();
+            put_back(relay, exec, restore, &restored).await?;
         }
     }
     if !sent.is_empty() {
@@ -413,7 +415,7 @@ where
     }
     if !unavailable.is_empty() {
         // Held rows are given back as the round's transaction ends.
-        if holding == Holding::Leased {
+        if matches!(holding, Holding::Leased) {
             let owner = [Bind::Text(owner)];
             with_retries!(
                 records,
@@ -429,6 +431,39 @@ where
     Ok((report, end))
 }
 
+/// Inserts `restored` again with `restore` (see
+/// [`DeletingLease`](crate::backend::DeletingLease)), in statements of up
+/// to [`PUT_BACK_ROWS`] messages. A refusal that is neither a lock conflict
+/// nor a lost connection (a role without `INSERT`, a trigger of the
+/// application's) is noted on the relay, whose rounds
+/// then hold their rows locked instead (see
+/// [`PutBackRefused`](super::PutBackRefused)); the round that found it out
+/// is rolled back, its confirmed messages published again later under the
+/// same ids.
+async fn put_back<X: RelayExec>(
+    relay: &Relay,
+    exec: &mut X,
+    restore: fn(usize) -> String,
+    restored: &[Restored<'_>],
+) -> diesel::QueryResult<()> {
+    for chunk in restored.chunks(PUT_BACK_ROWS) {
+        let binds: Vec<Bind<'_>> = chunk.iter().flat_map(Restored::binds).collect();
+        if let Err(error) = exec.execute(&restore(chunk.len()), &binds).await {
+            let passing = crate::is_lock_conflict(&error)
+                || crate::recovery(&error) == crate::Recovery::Reconnect;
+            if !passing {
+                relay.put_back_refused.set();
+            }
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+/// The most messages one put-back statement inserts: PostgreSQL takes up
+/// to 65,535 binds in a statement.
+const PUT_BACK_ROWS: usize = 1_000;
+
 /// A message a deleting lease took, as the lease's restore inserts it again
 /// (see [`DeletingLease`](crate::backend::DeletingLease)).
 struct Restored<'a> {
@@ -442,6 +477,7 @@ struct Restored<'a> {
     created_micros: i64,
     attempts: i32,
     last_error: Option<&'a str>,
+    retry_micros: Option<i64>,
 }
 
 impl<'a> Restored<'a> {
@@ -458,6 +494,7 @@ impl<'a> Restored<'a> {
             created_micros: message.created_micros,
             attempts: row.attempts,
             last_error: row.last_error.as_deref(),
+            retry_micros: row.retry_micros,
         }
     }
 
@@ -474,11 +511,12 @@ impl<'a> Restored<'a> {
             created_micros: row.created_micros,
             attempts: row.attempts,
             last_error: row.last_error.as_deref(),
+            retry_micros: row.retry_micros,
         }
     }
 
     /// The restore's binds, in its order.
-    fn binds(&self) -> [Bind<'a>; 10] {
+    fn binds(&self) -> [Bind<'a>; 11] {
         [
             Bind::BigInt(self.position),
             Bind::Text(self.id),
@@ -490,6 +528,7 @@ impl<'a> Restored<'a> {
             Bind::BigInt(self.created_micros),
             Bind::Integer(self.attempts),
             Bind::OptionalText(self.last_error),
+            Bind::OptionalBigInt(self.retry_micros),
         ]
     }
 }
