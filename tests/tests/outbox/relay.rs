@@ -608,6 +608,13 @@ pub fn a_round_puts_back_what_the_broker_did_not_confirm_as_it_was<B: TestBacken
     assert!(outbox::backlog(&mut conn).unwrap().pending == 0);
 }
 
+/// The schema the connection's outbox is in.
+#[cfg(feature = "postgres")]
+fn current_schema(conn: &mut diesel::PgConnection) -> String {
+    conn.texts("SELECT current_schema()::text AS value")
+        .remove(0)
+}
+
 /// Notifications of commits on `listener`'s channel `inbox_outbox` from
 /// `schema`'s outbox, after a moment for them to arrive.
 #[cfg(feature = "postgres")]
@@ -636,9 +643,7 @@ fn postgres_a_put_back_notifies_no_relay_even_where_an_earlier_trigger_did() {
         return;
     };
     let mut conn = db.connect();
-    let schema = conn
-        .texts("SELECT current_schema()::text AS value")
-        .remove(0);
+    let schema = current_schema(&mut conn);
     // The earlier version's function and trigger.
     conn.batch_execute(
         "CREATE FUNCTION inbox_outbox_notify() RETURNS trigger LANGUAGE plpgsql \
@@ -698,9 +703,7 @@ fn postgres_a_relay_whose_role_may_not_put_back_holds_its_rows_locked_instead() 
         return;
     };
     let mut conn = db.connect();
-    let schema = conn
-        .texts("SELECT current_schema()::text AS value")
-        .remove(0);
+    let schema = current_schema(&mut conn);
     let role = format!("{schema}_relay");
     conn.batch_execute(&format!(
         "CREATE ROLE \"{role}\" NOLOGIN; \

@@ -115,28 +115,11 @@ where
             },
         ),
         (None, Lease::HeldLock(select)) => (*select, Holding::Locked),
-        (None, Lease::Returning(sql)) => {
+        (None, lease) => {
             let rows = with_retries!(
                 RetryPolicy::RELAY,
                 exec,
-                lease_returning(relay, exec, owner.as_str(), sql).await
-            )?;
-            return settle(
-                relay,
-                exec,
-                owner.as_str(),
-                rows,
-                publisher,
-                Holding::Leased,
-            )
-            .await
-            .map(|(report, _)| report);
-        }
-        (None, Lease::LockThenWrite { select, lease }) => {
-            let rows = with_retries!(
-                RetryPolicy::RELAY,
-                exec,
-                lock_then_lease(relay, exec, owner.as_str(), select, lease).await
+                lease_for_owner(relay, exec, owner.as_str(), lease).await
             )?;
             return settle(
                 relay,
@@ -547,6 +530,24 @@ struct Refusal {
 fn lease_binds(relay: &Relay) -> (i64, i64) {
     let lease_millis = i64::try_from(relay.lease.as_millis()).unwrap_or(i64::MAX);
     (lease_millis, i64::from(relay.batch_size))
+}
+
+/// Leases the next messages for `owner`, in a transaction of their own
+/// ([`Lease::Returning`], [`Lease::LockThenWrite`]). A held lease takes
+/// them in the round's transaction instead (see `round_once`): none here.
+async fn lease_for_owner<X: RelayExec>(
+    relay: &Relay,
+    exec: &mut X,
+    owner: &str,
+    lease: &Lease,
+) -> diesel::QueryResult<Vec<OutboxRow>> {
+    match *lease {
+        Lease::Returning(sql) => lease_returning(relay, exec, owner, sql).await,
+        Lease::LockThenWrite { select, lease } => {
+            lock_then_lease(relay, exec, owner, select, lease).await
+        }
+        Lease::HeldLock(_) => Ok(Vec::new()),
+    }
 }
 
 /// Leases the next messages for `owner` in one statement
