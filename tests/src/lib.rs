@@ -399,13 +399,45 @@ pub mod galera {
             }
         }
 
+        /// The cluster, once the inbox table is created on it. Nodes that
+        /// have just joined can still refuse the schema's statements for a
+        /// moment on a loaded machine: the setup is tried again, a second
+        /// apart and on a new connection, [`SETUP_TRIES`] times at most, and
+        /// its last error is reported with its causes.
         fn try_start() -> Result<Self, String> {
             let cluster = GaleraCluster(inbox_test_servers::GaleraCluster::start()?);
             let url = cluster.url(0);
-            let mut conn = MysqlConnection::establish(&url).map_err(|e| format!("{url}: {e}"))?;
-            inbox_runtime::setup(&mut conn).map_err(|e| format!("create the inbox table: {e}"))?;
-            Ok(cluster)
+            let mut tries = 0;
+            loop {
+                let set_up = MysqlConnection::establish(&url)
+                    .map_err(|e| format!("{url}: {e}"))
+                    .and_then(|mut conn| {
+                        inbox_runtime::setup(&mut conn)
+                            .map_err(|e| format!("create the inbox table: {}", with_causes(&e)))
+                    });
+                tries += 1;
+                match set_up {
+                    Ok(()) => return Ok(cluster),
+                    Err(error) if tries >= SETUP_TRIES => return Err(error),
+                    Err(_) => std::thread::sleep(std::time::Duration::from_secs(1)),
+                }
+            }
         }
+    }
+
+    /// How many times the cluster's schema is tried, a second apart.
+    const SETUP_TRIES: u32 = 20;
+
+    /// `error` and its causes, `: `-separated.
+    fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+        let mut text = error.to_string();
+        let mut cause = error.source();
+        while let Some(next) = cause {
+            text.push_str(": ");
+            text.push_str(&next.to_string());
+            cause = next.source();
+        }
+        text
     }
 
     impl std::ops::Deref for GaleraCluster {
