@@ -9,7 +9,9 @@ use crate::error::{HandlerError, InboxError};
 use crate::fingerprint::Fingerprinted;
 use crate::key::{ClaimKey, HandlerName};
 use crate::message_id::MessageId;
-use crate::observe::{self, BodyScope};
+use crate::observe;
+#[cfg(not(feature = "async"))]
+use crate::observe::BodyScope;
 use crate::options::Options;
 use crate::outcome::OnDuplicate;
 use crate::stored::StoredResult;
@@ -436,37 +438,35 @@ pub fn typed<T, F: core::future::Future<Output = T>>(body: F) -> F {
     body
 }
 
-/// What the body runs in: the delivery's span (feature `tracing`). Taken
-/// before the body borrows the transaction's connection.
+/// What the body runs in: the delivery's span (feature `tracing`), and
+/// what collects the statements it leaves for the commit (an outgoing
+/// message). Taken before the body borrows the transaction's connection.
 #[cfg(feature = "async")]
-pub fn observed<C>(claimed: &crate::ClaimedTransaction<'_, C>) -> BodyScope
+pub fn observed<C>(claimed: &crate::ClaimedTransaction<'_, C>) -> BodyStart
 where
     C: diesel_async::AsyncConnection,
     C::Backend: InboxBackend,
 {
-    claimed.observed()
+    claimed.body_start()
 }
 
-/// Runs the body's future inside the delivery's span, catching a panic so
-/// the transaction can be rolled back before it resumes.
+/// Runs the body's future as `start` says, catching a panic so the
+/// transaction can be rolled back before it resumes.
 #[cfg(feature = "async")]
 pub async fn catch_unwind<F: core::future::Future>(
-    scope: BodyScope,
+    start: BodyStart,
     body: F,
-) -> Result<F::Output, Box<dyn core::any::Any + Send>> {
-    use futures_util::FutureExt;
-    scope
-        .instrument(core::panic::AssertUnwindSafe(body).catch_unwind())
-        .await
+) -> BodyRan<F::Output> {
+    crate::delivery::asynchronous::run_body(start, body).await
 }
+
+#[cfg(feature = "async")]
+pub use crate::delivery::asynchronous::{BodyRan, BodyStart};
 
 /// The last step of an async handler: commits or rolls back by the body's
 /// result, and resumes a panic after rolling back.
 #[cfg(feature = "async")]
-pub async fn finish_async<C, T>(
-    claimed: crate::ClaimedTransaction<'_, C>,
-    result: Result<T, Box<dyn core::any::Any + Send>>,
-) -> T
+pub async fn finish_async<C, T>(claimed: crate::ClaimedTransaction<'_, C>, ran: BodyRan<T>) -> T
 where
     C: diesel_async::AsyncConnection,
     C::Backend: InboxBackend,
@@ -475,7 +475,7 @@ where
 {
     T::from_result(
         claimed
-            .finish_or_resume(result.map(HandlerResult::into_result))
+            .finish_or_resume(ran.map(HandlerResult::into_result))
             .await,
     )
 }
@@ -486,7 +486,7 @@ where
 #[cfg(feature = "async")]
 pub async fn finish_async_storing<C, T>(
     claimed: crate::ClaimedTransaction<'_, C>,
-    result: Result<T, Box<dyn core::any::Any + Send>>,
+    ran: BodyRan<T>,
 ) -> T
 where
     C: diesel_async::AsyncConnection,
@@ -497,7 +497,7 @@ where
 {
     T::from_result(
         claimed
-            .finish_replying::<crate::stored::Storing, _, _>(result.map(HandlerResult::into_result))
+            .finish_replying::<crate::stored::Storing, _, _>(ran.map(HandlerResult::into_result))
             .await,
     )
 }

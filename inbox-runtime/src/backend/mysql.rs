@@ -524,6 +524,10 @@ mod imp {
     /// (each number at its longest).
     const BEGIN_AND_CLAIM_BYTES: usize = 384;
 
+    /// Room for an outgoing message's insert as text but its values' hex
+    /// digits.
+    const OUTBOX_INSERT_BYTES: usize = 96;
+
     /// The prefix that bounds one statement's lock wait, in whole seconds.
     fn set_statement(bound: &crate::backend::ClaimBound) -> String {
         format!(bound_prefix!(), bound.seconds)
@@ -757,6 +761,33 @@ mod imp {
             push_hex_literal(text, id.as_bytes());
             text.push(')');
             true
+        }
+
+        /// An outgoing message's insert as text, for the commit's: every
+        /// value a hex literal, which no quote, backslash or `sql_mode`
+        /// changes (the columns are bytes). Sent only where the commit is
+        /// one text in one round trip (diesel-async's); Diesel's blocking
+        /// connection sends its statements one by one, prepared.
+        fn outbox_insert_text(
+            id: &str,
+            destination: &str,
+            headers: &[u8],
+            payload: &[u8],
+        ) -> Option<String> {
+            let mut text = String::with_capacity(
+                OUTBOX_INSERT_BYTES
+                    + 2 * (id.len() + destination.len() + headers.len() + payload.len()),
+            );
+            text.push_str("INSERT INTO inbox_outbox (id, destination, headers, payload) VALUES (");
+            push_hex_literal(&mut text, id.as_bytes());
+            text.push_str(", ");
+            push_hex_literal(&mut text, destination.as_bytes());
+            text.push_str(", ");
+            push_hex_literal(&mut text, headers);
+            text.push_str(", ");
+            push_hex_literal(&mut text, payload);
+            text.push(')');
+            Some(text)
         }
 
         /// The claim token's check is in the `SET` that commits: turning

@@ -11,6 +11,7 @@ use diesel::QueryResult;
 use diesel::connection::TransactionManagerStatus;
 use diesel_async::{AsyncConnection, TransactionManager};
 
+use super::deferred::{Collector, collecting};
 use super::executor::Executor;
 use super::single::{Begun, Claimed, begin, deliver};
 use super::steps::claim_checked;
@@ -330,39 +331,82 @@ where
         self.claimed.finish(&mut self.exec, result).await
     }
 
-    /// Ends the transaction after the body returned `result` (under
-    /// `catch_unwind`), storing the result first when `P` says so (see the
-    /// delivery core's `Claimed::finish_replying`).
+    /// Ends the transaction after the body ran (under `catch_unwind`),
+    /// storing the result first when `P` says so (see the delivery core's
+    /// `Claimed::finish_replying`).
     pub(crate) async fn finish_replying<P, R, E>(
         mut self,
-        result: Result<Result<R, E>, Box<dyn Any + Send>>,
+        ran: BodyRan<Result<R, E>>,
     ) -> Result<R, E>
     where
         P: Reply<R>,
         E: HandlerError,
     {
+        self.claimed.collected(ran.collected);
         self.claimed
-            .finish_replying::<P, R, E, _>(&mut self.exec, result)
+            .finish_replying::<P, R, E, _>(&mut self.exec, ran.result)
             .await
     }
 
     /// Ends the transaction by the body's result (under `catch_unwind`): a
     /// panic rolls back, then resumes.
-    pub(crate) async fn finish_or_resume<R, E>(
-        mut self,
-        result: Result<Result<R, E>, Box<dyn Any + Send>>,
-    ) -> Result<R, E>
+    pub(crate) async fn finish_or_resume<R, E>(mut self, ran: BodyRan<Result<R, E>>) -> Result<R, E>
     where
         E: HandlerError,
     {
-        self.claimed.finish_or_resume(&mut self.exec, result).await
+        self.claimed.collected(ran.collected);
+        self.claimed
+            .finish_or_resume(&mut self.exec, ran.result)
+            .await
     }
 
-    /// What the delivery's parts after the claim run in: its span (feature
-    /// `tracing`).
-    pub(crate) fn observed(&self) -> BodyScope {
-        self.claimed.observed()
+    /// What the body runs in ([`run_body`]): the delivery's span (feature
+    /// `tracing`), and what collects the statements it leaves for the
+    /// commit.
+    pub(crate) fn body_start(&self) -> BodyStart {
+        BodyStart {
+            scope: self.claimed.observed(),
+            collector: self.claimed.collector(),
+        }
     }
+}
+
+/// What an async handler's body runs in ([`ClaimedTransaction::body_start`]).
+#[doc(hidden)]
+pub struct BodyStart {
+    scope: BodyScope,
+    collector: Option<Collector>,
+}
+
+/// What an async handler's body came to ([`run_body`]): its result or its
+/// panic, and the statements it left for the commit.
+#[doc(hidden)]
+pub struct BodyRan<T> {
+    result: Result<T, Box<dyn Any + Send>>,
+    collected: Collector,
+}
+
+impl<T> BodyRan<T> {
+    /// `f` applied to the body's result (a panic stays one).
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> BodyRan<U> {
+        BodyRan {
+            result: self.result.map(f),
+            collected: self.collected,
+        }
+    }
+}
+
+/// Runs an async handler's `body` as `start` says: inside the delivery's
+/// span, collecting the statements it leaves for the commit, its panic
+/// caught so the transaction can be rolled back before it resumes.
+pub(crate) async fn run_body<F: Future>(start: BodyStart, body: F) -> BodyRan<F::Output> {
+    use futures_util::FutureExt;
+    let caught = std::panic::AssertUnwindSafe(body).catch_unwind();
+    let (result, collected) = start
+        .scope
+        .instrument(collecting(start.collector, caught))
+        .await;
+    BodyRan { result, collected }
 }
 
 /// A diesel-async connection as the delivery core's [`Executor`], guarded

@@ -22,29 +22,45 @@ thread_local! {
     static COLLECTING: RefCell<Option<Collector>> = const { RefCell::new(None) };
 }
 
-/// What a delivery's body deferred so far, and where it may defer.
-#[derive(Debug, Default)]
-pub(crate) struct Collector {
+/// Where a delivery's body may defer: its connection, at the depth of its
+/// transaction.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct CollectAt {
     /// The address of the delivery's connection.
     conn: usize,
     /// The depth of its transaction.
     depth: u32,
+}
+
+impl CollectAt {
+    /// `exec`'s connection at its current depth (the delivery's level,
+    /// just begun).
+    pub(crate) fn level<X: Executor>(exec: &mut X) -> Self {
+        let depth = depth(exec.status()).unwrap_or(0);
+        CollectAt {
+            conn: address(exec),
+            depth,
+        }
+    }
+
+    /// A collector there, with nothing collected yet (no allocation).
+    pub(crate) fn collector(self) -> Collector {
+        Collector {
+            at: self,
+            sql: String::new(),
+        }
+    }
+}
+
+/// What a delivery's body deferred so far, and where it may defer.
+#[derive(Debug, Default)]
+pub(crate) struct Collector {
+    at: CollectAt,
     /// The statements, each ending with `;`.
     sql: String,
 }
 
 impl Collector {
-    /// Collects for `exec`'s connection at its current depth (the
-    /// delivery's level, just begun).
-    pub(crate) fn for_level<X: Executor>(exec: &mut X) -> Self {
-        let depth = depth(exec.status()).unwrap_or(0);
-        Collector {
-            conn: address(exec),
-            depth,
-            sql: String::new(),
-        }
-    }
-
     /// The statements collected (empty when none), each ending with `;`.
     pub(crate) fn into_sql(self) -> String {
         self.sql
@@ -64,7 +80,7 @@ pub(crate) fn defer<X: Executor>(exec: &mut X, text: impl FnOnce() -> Option<Str
         let mut collecting = collecting.borrow_mut();
         let Some(collector) = collecting
             .as_mut()
-            .filter(|collector| collector.conn == conn && collector.depth == now && now > 0)
+            .filter(|collector| collector.at.conn == conn && collector.at.depth == now && now > 0)
         else {
             return false;
         };

@@ -7,7 +7,7 @@
 use std::any::Any;
 use std::time::Duration;
 
-use super::deferred::{Collector, collecting};
+use super::deferred::{CollectAt, Collector, collecting};
 use super::executor::Executor;
 use super::level::{Level, Tripwire};
 use super::steps::{record_failure, store_result, take};
@@ -50,10 +50,7 @@ where
     };
     // The statements the body leaves for the commit (an outgoing message)
     // go in the commit's round trip, when this delivery commits.
-    let collector = claimed
-        .level
-        .is_outermost()
-        .then(|| Collector::for_level(exec));
+    let collector = claimed.collector();
     // The call is inside the watch too: a closure that panics before it
     // returns its future is the body's panic.
     let conn = exec.conn();
@@ -64,7 +61,7 @@ where
             caught(async move { body(conn).await }),
         ))
         .await;
-    claimed.with_commit = collected.into_sql();
+    claimed.collected(collected);
     claimed.finish_replying::<P, R, E, X>(exec, result).await
 }
 
@@ -125,7 +122,12 @@ where
     match taken {
         Ok(Begun::Claimed(tripwire)) => {
             delivery.claimed();
+            // Only where the commit is sent as one text, in one round
+            // trip: statements sent one by one gain nothing by waiting.
+            let collects = level.is_outermost() && !exec.pays_per_statement(&level.scope);
+            let collect_at = collects.then(|| CollectAt::level(exec));
             Ok(Begun::Claimed(Claimed {
+                collect_at,
                 level,
                 tripwire,
                 key,
@@ -240,12 +242,28 @@ pub(crate) struct Claimed {
     max_attempts: MaxAttempts,
     /// Reported when the delivery ends (once).
     delivery: Option<Delivery>,
+    /// Where the body may leave statements for the commit: an outermost
+    /// level's connection at its depth, where the commit is one text.
+    collect_at: Option<CollectAt>,
     /// Statements the body left to be sent with the commit (see
     /// [`deferred`](super::deferred)): dropped unless it commits.
     with_commit: String,
 }
 
 impl Claimed {
+    /// What collects the statements the body leaves for the commit, while
+    /// it runs ([`collecting`]); `None` for a nested level, whose commit is
+    /// a savepoint's release that the caller's transaction may still roll
+    /// back past.
+    pub(crate) fn collector(&self) -> Option<Collector> {
+        self.collect_at.map(CollectAt::collector)
+    }
+
+    /// Takes what the body left for the commit ([`collector`](Self::collector)).
+    pub(crate) fn collected(&mut self, collected: Collector) {
+        self.with_commit = collected.into_sql();
+    }
+
     /// What the delivery's parts after the claim run in: its span (feature
     /// `tracing`).
     pub(crate) fn observed(&self) -> BodyScope {

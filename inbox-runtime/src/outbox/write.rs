@@ -18,18 +18,19 @@ use crate::execution::{block_ready, depth};
 /// What [`InboxError::OutsideTransaction`] names.
 const RECORDING: &str = "recording an outgoing message";
 
-/// The largest payload sent with the handler's commit: a larger one, whose
-/// transfer outweighs a round trip, is inserted at once with its bytes
-/// bound rather than written out in hex.
-const DEFERRED_PAYLOAD_BYTES: usize = 16 * 1024;
+/// The most bytes of payload and headers sent with the handler's commit: a
+/// larger message, whose transfer outweighs a round trip, is inserted at
+/// once with its bytes bound rather than written out in hex.
+const DEFERRED_MESSAGE_BYTES: usize = 16 * 1024;
 
 /// Records `message` on `exec`'s connection, inside the transaction open
-/// there: its id. Inside an `#[idempotent]` handler's own transaction, on
-/// PostgreSQL, an unkeyed message (of up to 16 KiB) is written by a
-/// statement sent with the handler's `COMMIT`, in its round trip
-/// ([`deferred`]); anywhere else, and for a keyed message (whose number
-/// in its key must follow the order the body wrote them in, also across
-/// savepoints), at once.
+/// there: its id. Inside an `#[idempotent]` handler's own transaction, an
+/// unkeyed message (of up to 16 KiB with its headers) is written by a
+/// statement sent with the handler's commit, in its round trip
+/// ([`deferred`]), where the backend and the connection send the commit as
+/// one text (PostgreSQL; MySQL/MariaDB on diesel-async); anywhere else,
+/// and for a keyed message (whose number in its key must follow the order
+/// the body wrote them in, also across savepoints), at once.
 pub(crate) async fn record<X: Executor>(
     exec: &mut X,
     message: &OutgoingMessage,
@@ -56,7 +57,8 @@ pub(crate) async fn record<X: Executor>(
             headers::encode(&all)
         }
     };
-    if message.key().is_none() && message.payload().len() <= DEFERRED_PAYLOAD_BYTES {
+    if message.key().is_none() && message.payload().len() + headers.len() <= DEFERRED_MESSAGE_BYTES
+    {
         let deferred = deferred::defer(exec, || {
             <X::Backend as InboxBackend>::outbox_insert_text(
                 id.as_str(),
@@ -121,6 +123,14 @@ fn has_traceparent(message: &OutgoingMessage) -> bool {
 /// [`InboxError::InvalidOutgoingMessage`] for a message the outbox cannot
 /// store or a broker cannot carry; [`InboxError::Database`] if the insert
 /// fails (the transaction should then roll back).
+///
+/// Inside an `#[idempotent]` handler's own transaction, an unkeyed message
+/// of up to 16 KiB (headers included) is inserted by a statement sent with
+/// the handler's commit, in its round trip, where the commit is one text
+/// (PostgreSQL; MySQL/MariaDB on diesel-async): an insert the server
+/// refuses then fails the delivery's commit, and nothing of the delivery
+/// commits. Elsewhere (a keyed or larger message, a savepoint the body
+/// opened, any other transaction) it is inserted at once.
 ///
 /// Messages with the same [ordering key](OutgoingMessage::ordering_key)
 /// are numbered in commit order: the key's counter row stays locked until

@@ -99,6 +99,7 @@ mod nonblocking {
     use diesel::prelude::*;
     use diesel::sql_types::Text;
     use diesel_async::{AsyncConnection, RunQueryDsl};
+    use inbox_runtime::outbox::{self, OutgoingMessage};
     use inbox_runtime::{InboxBackend, InboxError, Outcome, idempotent};
 
     use super::bench_account;
@@ -138,6 +139,15 @@ mod nonblocking {
             id: u64,
             account: i64,
         ) -> impl Future<Output = Result<Outcome<()>, InboxError>> + Send;
+
+        /// [`handle`](Self::handle) whose body also records `message`
+        /// (`outbox::send_async`): the async `outbox` variants.
+        fn announce<'a>(
+            &'a mut self,
+            id: u64,
+            account: i64,
+            message: &'a OutgoingMessage,
+        ) -> impl Future<Output = Result<Outcome<()>, InboxError>> + Send + 'a;
     }
 
     macro_rules! nonblocking {
@@ -190,6 +200,26 @@ mod nonblocking {
                         Ok(Outcome::Processed(()))
                     }
                     handle(self, id, account)
+                }
+
+                fn announce<'a>(
+                    &'a mut self,
+                    id: u64,
+                    account: i64,
+                    message: &'a OutgoingMessage,
+                ) -> impl Future<Output = Result<Outcome<()>, InboxError>> + Send + 'a {
+                    #[idempotent(id = id, handler = "bench.throughput", shared_scope)]
+                    async fn announce(
+                        conn: &mut $connection,
+                        id: u64,
+                        account: i64,
+                        message: &OutgoingMessage,
+                    ) -> Result<Outcome<()>, InboxError> {
+                        conn.effect(account).await?;
+                        outbox::send_async(conn, message).await?;
+                        Ok(Outcome::Processed(()))
+                    }
+                    announce(self, id, account, message)
                 }
             }
         };

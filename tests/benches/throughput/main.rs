@@ -240,11 +240,11 @@ impl Variant {
         })
     }
 
-    /// Whether it runs on blocking connections only (`payload.rs`'s and
-    /// `outbox.rs`'s variants).
+    /// Whether it runs on blocking connections only (`payload.rs`'s
+    /// variants).
     #[cfg_attr(not(feature = "async"), allow(dead_code))]
     fn blocking_only(self) -> bool {
-        self.is_payload() || matches!(self, Variant::Outbox | Variant::OutboxKeyed)
+        self.is_payload()
     }
 
     /// Whether it runs on diesel-async connections only (`claim-guarded`).

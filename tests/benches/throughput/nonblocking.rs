@@ -157,6 +157,11 @@ impl<C: AsyncBenchConnection> AsyncWorker<C> {
                     panic!("a bulk batch delivery failed: {error}");
                 }
             }
+            Variant::Outbox | Variant::OutboxKeyed => {
+                let message = crate::outbox::bench_message(variant, account);
+                let outcome = self.conn.announce(fresh_ids(1), account, &message).await;
+                assert_eq!(outcome.expect("outbox"), Outcome::Processed(()));
+            }
             payload => unreachable!("{}: filtered out in `run`", payload.name()),
         }
     }

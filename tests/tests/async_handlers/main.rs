@@ -17,6 +17,7 @@ mod failure;
 mod folding;
 mod handlers;
 mod in_flight;
+mod outgoing;
 #[cfg(feature = "postgres")]
 mod pipelining;
 mod race;
