@@ -47,6 +47,12 @@ pub(crate) enum Taken {
     /// Already claimed, by a delivery with the same fingerprint (or none):
     /// the body does not run.
     Duplicate(Option<Vec<u8>>),
+    /// Already claimed, the stored fingerprint not read: the duplicate's
+    /// commit compares it ([`LateTripwire::end_duplicate_checked`]) and
+    /// fails if it differs. The body does not run.
+    ///
+    /// [`LateTripwire::end_duplicate_checked`]: crate::backend::LateTripwire::end_duplicate_checked
+    DuplicateUnchecked,
 }
 
 /// `(handler, message_id)` as binds.

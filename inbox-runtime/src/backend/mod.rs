@@ -641,6 +641,14 @@ pub struct LateTripwire {
     /// Ends a transaction whose tripwire was never set (a duplicate's, which
     /// wrote nothing): commits it and restores the session.
     pub end_unset: &'static str,
+    /// [`end_unset`](Self::end_unset) for the duplicate of a fingerprinted
+    /// claim, whose stored fingerprint was not read: fails, changing
+    /// nothing, if the claim it met stored another fingerprint (a claim
+    /// without one matches any). Run in the duplicate's outermost
+    /// transaction, which has read nothing yet, so its read sees the
+    /// claim the duplicate met. Binds: the delivery's fingerprint, the
+    /// handler, the message id.
+    pub end_duplicate_checked: &'static str,
     /// After a commit that checks the token failed without saying why
     /// (Galera replays a transaction an applier aborted while it
     /// committed, then fails the `SET` that committed it: "Incorrect

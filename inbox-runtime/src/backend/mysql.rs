@@ -30,8 +30,10 @@
 //!   (MariaDB 10.5 and later), whose row is its own claim exactly when it
 //!   holds the token. Diesel's blocking connection reads a statement's
 //!   columns when it prepares it, which MariaDB describes for `RETURNING`
-//!   only once it has run it: there, and on MySQL, the read is a statement
-//!   of its own.
+//!   only once it has run it: there, and on MySQL, a fingerprinted
+//!   duplicate's commit compares the fingerprint itself
+//!   ([`LateTripwire::end_duplicate_checked`](crate::backend::LateTripwire::end_duplicate_checked)),
+//!   and a stored result's duplicate reads it with a statement of its own.
 //! - **Idle bound** of an async handler's transaction: the session's
 //!   `wait_timeout`, lowered for the transaction in the `SET` that begins it
 //!   and restored in the one that ends it.
@@ -368,6 +370,16 @@ mod imp {
         };
     }
 
+    /// What a fingerprinted duplicate's commit sets `autocommit` to when
+    /// the claim it met stored another fingerprint: an invalid value, which
+    /// fails the `SET` and changes none of its variables (see
+    /// [`LateTripwire::end_duplicate_checked`]).
+    macro_rules! payload_conflict {
+        () => {
+            "'inbox_payload_conflict'"
+        };
+    }
+
     /// The session's claim token, which the claim writes (see
     /// [`LateTripwire`]).
     macro_rules! claim_token {
@@ -620,6 +632,12 @@ mod imp {
             begin: concat!("SET ", begin_assignments!()),
             set: set_tripwire!(),
             end_unset: commit_and_restore_autocommit!(),
+            end_duplicate_checked: concat!(
+                "SET SESSION autocommit = IF(EXISTS(SELECT 1 FROM inbox_messages ",
+                "WHERE fingerprint <> ? AND handler = ? AND message_id = ?), ",
+                payload_conflict!(),
+                ", 'ON'), SESSION autocommit = @inbox_saved_autocommit"
+            ),
             committed_claim: concat!(
                 "SELECT fingerprint, result FROM inbox_messages WHERE handler = ? AND message_id = ? ",
                 "AND claim_token = ",

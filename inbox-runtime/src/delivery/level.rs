@@ -154,6 +154,27 @@ impl Level {
         }
     }
 
+    /// [`commit_duplicate`](Self::commit_duplicate) of a fingerprinted
+    /// claim's duplicate whose stored fingerprint was not read
+    /// ([`Taken::DuplicateUnchecked`](crate::claim::Taken)): where the
+    /// tripwire was left unset, the commit compares `key`'s fingerprint
+    /// with the stored one ([`LateTripwire::end_duplicate_checked`]) and
+    /// fails on another, the level rolled back.
+    pub(crate) async fn commit_duplicate_checked<X: Executor>(
+        &self,
+        exec: &mut X,
+        tripwire: Tripwire,
+        key: &ClaimKey,
+    ) -> Result<(), InboxError> {
+        match (tripwire, key.fingerprint()) {
+            (Tripwire::Unset(late), Some(_)) => {
+                self.commit_sql(exec, "", Ending::FingerprintChecked(key, late))
+                    .await
+            }
+            (tripwire, _) => self.commit_duplicate(exec, tripwire).await,
+        }
+    }
+
     async fn begin_with<X: Executor>(&self, exec: &mut X, sql: &str) -> Result<(), InboxError> {
         exec.set_open(true);
         let begun = exec.level_sql(&self.scope, sql).await;
@@ -266,6 +287,13 @@ impl Level {
                 }
                 exec.commit_claim_checked(key).await
             }
+            Ending::FingerprintChecked(key, late) => {
+                let fingerprint = key.fingerprint().map_or(&[][..], |f| f.as_bytes());
+                let binds = crate::claim::column_binds(fingerprint, key);
+                exec.execute_bound(late.end_duplicate_checked, &binds)
+                    .await
+                    .map(drop)
+            }
         }
     }
 
@@ -313,6 +341,9 @@ enum Ending<'a> {
     /// [`Executor::commit_claim_checked`] of the claim's key, in the
     /// transaction `LateTripwire` began.
     ClaimChecked(&'a ClaimKey, LateTripwire),
+    /// [`LateTripwire::end_duplicate_checked`] of a duplicate's key and
+    /// fingerprint.
+    FingerprintChecked(&'a ClaimKey, LateTripwire),
 }
 
 /// Whether the claim of `key` that the unanswered commit of a

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::deferred::{CollectAt, Collector, collecting};
 use super::executor::Executor;
 use super::level::{Level, Tripwire};
-use super::steps::{record_failure, store_result, take};
+use super::steps::{conflict_or, record_failure, store_result, take};
 use crate::attempts::MaxAttempts;
 use crate::backend::InboxBackend;
 use crate::claim::Taken;
@@ -116,6 +116,9 @@ where
                 (Taken::Duplicate(stored), _) => {
                     Begun::Answered(P::duplicate(&key, stored.as_deref()))
                 }
+                // Committed, its fingerprint compared there; it reads no
+                // stored result.
+                (Taken::DuplicateUnchecked, _) => Begun::Answered(P::duplicate(&key, None)),
             })
         })
         .await;
@@ -178,6 +181,12 @@ async fn claim_with_retries<X: Executor>(
                 level.commit_duplicate(exec, tripwire).await?;
                 return Ok((Taken::Duplicate(stored), Tripwire::Set));
             }
+            Ok(Taken::DuplicateUnchecked) => {
+                return match level.commit_duplicate_checked(exec, tripwire, key).await {
+                    Ok(()) => Ok((Taken::DuplicateUnchecked, Tripwire::Set)),
+                    Err(error) => Err(conflict_or(exec, key, error).await),
+                };
+            }
             Err(error) => {
                 if let Err(rollback_error) = level.roll_back(exec).await {
                     return Err(either(report_after_failed_rollback(error, rollback_error)));
@@ -216,13 +225,34 @@ async fn take_armed<X: Executor>(
 ) -> Result<Taken, InboxError> {
     let outermost = level.is_outermost();
     let mut token = outermost && X::Backend::OUTERMOST_LATE_TRIPWIRE.is_some();
-    let mut taken = take(exec, outermost, key, read_result, wait, token).await;
+    // A duplicate's commit that ends the unset tripwire can compare the
+    // fingerprint itself.
+    let checked_at_commit = matches!(*tripwire, Tripwire::Unset(_));
+    let mut taken = take(
+        exec,
+        outermost,
+        key,
+        read_result,
+        wait,
+        token,
+        checked_at_commit,
+    )
+    .await;
     if token
         && matches!(&taken, Err(InboxError::Database(cause)) if X::Backend::claim_token_refused(cause))
     {
         crate::observe::claim_token_missing();
         token = false;
-        taken = take(exec, outermost, key, read_result, wait, token).await;
+        taken = take(
+            exec,
+            outermost,
+            key,
+            read_result,
+            wait,
+            token,
+            checked_at_commit,
+        )
+        .await;
     }
     match taken {
         Ok(Taken::Claimed) if !token => level.arm(exec, tripwire).await.map(|()| Taken::Claimed),

@@ -106,7 +106,12 @@ pub(crate) async fn claim_checked<X: Executor>(
 /// against the fingerprint stored with its claim, and the stored result
 /// read when `read_result`. The claim waits at most `wait` for a delivery
 /// of the same id in flight, and writes the session's claim token if
-/// `token` (see [`Executor::claim`]).
+/// `token` (see [`Executor::claim`]). Where `checked_at_commit` (the
+/// level's commit can compare the fingerprint, see
+/// [`LateTripwire::end_duplicate_checked`]), a fingerprinted duplicate
+/// that reads no result is [`Taken::DuplicateUnchecked`], read nothing.
+///
+/// [`LateTripwire::end_duplicate_checked`]: crate::backend::LateTripwire::end_duplicate_checked
 pub(crate) async fn take<X: Executor>(
     exec: &mut X,
     outermost: bool,
@@ -114,6 +119,7 @@ pub(crate) async fn take<X: Executor>(
     read_result: bool,
     wait: Option<Duration>,
     token: bool,
+    checked_at_commit: bool,
 ) -> Result<Taken, InboxError> {
     let reads_stored = key.fingerprint().is_some() || read_result;
     if outermost && reads_stored && exec.claim_reads_stored(token) {
@@ -135,6 +141,7 @@ pub(crate) async fn take<X: Executor>(
         Claim::Duplicate if key.fingerprint().is_none() && !read_result => {
             Ok(Taken::Duplicate(None))
         }
+        Claim::Duplicate if checked_at_commit && !read_result => Ok(Taken::DuplicateUnchecked),
         Claim::Duplicate => {
             let row = stored_claim(exec, key).await?;
             duplicate_of(key, row).map(Taken::Duplicate)
@@ -169,6 +176,24 @@ async fn take_reading<X: Executor>(
         false => stored_claim(exec, key).await?,
     };
     duplicate_of(key, stored).map(Taken::Duplicate)
+}
+
+/// After the commit of a [`Taken::DuplicateUnchecked`] failed with
+/// `error` and its level rolled back: the conflict the commit found (the
+/// claim it met stored another fingerprint), read for its error; `error`
+/// where the read finds none, or fails.
+pub(crate) async fn conflict_or<X: Executor>(
+    exec: &mut X,
+    key: &ClaimKey,
+    error: InboxError,
+) -> InboxError {
+    match stored_claim(exec, key)
+        .await
+        .map(|row| duplicate_of(key, row))
+    {
+        Ok(Err(conflict @ InboxError::Conflict(_))) => conflict,
+        _ => error,
+    }
 }
 
 /// The fingerprint and result stored with `key`'s claim, wherever the claim

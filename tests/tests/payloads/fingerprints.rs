@@ -50,6 +50,15 @@ pub fn the_same_payload_is_a_duplicate_and_another_a_conflict<B: TestBackend>() 
         0,
         "a conflict is not a failed attempt"
     );
+    if B::NAME == "mysql" {
+        // The refused commit that found the conflict left the session as
+        // it was: no transaction open, `autocommit` on.
+        assert_eq!(
+            conn.bigint("SELECT @@in_transaction * 10 + @@autocommit AS value"),
+            1,
+            "no transaction (tens), autocommit (units)"
+        );
+    }
     // The conflict changed nothing: the original payload is still a duplicate.
     assert_eq!(
         transfer(&mut conn, &Transfer::new("t-1", "amount=250")).unwrap(),
@@ -191,12 +200,28 @@ pub fn a_fingerprinted_duplicate_reads_the_stored_claim_in_its_claim<B: TestBack
     let Some((_db, mut conn)) = fresh::<B>() else {
         return;
     };
-    let read: &[&str] = match B::NAME {
-        "postgres" => &["BEGIN", "claim"],
-        _ => &["BEGIN", "claim", "read stored"],
+    // PostgreSQL's claim reads what it met. Blocking MySQL/MariaDB's
+    // duplicate commits only if the claim it met stored no other
+    // fingerprint (it reads the stored claim after a refused commit, for
+    // the conflict's error), and reads a stored result apart. SQLite reads
+    // both apart.
+    let (duplicate, conflict, stored): (&[&str], &[&str], &[&str]) = match B::NAME {
+        "postgres" => (
+            &["BEGIN", "claim", "COMMIT"],
+            &["BEGIN", "claim", "ROLLBACK"],
+            &["BEGIN", "claim", "COMMIT"],
+        ),
+        "mysql" => (
+            &["BEGIN", "claim", "COMMIT"],
+            &["BEGIN", "claim", "COMMIT", "ROLLBACK", "read stored"],
+            &["BEGIN", "claim", "read stored", "COMMIT"],
+        ),
+        _ => (
+            &["BEGIN", "claim", "read stored", "COMMIT"],
+            &["BEGIN", "claim", "read stored", "ROLLBACK"],
+            &["BEGIN", "claim", "read stored", "COMMIT"],
+        ),
     };
-    let duplicate = [read, &["COMMIT"]].concat();
-    let conflict = [read, &["ROLLBACK"]].concat();
     let first = Transfer::new("ts-1", "amount=1");
     let (processed, sent) = statements_of(&mut conn, |conn| transfer(conn, &first));
     assert_eq!(processed.unwrap(), Outcome::Processed(()));
@@ -235,7 +260,7 @@ pub fn a_fingerprinted_duplicate_reads_the_stored_claim_in_its_claim<B: TestBack
     let (replayed, sent) = statements_of(&mut conn, |conn| charge(conn, &retry));
     assert!(replayed.unwrap().is_replayed());
     assert_eq!(retry.runs(), 0);
-    assert_eq!(shape(&sent), duplicate, "a stored result: {sent:#?}");
+    assert_eq!(shape(&sent), stored, "a stored result: {sent:#?}");
 }
 
 inbox_tests::backend_tests!(
