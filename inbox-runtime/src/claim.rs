@@ -48,11 +48,12 @@ pub(crate) enum Taken {
     /// the body does not run.
     Duplicate(Option<Vec<u8>>),
     /// Already claimed, the stored fingerprint not read: the duplicate's
-    /// commit compares it ([`LateTripwire::end_duplicate_checked`]) and
-    /// fails if it differs. The body does not run.
+    /// commit, in the transaction this begin began, compares it
+    /// ([`LateTripwire::end_duplicate_checked`]) and fails if it differs.
+    /// The body does not run.
     ///
     /// [`LateTripwire::end_duplicate_checked`]: crate::backend::LateTripwire::end_duplicate_checked
-    DuplicateUnchecked,
+    DuplicateUnchecked(crate::backend::LateTripwire),
 }
 
 /// `(handler, message_id)` as binds.

@@ -104,8 +104,10 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     /// [`OUTBOX_SQL`](Self::OUTBOX_SQL)'s unkeyed insert with its values
     /// written into the text, for a backend that sends it in the commit's
     /// round trip (a multi-statement text): `None` where it would save
-    /// nothing (SQLite runs in process; MySQL/MariaDB send each statement
-    /// of a commit as a cached prepared statement of its own).
+    /// nothing (SQLite runs in process). Collected only where the commit
+    /// is one text (not where each statement of a commit is a cached
+    /// prepared statement of its own: Diesel's blocking MySQL/MariaDB
+    /// connection).
     #[doc(hidden)]
     fn outbox_insert_text(
         _id: &str,

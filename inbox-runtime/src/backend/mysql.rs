@@ -30,10 +30,11 @@
 //!   (MariaDB 10.5 and later), whose row is its own claim exactly when it
 //!   holds the token. Diesel's blocking connection reads a statement's
 //!   columns when it prepares it, which MariaDB describes for `RETURNING`
-//!   only once it has run it: there, and on MySQL, a fingerprinted
-//!   duplicate's commit compares the fingerprint itself
+//!   only once it has run it: on that connection (to MariaDB or MySQL) a
+//!   fingerprinted duplicate's commit compares the fingerprint itself
 //!   ([`LateTripwire::end_duplicate_checked`](crate::backend::LateTripwire::end_duplicate_checked)),
-//!   and a stored result's duplicate reads it with a statement of its own.
+//!   and a stored result's duplicate reads it with a statement of its own,
+//!   as does any duplicate that must read on MySQL through diesel-async.
 //! - **Idle bound** of an async handler's transaction: the session's
 //!   `wait_timeout`, lowered for the transaction in the `SET` that begins it
 //!   and restored in the one that ends it.

@@ -18,6 +18,12 @@ use super::executor::Executor;
 use crate::execution::depth;
 use crate::execution::installed::Installed;
 
+/// The most text a delivery collects for its commit: beyond it, a
+/// statement runs at once (a commit's text must stay well inside what a
+/// server takes in one packet: MariaDB's `max_allowed_packet` is 16 MiB by
+/// default, and a message's bytes are written twice over in hex).
+const MAX_COLLECTED_BYTES: usize = 1024 * 1024;
+
 thread_local! {
     static COLLECTING: RefCell<Option<Collector>> = const { RefCell::new(None) };
 }
@@ -69,8 +75,9 @@ impl Collector {
 
 /// Collects the statement `text` builds to be sent with the commit of the
 /// delivery running on `exec`'s connection, when the body issued it there
-/// at the depth of the delivery's transaction and `text` gives one (the
-/// backend can send it that way): `true` then. `false`: run it now.
+/// at the depth of the delivery's transaction, `text` gives one (the
+/// backend can send it that way) and the commit's text stays within
+/// [`MAX_COLLECTED_BYTES`]: `true` then. `false`: run it now.
 pub(crate) fn defer<X: Executor>(exec: &mut X, text: impl FnOnce() -> Option<String>) -> bool {
     let conn = address(exec);
     let Ok(now) = depth(exec.status()) else {
@@ -87,6 +94,9 @@ pub(crate) fn defer<X: Executor>(exec: &mut X, text: impl FnOnce() -> Option<Str
         let Some(statement) = text() else {
             return false;
         };
+        if collector.sql.len() + statement.len() > MAX_COLLECTED_BYTES {
+            return false;
+        }
         collector.sql.push_str(&statement);
         collector.sql.push_str("; ");
         true

@@ -154,25 +154,23 @@ impl Level {
         }
     }
 
-    /// [`commit_duplicate`](Self::commit_duplicate) of a fingerprinted
-    /// claim's duplicate whose stored fingerprint was not read
-    /// ([`Taken::DuplicateUnchecked`](crate::claim::Taken)): where the
-    /// tripwire was left unset, the commit compares `key`'s fingerprint
-    /// with the stored one ([`LateTripwire::end_duplicate_checked`]) and
-    /// fails on another, the level rolled back.
+    /// Commits the level of a fingerprinted claim's duplicate whose stored
+    /// fingerprint was not read ([`Taken::DuplicateUnchecked`], in the
+    /// transaction `late` began): the commit compares `key`'s fingerprint
+    /// with the stored one ([`LateTripwire::end_duplicate_checked`]). A
+    /// refused commit changed nothing, and the stored claim is read in the
+    /// still open transaction before it rolls back: another fingerprint is
+    /// [`InboxError::Conflict`], as a duplicate that read it would say.
+    ///
+    /// [`Taken::DuplicateUnchecked`]: crate::claim::Taken::DuplicateUnchecked
     pub(crate) async fn commit_duplicate_checked<X: Executor>(
         &self,
         exec: &mut X,
-        tripwire: Tripwire,
+        late: LateTripwire,
         key: &ClaimKey,
     ) -> Result<(), InboxError> {
-        match (tripwire, key.fingerprint()) {
-            (Tripwire::Unset(late), Some(_)) => {
-                self.commit_sql(exec, "", Ending::FingerprintChecked(key, late))
-                    .await
-            }
-            (tripwire, _) => self.commit_duplicate(exec, tripwire).await,
-        }
+        self.commit_sql(exec, "", Ending::FingerprintChecked(key, late))
+            .await
     }
 
     async fn begin_with<X: Executor>(&self, exec: &mut X, sql: &str) -> Result<(), InboxError> {
@@ -247,7 +245,15 @@ impl Level {
             }
         }
         let unanswered = is_commit_unanswered(&commit_error);
-        let failed = self.scope.failed_commit(aborted, commit_error);
+        let conflict = match ending {
+            Ending::FingerprintChecked(key, _)
+                if recovery(&commit_error) != Recovery::Reconnect =>
+            {
+                stored_conflict(exec, key).await
+            }
+            _ => None,
+        };
+        let failed = conflict.unwrap_or_else(|| self.scope.failed_commit(aborted, commit_error));
         match self.roll_back(exec).await {
             Ok(()) => match ending {
                 Ending::ClaimChecked(key, late)
@@ -344,6 +350,16 @@ enum Ending<'a> {
     /// [`LateTripwire::end_duplicate_checked`] of a duplicate's key and
     /// fingerprint.
     FingerprintChecked(&'a ClaimKey, LateTripwire),
+}
+
+/// The conflict a refused [`Ending::FingerprintChecked`] found, read in
+/// its transaction: `key`'s claim stored another fingerprint. `None` where
+/// the read finds none (the commit failed for another reason), or fails.
+async fn stored_conflict<X: Executor>(exec: &mut X, key: &ClaimKey) -> Option<InboxError> {
+    match crate::claim::duplicate_of(key, super::steps::stored_claim(exec, key).await.ok()?) {
+        Err(conflict @ InboxError::Conflict(_)) => Some(conflict),
+        _ => None,
+    }
 }
 
 /// Whether the claim of `key` that the unanswered commit of a

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::deferred::{CollectAt, Collector, collecting};
 use super::executor::Executor;
 use super::level::{Level, Tripwire};
-use super::steps::{conflict_or, record_failure, store_result, take};
+use super::steps::{record_failure, store_result, take};
 use crate::attempts::MaxAttempts;
 use crate::backend::InboxBackend;
 use crate::claim::Taken;
@@ -118,7 +118,7 @@ where
                 }
                 // Committed, its fingerprint compared there; it reads no
                 // stored result.
-                (Taken::DuplicateUnchecked, _) => Begun::Answered(P::duplicate(&key, None)),
+                (Taken::DuplicateUnchecked(_), _) => Begun::Answered(P::duplicate(&key, None)),
             })
         })
         .await;
@@ -181,11 +181,9 @@ async fn claim_with_retries<X: Executor>(
                 level.commit_duplicate(exec, tripwire).await?;
                 return Ok((Taken::Duplicate(stored), Tripwire::Set));
             }
-            Ok(Taken::DuplicateUnchecked) => {
-                return match level.commit_duplicate_checked(exec, tripwire, key).await {
-                    Ok(()) => Ok((Taken::DuplicateUnchecked, Tripwire::Set)),
-                    Err(error) => Err(conflict_or(exec, key, error).await),
-                };
+            Ok(Taken::DuplicateUnchecked(late)) => {
+                level.commit_duplicate_checked(exec, late, key).await?;
+                return Ok((Taken::DuplicateUnchecked(late), Tripwire::Set));
             }
             Err(error) => {
                 if let Err(rollback_error) = level.roll_back(exec).await {
@@ -227,7 +225,10 @@ async fn take_armed<X: Executor>(
     let mut token = outermost && X::Backend::OUTERMOST_LATE_TRIPWIRE.is_some();
     // A duplicate's commit that ends the unset tripwire can compare the
     // fingerprint itself.
-    let checked_at_commit = matches!(*tripwire, Tripwire::Unset(_));
+    let checked_at_commit = match *tripwire {
+        Tripwire::Unset(late) => Some(late),
+        Tripwire::Set => None,
+    };
     let mut taken = take(
         exec,
         outermost,

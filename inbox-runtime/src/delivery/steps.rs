@@ -8,7 +8,7 @@ use super::current;
 use super::executor::Executor;
 use super::level::Level;
 use crate::attempts::MaxAttempts;
-use crate::backend::{ClaimBound, InboxBackend, StoredClaimRow};
+use crate::backend::{ClaimBound, InboxBackend, LateTripwire, StoredClaimRow};
 use crate::claim::{
     Claim, Taken, claim_from_affected_rows, column_binds, duplicate_of, key_binds,
     refused_or_database, stored_result_refused,
@@ -106,8 +106,8 @@ pub(crate) async fn claim_checked<X: Executor>(
 /// against the fingerprint stored with its claim, and the stored result
 /// read when `read_result`. The claim waits at most `wait` for a delivery
 /// of the same id in flight, and writes the session's claim token if
-/// `token` (see [`Executor::claim`]). Where `checked_at_commit` (the
-/// level's commit can compare the fingerprint, see
+/// `token` (see [`Executor::claim`]). Given `checked_at_commit`, the
+/// transaction whose commit can compare the fingerprint (see
 /// [`LateTripwire::end_duplicate_checked`]), a fingerprinted duplicate
 /// that reads no result is [`Taken::DuplicateUnchecked`], read nothing.
 ///
@@ -119,7 +119,7 @@ pub(crate) async fn take<X: Executor>(
     read_result: bool,
     wait: Option<Duration>,
     token: bool,
-    checked_at_commit: bool,
+    checked_at_commit: Option<LateTripwire>,
 ) -> Result<Taken, InboxError> {
     let reads_stored = key.fingerprint().is_some() || read_result;
     if outermost && reads_stored && exec.claim_reads_stored(token) {
@@ -141,7 +141,9 @@ pub(crate) async fn take<X: Executor>(
         Claim::Duplicate if key.fingerprint().is_none() && !read_result => {
             Ok(Taken::Duplicate(None))
         }
-        Claim::Duplicate if checked_at_commit && !read_result => Ok(Taken::DuplicateUnchecked),
+        Claim::Duplicate if !read_result && let Some(late) = checked_at_commit => {
+            Ok(Taken::DuplicateUnchecked(late))
+        }
         Claim::Duplicate => {
             let row = stored_claim(exec, key).await?;
             duplicate_of(key, row).map(Taken::Duplicate)
@@ -178,27 +180,9 @@ async fn take_reading<X: Executor>(
     duplicate_of(key, stored).map(Taken::Duplicate)
 }
 
-/// After the commit of a [`Taken::DuplicateUnchecked`] failed with
-/// `error` and its level rolled back: the conflict the commit found (the
-/// claim it met stored another fingerprint), read for its error; `error`
-/// where the read finds none, or fails.
-pub(crate) async fn conflict_or<X: Executor>(
-    exec: &mut X,
-    key: &ClaimKey,
-    error: InboxError,
-) -> InboxError {
-    match stored_claim(exec, key)
-        .await
-        .map(|row| duplicate_of(key, row))
-    {
-        Ok(Err(conflict @ InboxError::Conflict(_))) => conflict,
-        _ => error,
-    }
-}
-
 /// The fingerprint and result stored with `key`'s claim, wherever the claim
 /// sits.
-async fn stored_claim<X: Executor>(
+pub(crate) async fn stored_claim<X: Executor>(
     exec: &mut X,
     key: &ClaimKey,
 ) -> diesel::QueryResult<Option<StoredClaimRow>> {

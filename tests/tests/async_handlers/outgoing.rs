@@ -346,6 +346,47 @@ pub async fn a_transaction_rolled_back_under_the_body_takes_its_message<B: Serve
     assert_no_transaction::<B>(&mut counted.conn).await;
 }
 
+/// Records a message, then panics.
+#[idempotent(id = id, handler = "async.outgoing_panics")]
+async fn panics_after_recording<C>(conn: &mut C, id: &str) -> Result<(), AppError>
+where
+    C: AsyncConnection<Backend: InboxBackend>,
+{
+    write_effect(conn, id, 0).await?;
+    outbox::send_async(conn, &OutgoingMessage::new("receipts", "never sent")).await?;
+    tokio::task::yield_now().await;
+    panic!("after recording its message");
+}
+
+/// A body that panics after recording a message: the panic goes on to
+/// the caller, nothing of the delivery commits, and what the body left
+/// for the commit is gone with it: the next delivery on the connection
+/// sends its own message only.
+pub async fn a_panicking_body_takes_its_collected_message_with_it<B: ServerBackend>() {
+    use futures_util::FutureExt;
+
+    let Some(mut counted) = counted::<B>().await else {
+        return;
+    };
+    let panicked = std::panic::AssertUnwindSafe(panics_after_recording(&mut counted.conn, "m-1"))
+        .catch_unwind()
+        .await;
+    assert!(panicked.is_err(), "the body's panic reaches the caller");
+    assert_eq!(effects(&mut counted.direct, "m-1").await, 0);
+    assert_eq!(
+        claims(&mut counted.direct, "async.outgoing_panics", "m-1").await,
+        0
+    );
+    assert_no_transaction::<B>(&mut counted.conn).await;
+    let next = OutgoingMessage::new("receipts", "the next delivery's");
+    announce(&mut counted.conn, "m-2", std::slice::from_ref(&next))
+        .await
+        .unwrap();
+    let relayed = relayed(&mut counted.direct).await;
+    assert_eq!(relayed.len(), 1, "{relayed:?}");
+    assert_as_sent(&relayed[0], &next);
+}
+
 /// No transaction is open on `conn` (and on MySQL/MariaDB `autocommit` is
 /// on again), as the server sees it.
 async fn assert_no_transaction<B: ServerBackend>(conn: &mut B::AsyncConnection) {
@@ -371,7 +412,8 @@ inbox_tests::backend_tests!(async only [postgres, mysql]:
     an_unkeyed_message_costs_no_round_trip_of_its_own,
     a_message_in_the_commits_text_keeps_every_byte,
     a_message_larger_than_the_commit_carries_is_inserted_at_once,
-    a_message_refused_at_the_commit_commits_nothing;
+    a_message_refused_at_the_commit_commits_nothing,
+    a_panicking_body_takes_its_collected_message_with_it;
     async only [mysql]:
     a_transaction_rolled_back_under_the_body_takes_its_message;
 );

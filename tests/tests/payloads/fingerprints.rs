@@ -58,6 +58,28 @@ pub fn the_same_payload_is_a_duplicate_and_another_a_conflict<B: TestBackend>() 
             1,
             "no transaction (tens), autocommit (units)"
         );
+        // Also a session whose `autocommit` is off: the conflict is read
+        // before the transaction rolls back, and nothing opens another.
+        diesel::connection::SimpleConnection::batch_execute(
+            &mut conn,
+            "SET SESSION autocommit = 0",
+        )
+        .unwrap();
+        let again = transfer(&mut conn, &Transfer::new("t-1", "amount=9999"));
+        assert!(
+            matches!(again, Err(AppError::Inbox(InboxError::Conflict(_)))),
+            "{again:?}"
+        );
+        assert_eq!(
+            conn.bigint("SELECT @@in_transaction * 10 + @@autocommit AS value"),
+            0,
+            "no transaction (tens), autocommit off as it was (units)"
+        );
+        diesel::connection::SimpleConnection::batch_execute(
+            &mut conn,
+            "SET SESSION autocommit = 1",
+        )
+        .unwrap();
     }
     // The conflict changed nothing: the original payload is still a duplicate.
     assert_eq!(
@@ -202,8 +224,9 @@ pub fn a_fingerprinted_duplicate_reads_the_stored_claim_in_its_claim<B: TestBack
     };
     // PostgreSQL's claim reads what it met. Blocking MySQL/MariaDB's
     // duplicate commits only if the claim it met stored no other
-    // fingerprint (it reads the stored claim after a refused commit, for
-    // the conflict's error), and reads a stored result apart. SQLite reads
+    // fingerprint (after a refused commit it reads the stored claim, for
+    // the conflict's error, then rolls back), and reads a stored result
+    // apart. SQLite reads
     // both apart.
     let (duplicate, conflict, stored): (&[&str], &[&str], &[&str]) = match B::NAME {
         "postgres" => (
@@ -213,7 +236,7 @@ pub fn a_fingerprinted_duplicate_reads_the_stored_claim_in_its_claim<B: TestBack
         ),
         "mysql" => (
             &["BEGIN", "claim", "COMMIT"],
-            &["BEGIN", "claim", "COMMIT", "ROLLBACK", "read stored"],
+            &["BEGIN", "claim", "COMMIT", "read stored", "ROLLBACK"],
             &["BEGIN", "claim", "read stored", "COMMIT"],
         ),
         _ => (
