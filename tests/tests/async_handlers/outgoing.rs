@@ -243,6 +243,37 @@ pub async fn a_message_larger_than_the_commit_carries_is_inserted_at_once<B: Ser
     assert_as_sent(&relayed[5], &large);
 }
 
+/// A delivery that records more than the commit carries (600 messages of
+/// almost 16 KiB each: 19 MiB as hex, beyond MariaDB's default 16 MiB a
+/// packet): the first MiB of them go with the commit, the rest at once,
+/// and every one is stored as sent.
+pub async fn many_messages_go_partly_with_the_commit_and_the_rest_at_once<B: ServerBackend>() {
+    let Some(mut counted) = counted::<B>().await else {
+        return;
+    };
+    let messages: Vec<OutgoingMessage> = (0..600_u32)
+        .map(|n| {
+            let mut payload = n.to_be_bytes().to_vec();
+            payload.resize(16 * 1024 - 64, b'\\');
+            OutgoingMessage::new("receipts", payload)
+        })
+        .collect();
+    let (done, flown) = flights(
+        &counted.proxy,
+        announce(&mut counted.conn, "many", &messages),
+    )
+    .await;
+    done.unwrap();
+    println!("round trips of 600 messages: {flown}");
+    assert!(flown > 500, "most go at once, a round trip each: {flown}");
+    let mut relayed = relayed(&mut counted.direct).await;
+    relayed.sort_by_key(|message| message.payload[..4].to_vec());
+    assert_eq!(relayed.len(), messages.len());
+    for (stored, sent) in relayed.iter().zip(&messages) {
+        assert_as_sent(stored, sent);
+    }
+}
+
 /// The server refuses the message's insert (a trigger) in the commit's
 /// text: the delivery fails with the database's own error, to retry;
 /// neither the claim, nor the effect, nor the message commits; the
@@ -413,7 +444,8 @@ inbox_tests::backend_tests!(async only [postgres, mysql]:
     a_message_in_the_commits_text_keeps_every_byte,
     a_message_larger_than_the_commit_carries_is_inserted_at_once,
     a_message_refused_at_the_commit_commits_nothing,
-    a_panicking_body_takes_its_collected_message_with_it;
+    a_panicking_body_takes_its_collected_message_with_it,
+    many_messages_go_partly_with_the_commit_and_the_rest_at_once;
     async only [mysql]:
     a_transaction_rolled_back_under_the_body_takes_its_message;
 );
