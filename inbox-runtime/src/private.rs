@@ -457,11 +457,11 @@ pub async fn catch_unwind<F: core::future::Future>(
     start: BodyStart,
     body: F,
 ) -> BodyRan<F::Output> {
-    crate::delivery::asynchronous::run_body(start, body).await
+    crate::delivery::single::run_body(start, body).await
 }
 
 #[cfg(feature = "async")]
-pub use crate::delivery::asynchronous::{BodyRan, BodyStart};
+pub use crate::delivery::single::{BodyRan, BodyStart};
 
 /// The last step of an async handler: commits or rolls back by the body's
 /// result, and resumes a panic after rolling back.

@@ -49,6 +49,8 @@ pub(crate) use outbox_sql::outbox_leasable;
 pub use outbox_sql::{BacklogRow, DeadOutboxRow, KeyedInsert, Lease, OutboxRow, OutboxSql};
 #[cfg(feature = "postgres")]
 pub(crate) use outbox_sql::{DeletingLease, RESTORE_BINDS};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) use outbox_sql::{insert_text, push_hex_digits};
 pub(crate) use prune_batch::NextHandler;
 pub use prune_batch::{PruneBatchStatement, PruneScope, PrunedTable};
 pub use stored_claim::{ReadingClaimRow, StoredClaimRow, StoredClaimSql};

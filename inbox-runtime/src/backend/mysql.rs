@@ -522,13 +522,9 @@ mod imp {
 
     /// `bytes` as a hex literal, `X'…'` (`X''` when empty).
     fn push_hex_literal(text: &mut String, bytes: &[u8]) {
-        const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
         text.reserve(3 + 2 * bytes.len());
         text.push_str("X'");
-        for byte in bytes {
-            text.push(char::from(DIGITS[usize::from(byte >> 4)]));
-            text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-        }
+        crate::backend::push_hex_digits(text, bytes);
         text.push('\'');
     }
 
@@ -536,10 +532,6 @@ mod imp {
     /// the begin with its idle bound, the claim's bound and its `INSERT`
     /// (each number at its longest).
     const BEGIN_AND_CLAIM_BYTES: usize = 384;
-
-    /// Room for an outgoing message's insert as text but its values' hex
-    /// digits.
-    const OUTBOX_INSERT_BYTES: usize = 96;
 
     /// The prefix that bounds one statement's lock wait, in whole seconds.
     fn set_statement(bound: &crate::backend::ClaimBound) -> String {
@@ -793,20 +785,12 @@ mod imp {
             headers: &[u8],
             payload: &[u8],
         ) -> Option<String> {
-            let mut text = String::with_capacity(
-                OUTBOX_INSERT_BYTES
-                    + 2 * (id.len() + destination.len() + headers.len() + payload.len()),
-            );
-            text.push_str("INSERT INTO inbox_outbox (id, destination, headers, payload) VALUES (");
-            push_hex_literal(&mut text, id.as_bytes());
-            text.push_str(", ");
-            push_hex_literal(&mut text, destination.as_bytes());
-            text.push_str(", ");
-            push_hex_literal(&mut text, headers);
-            text.push_str(", ");
-            push_hex_literal(&mut text, payload);
-            text.push(')');
-            Some(text)
+            Some(crate::backend::insert_text(
+                [id, destination],
+                [headers, payload],
+                |text, value| push_hex_literal(text, value.as_bytes()),
+                push_hex_literal,
+            ))
         }
 
         /// The claim token's check is in the `SET` that commits: turning

@@ -134,6 +134,44 @@ pub struct DeletingLease {
 #[cfg(feature = "postgres")]
 pub(crate) const RESTORE_BINDS: usize = 11;
 
+/// An outgoing message's unkeyed insert with its values written into the
+/// text ([`InboxBackend::outbox_insert_text`](crate::backend::InboxBackend::outbox_insert_text)):
+/// each backend gives how it writes a text value and a bytes value as
+/// literals that no session setting reads otherwise.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn insert_text(
+    [id, destination]: [&str; 2],
+    [headers, payload]: [&[u8]; 2],
+    text: impl Fn(&mut String, &str),
+    bytes: impl Fn(&mut String, &[u8]),
+) -> String {
+    let mut sql = String::with_capacity(
+        128 + 2 * (id.len() + destination.len() + headers.len() + payload.len()),
+    );
+    sql.push_str("INSERT INTO inbox_outbox (id, destination, headers, payload) VALUES (");
+    text(&mut sql, id);
+    sql.push_str(", ");
+    text(&mut sql, destination);
+    sql.push_str(", ");
+    bytes(&mut sql, headers);
+    sql.push_str(", ");
+    bytes(&mut sql, payload);
+    sql.push(')');
+    sql
+}
+
+/// `bytes` as hex digits (two a byte, uppercase), for the literals of
+/// [`insert_text`] and MySQL's claim text.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn push_hex_digits(sql: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    sql.reserve(2 * bytes.len());
+    for byte in bytes {
+        sql.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        sql.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+}
+
 /// The condition a message meets to be leased (the table is `o`), with the
 /// backend's current time: pending, no lease held, no retry waited for, and
 /// no earlier unsent message of its ordering key (a dead one included, so a

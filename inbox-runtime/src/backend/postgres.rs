@@ -740,7 +740,6 @@ mod imp {
             headers: &[u8],
             payload: &[u8],
         ) -> Option<String> {
-            use std::fmt::Write;
             let text = |sql: &mut String, value: &str| {
                 sql.push_str("E'");
                 for character in value.chars() {
@@ -754,24 +753,15 @@ mod imp {
             };
             let bytes = |sql: &mut String, value: &[u8]| {
                 sql.push_str("decode('");
-                for byte in value {
-                    let _ = write!(sql, "{byte:02x}");
-                }
+                crate::backend::push_hex_digits(sql, value);
                 sql.push_str("', 'hex')");
             };
-            let mut sql = String::with_capacity(
-                120 + id.len() + destination.len() + 2 * (headers.len() + payload.len()),
-            );
-            sql.push_str("INSERT INTO inbox_outbox (id, destination, headers, payload) VALUES (");
-            text(&mut sql, id);
-            sql.push_str(", ");
-            text(&mut sql, destination);
-            sql.push_str(", ");
-            bytes(&mut sql, headers);
-            sql.push_str(", ");
-            bytes(&mut sql, payload);
-            sql.push(')');
-            Some(sql)
+            Some(crate::backend::insert_text(
+                [id, destination],
+                [headers, payload],
+                text,
+                bytes,
+            ))
         }
         const STORED_CLAIM_SQL: StoredClaimSql = STORED_CLAIMS;
         const OUTERMOST_BEGIN_SQL: &'static str = "BEGIN";

@@ -4,16 +4,14 @@
 //! from a deadpool or bb8 pool), with the drop guard that marks a
 //! connection broken when a future is dropped inside its transaction.
 
-use std::any::Any;
 use std::time::Duration;
 
 use diesel::QueryResult;
 use diesel::connection::TransactionManagerStatus;
 use diesel_async::{AsyncConnection, TransactionManager};
 
-use super::deferred::{Collector, collecting};
 use super::executor::Executor;
-use super::single::{Begun, Claimed, begin, deliver};
+use super::single::{Begun, BodyRan, BodyStart, Claimed, begin, deliver};
 use super::steps::claim_checked;
 use crate::backend::shaped::by_shape;
 use crate::backend::{
@@ -26,7 +24,6 @@ use crate::claim::{
 use crate::error::{HandlerError, InboxError};
 use crate::execution::OpenTransactionGuard;
 use crate::key::ClaimKey;
-use crate::observe::BodyScope;
 use crate::options::{Options, abandoned_transaction_timeout};
 use crate::outcome::{OnDuplicate, StoredOutcome};
 use crate::scope::{HeldBegin, Scope};
@@ -342,9 +339,9 @@ where
         P: Reply<R>,
         E: HandlerError,
     {
-        self.claimed.collected(ran.collected);
+        let result = self.claimed.ran(ran);
         self.claimed
-            .finish_replying::<P, R, E, _>(&mut self.exec, ran.result)
+            .finish_replying::<P, R, E, _>(&mut self.exec, result)
             .await
     }
 
@@ -354,59 +351,16 @@ where
     where
         E: HandlerError,
     {
-        self.claimed.collected(ran.collected);
-        self.claimed
-            .finish_or_resume(&mut self.exec, ran.result)
-            .await
+        let result = self.claimed.ran(ran);
+        self.claimed.finish_or_resume(&mut self.exec, result).await
     }
 
-    /// What the body runs in ([`run_body`]): the delivery's span (feature
-    /// `tracing`), and what collects the statements it leaves for the
-    /// commit.
+    /// What the body runs in ([`run_body`](super::single::run_body)): the
+    /// delivery's span (feature `tracing`), and what collects the
+    /// statements it leaves for the commit.
     pub(crate) fn body_start(&self) -> BodyStart {
-        BodyStart {
-            scope: self.claimed.observed(),
-            collector: self.claimed.collector(),
-        }
+        self.claimed.body_start()
     }
-}
-
-/// What an async handler's body runs in ([`ClaimedTransaction::body_start`]).
-#[doc(hidden)]
-pub struct BodyStart {
-    scope: BodyScope,
-    collector: Option<Collector>,
-}
-
-/// What an async handler's body came to ([`run_body`]): its result or its
-/// panic, and the statements it left for the commit.
-#[doc(hidden)]
-pub struct BodyRan<T> {
-    result: Result<T, Box<dyn Any + Send>>,
-    collected: Collector,
-}
-
-impl<T> BodyRan<T> {
-    /// `f` applied to the body's result (a panic stays one).
-    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> BodyRan<U> {
-        BodyRan {
-            result: self.result.map(f),
-            collected: self.collected,
-        }
-    }
-}
-
-/// Runs an async handler's `body` as `start` says: inside the delivery's
-/// span, collecting the statements it leaves for the commit, its panic
-/// caught so the transaction can be rolled back before it resumes.
-pub(crate) async fn run_body<F: Future>(start: BodyStart, body: F) -> BodyRan<F::Output> {
-    use futures_util::FutureExt;
-    let caught = std::panic::AssertUnwindSafe(body).catch_unwind();
-    let (result, collected) = start
-        .scope
-        .instrument(collecting(start.collector, caught))
-        .await;
-    BodyRan { result, collected }
 }
 
 /// A diesel-async connection as the delivery core's [`Executor`], guarded

@@ -48,21 +48,61 @@ where
         Ok(Begun::Answered(answer)) => return Ok(answer),
         Err(error) => return Err(into_handler_error(error)),
     };
-    // The statements the body leaves for the commit (an outgoing message)
-    // go in the commit's round trip, when this delivery commits.
-    let collector = claimed.collector();
+    // As `run_body`, written out: one async layer fewer, which a body that
+    // nests deliveries (an async handler inside a batch's body) needs on a
+    // test thread's stack in a debug build.
+    let BodyStart { scope, collector } = claimed.body_start();
     // The call is inside the watch too: a closure that panics before it
     // returns its future is the body's panic.
     let conn = exec.conn();
-    let (result, collected) = claimed
-        .observed()
+    let (result, collected) = scope
         .instrument(collecting(
             collector,
             caught(async move { body(conn).await }),
         ))
         .await;
-    claimed.collected(collected);
+    let result = claimed.ran(BodyRan { result, collected });
     claimed.finish_replying::<P, R, E, X>(exec, result).await
+}
+
+/// What a delivery's body runs in ([`Claimed::body_start`]).
+#[doc(hidden)]
+pub struct BodyStart {
+    scope: BodyScope,
+    collector: Option<Collector>,
+}
+
+/// What a delivery's body came to ([`run_body`]): its output or its
+/// panic, and the statements it left for the commit.
+#[doc(hidden)]
+pub struct BodyRan<T> {
+    result: std::thread::Result<T>,
+    collected: Collector,
+}
+
+impl<T> BodyRan<T> {
+    /// `f` applied to the body's output (a panic stays one).
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> BodyRan<U> {
+        BodyRan {
+            result: self.result.map(f),
+            collected: self.collected,
+        }
+    }
+}
+
+/// Runs an async handler's `body` as `start` says (what [`deliver`] does
+/// for the closure runners, written out there): inside the delivery's span,
+/// collecting the statements it leaves for the commit (an outgoing
+/// message, sent in the commit's round trip when the delivery commits),
+/// its panic caught so the level can be rolled back before it resumes.
+#[cfg(feature = "async")]
+pub(crate) async fn run_body<F: Future>(start: BodyStart, body: F) -> BodyRan<F::Output> {
+    let (result, collected) = start
+        .scope
+        .instrument(collecting(start.collector, caught(body)))
+        .await;
+    BodyRan { result, collected }
 }
 
 /// What beginning a delivery came to: the id claimed in an open level, or
@@ -282,17 +322,21 @@ pub(crate) struct Claimed {
 }
 
 impl Claimed {
-    /// What collects the statements the body leaves for the commit, while
-    /// it runs ([`collecting`]); `None` for a nested level, whose commit is
-    /// a savepoint's release that the caller's transaction may still roll
-    /// back past.
-    pub(crate) fn collector(&self) -> Option<Collector> {
-        self.collect_at.map(CollectAt::collector)
+    /// What the body runs in ([`run_body`]): the delivery's span, and what
+    /// collects the statements it leaves for the commit (none for a nested
+    /// level, whose commit is a savepoint's release that the caller's
+    /// transaction may still roll back past).
+    pub(crate) fn body_start(&self) -> BodyStart {
+        BodyStart {
+            scope: self.observed(),
+            collector: self.collect_at.map(CollectAt::collector),
+        }
     }
 
-    /// Takes what the body left for the commit ([`collector`](Self::collector)).
-    pub(crate) fn collected(&mut self, collected: Collector) {
-        self.with_commit = collected.into_sql();
+    /// Keeps what the body left for the commit: the body's output.
+    pub(crate) fn ran<T>(&mut self, ran: BodyRan<T>) -> std::thread::Result<T> {
+        self.with_commit = ran.collected.into_sql();
+        ran.result
     }
 
     /// What the delivery's parts after the claim run in: its span (feature
