@@ -27,7 +27,7 @@ pub(super) fn fingerprint<T: Serialize + ?Sized>(value: &T) -> Result<Fingerprin
 
 /// A `Serialize` implementation failed (its own error, passed on).
 #[derive(Debug)]
-pub(crate) struct EncodeError(String);
+pub(crate) struct EncodeError(Box<str>);
 
 impl fmt::Display for EncodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -39,7 +39,7 @@ impl std::error::Error for EncodeError {}
 
 impl ser::Error for EncodeError {
     fn custom<M: fmt::Display>(message: M) -> Self {
-        EncodeError(message.to_string())
+        EncodeError(message.to_string().into_boxed_str())
     }
 }
 
@@ -79,6 +79,10 @@ fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
     Ok(out)
 }
 
+/// The most a sequence reserves for its bytes before its first element:
+/// a `Serialize` implementation's length is only a hint.
+const RESERVED_BYTES: usize = 1 << 20;
+
 /// A sequence being encoded: its bytes while every element is a byte, the
 /// elements' encodings once one is not.
 #[derive(Default)]
@@ -93,12 +97,20 @@ struct SequenceState {
 
 impl SequenceState {
     fn new() -> Self {
+        SequenceState::with_len(None)
+    }
+
+    /// A sequence of `len` elements, as its `Serialize` says: room for that
+    /// many bytes (up to [`RESERVED_BYTES`]), so that a long payload of
+    /// bytes grows its buffer once.
+    fn with_len(len: Option<usize>) -> Self {
         SequenceState {
-            bytes: Some(Vec::new()),
+            bytes: Some(Vec::with_capacity(len.unwrap_or(0).min(RESERVED_BYTES))),
             ..SequenceState::default()
         }
     }
 
+    #[inline]
     fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
         self.scratch.clear();
         let mut byte = None;
@@ -203,6 +215,7 @@ impl ser::SerializeSeq for Sequence<'_> {
     type Ok = ();
     type Error = EncodeError;
 
+    #[inline]
     fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
         self.state.element(value)
     }
@@ -348,6 +361,7 @@ impl<'a> ser::Serializer for Encoder<'a> {
         self.serialize_i128(value.into())
     }
 
+    #[inline]
     fn serialize_i128(self, value: i128) -> Result<(), EncodeError> {
         match (self.byte, u8::try_from(value)) {
             (Some(slot), Ok(byte)) => *slot = Some(byte),
@@ -356,6 +370,7 @@ impl<'a> ser::Serializer for Encoder<'a> {
         Ok(())
     }
 
+    #[inline]
     fn serialize_u8(self, value: u8) -> Result<(), EncodeError> {
         self.serialize_i128(value.into())
     }
@@ -453,10 +468,10 @@ impl<'a> ser::Serializer for Encoder<'a> {
         Ok(())
     }
 
-    fn serialize_seq(self, _len: Option<usize>) -> Result<Sequence<'a>, EncodeError> {
+    fn serialize_seq(self, len: Option<usize>) -> Result<Sequence<'a>, EncodeError> {
         Ok(Sequence {
             out: self.out,
-            state: SequenceState::new(),
+            state: SequenceState::with_len(len),
         })
     }
 
@@ -667,6 +682,43 @@ mod tests {
         assert_eq!(of(&Event::Cancelled), of("Cancelled"));
         assert_eq!(of(&f64::NAN), of(&-f64::NAN));
         assert_eq!(of(&Some(5)), of(&5));
+    }
+
+    #[test]
+    fn a_sequence_s_length_is_only_a_hint() {
+        // A `Serialize` that promises more elements than it gives, or
+        // fewer: the encoding counts what it gave, and a promise of
+        // `usize::MAX` reserves a bounded buffer, not that.
+        struct Promising(Option<usize>, Vec<u16>);
+        impl Serialize for Promising {
+            fn serialize<S: ser::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                use ser::SerializeSeq;
+                let mut seq = serializer.serialize_seq(self.0)?;
+                for element in &self.1 {
+                    seq.serialize_element(element)?;
+                }
+                seq.end()
+            }
+        }
+        let bytes: Vec<u16> = (0..5000).map(|n| n % 256).collect();
+        for hint in [None, Some(0), Some(3), Some(usize::MAX)] {
+            assert_eq!(
+                of(&Promising(hint, bytes.clone())),
+                Fingerprint::of_tagged(BYTES, &bytes.iter().map(|&b| b as u8).collect::<Vec<_>>())
+            );
+        }
+        // Bytes, then an element that is not one: a sequence of integers.
+        let mut mixed = bytes.clone();
+        mixed.push(256);
+        let mut expected = vec![ENCODING_VERSION, SEQUENCE];
+        expected.extend_from_slice(&(mixed.len() as u64).to_be_bytes());
+        for &element in &mixed {
+            expected.push(INTEGER);
+            expected.extend_from_slice(&i128::from(element).to_be_bytes());
+        }
+        let expected = Fingerprint::of_encoding(&expected);
+        assert_eq!(of(&Promising(Some(usize::MAX), mixed.clone())), expected);
+        assert_eq!(of(&mixed), expected);
     }
 
     #[test]
