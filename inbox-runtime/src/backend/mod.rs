@@ -272,6 +272,26 @@ pub trait InboxBackend: Backend + sealed::Sealed {
     #[doc(hidden)]
     fn claim_reads_stored(token: bool) -> bool;
 
+    /// Whether the claim given a fingerprint ([`walk_claim`](Self::walk_claim))
+    /// compares it with the one stored with a claim it meets: it reports
+    /// no row for a duplicate whose claim stored the same fingerprint, or
+    /// none, and fails, changing nothing and leaving the transaction open,
+    /// where the claim stored another
+    /// ([`claim_met_another_fingerprint`](Self::claim_met_another_fingerprint)),
+    /// so that a fingerprinted duplicate sends the statements of a plain
+    /// one.
+    #[doc(hidden)]
+    const FINGERPRINTED_CLAIM_COMPARES: bool = false;
+
+    /// Whether `error` is the failure of a claim that compares fingerprints
+    /// ([`FINGERPRINTED_CLAIM_COMPARES`](Self::FINGERPRINTED_CLAIM_COMPARES))
+    /// meeting a claim stored with another fingerprint.
+    #[doc(hidden)]
+    fn claim_met_another_fingerprint(error: &diesel::result::Error) -> bool {
+        let _ = error;
+        false
+    }
+
     /// Whether [`push_begin_and_claim`](Self::push_begin_and_claim) writes
     /// a text: an executor that sends a text of several statements in one
     /// round trip then holds the outermost begin for the claim.

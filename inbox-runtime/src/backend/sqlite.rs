@@ -4,7 +4,10 @@
 //! - **Schema**: written out in `schema.sql` (its 2026-12-03 migration
 //!   rebuilds the table, which [`setup`](crate::setup) runs only for a table
 //!   that still needs it: [`InboxBackend::upgrade_schema`]).
-//! - **Claim**: `INSERT … ON CONFLICT (handler, message_id) DO NOTHING`.
+//! - **Claim**: `INSERT … ON CONFLICT (handler, message_id) DO NOTHING`;
+//!   with a fingerprint, one that compares it with the claim it meets
+//!   (`walk_comparing_claim`), so that a fingerprinted duplicate runs one
+//!   statement, as a plain one does.
 //! - **Commit**: a plain `COMMIT`; no idle bound (SQLite has no server).
 //! - **Pruning batch**: `DELETE … WHERE (handler, message_id) IN (SELECT …
 //!   LIMIT ?)`: one writer at a time, so no row locks to skip.
@@ -279,6 +282,36 @@ mod imp {
     /// `RETURNING message_id`.
     const CLAIM_BATCH_REPORTS: BatchReports = BatchReports::Returning;
 
+    /// The claim of `key`; given a fingerprint, one that compares it with
+    /// the fingerprint stored with a claim it meets, in the same statement
+    /// (an embedded database's statement costs no round trip, but a
+    /// second one costs a duplicate about half again):
+    ///
+    /// - a new key: inserted, one row;
+    /// - a claim stored with the same fingerprint, or none (a batch's
+    ///   claim): nothing updated, no row, as a plain duplicate;
+    /// - a claim stored with another: the update sets `handler` to null,
+    ///   which its `NOT NULL` refuses. SQLite undoes the failed statement
+    ///   alone and keeps the transaction, which the delivery then reads the
+    ///   stored claim in, for the conflict's error
+    ///   ([`InboxBackend::claim_met_another_fingerprint`]).
+    fn walk_comparing_claim<'b>(
+        key: &'b ClaimKey,
+        fingerprint: Option<&'b Fingerprint>,
+        mut out: AstPass<'_, 'b, Sqlite>,
+    ) -> QueryResult<()> {
+        if fingerprint.is_none() {
+            return crate::backend::walk_insert_on_conflict_do_nothing(key, None, out);
+        }
+        out.push_sql("INSERT INTO inbox_messages ");
+        crate::backend::push_claim_row(key, fingerprint, &mut out)?;
+        out.push_sql(
+            " ON CONFLICT (handler, message_id) DO UPDATE SET handler = NULL \
+             WHERE inbox_messages.fingerprint <> excluded.fingerprint",
+        );
+        Ok(())
+    }
+
     impl InboxBackend for Sqlite {
         /// Two parameters per id, under the 999 of SQLite builds before
         /// 3.32.
@@ -326,7 +359,21 @@ mod imp {
             fingerprint: Option<&'b Fingerprint>,
             out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
-            crate::backend::walk_insert_on_conflict_do_nothing(key, fingerprint, out)
+            walk_comparing_claim(key, fingerprint, out)
+        }
+
+        /// See [`walk_comparing_claim`].
+        const FINGERPRINTED_CLAIM_COMPARES: bool = true;
+
+        /// The `NOT NULL` of `handler`, which only the comparing claim's
+        /// update can break (a claim's key is never null).
+        fn claim_met_another_fingerprint(error: &diesel::result::Error) -> bool {
+            use diesel::result::{DatabaseErrorKind, Error};
+            matches!(
+                error,
+                Error::DatabaseError(DatabaseErrorKind::NotNullViolation, info)
+                    if info.message().contains("inbox_messages.handler")
+            )
         }
 
         /// No bound to write: see `bounds_claims`.
@@ -345,7 +392,7 @@ mod imp {
             _bound: &'b crate::backend::ClaimBound,
             out: AstPass<'_, 'b, Self>,
         ) -> QueryResult<()> {
-            crate::backend::walk_insert_on_conflict_do_nothing(key, fingerprint, out)
+            walk_comparing_claim(key, fingerprint, out)
         }
 
         /// One writer at a time, so no row locks to skip; the table has no

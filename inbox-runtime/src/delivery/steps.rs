@@ -20,16 +20,39 @@ use crate::fingerprint::Fingerprint;
 use crate::key::{ClaimKey, preview};
 use crate::recovery::is_lock_wait_timeout;
 
+/// What a claim statement answered: [`Claim`], and for a duplicate
+/// whether the statement compared the key's fingerprint with the one
+/// stored with the claim it met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// The key is this transaction's now.
+    Claimed,
+    /// Already claimed; the stored fingerprint, if any, not compared.
+    Duplicate,
+    /// Already claimed, and the claim compared the fingerprint: the same,
+    /// or none stored ([`InboxBackend::FINGERPRINTED_CLAIM_COMPARES`]).
+    SameFingerprint,
+}
+
+impl From<Answer> for Claim {
+    fn from(answer: Answer) -> Claim {
+        match answer {
+            Answer::Claimed => Claim::Claimed,
+            Answer::Duplicate | Answer::SameFingerprint => Claim::Duplicate,
+        }
+    }
+}
+
 /// Runs the claim statement inside the transaction open on the executor's
 /// connection (refused outside one: a claim committed on its own, apart
 /// from the effects, is what the inbox exists to prevent), writing the
 /// session's claim token if `token` (see [`Executor::claim`]).
-pub(crate) async fn claim_statement<X: Executor>(
+async fn claim_statement<X: Executor>(
     exec: &mut X,
     key: &ClaimKey,
     wait: Option<Duration>,
     token: bool,
-) -> diesel::QueryResult<Claim> {
+) -> diesel::QueryResult<Answer> {
     require_transaction(exec.status())?;
     let bound = claim_bound::<X::Backend>(wait);
     let affected = match exec.claim(key, bound, token).await {
@@ -40,7 +63,20 @@ pub(crate) async fn claim_statement<X: Executor>(
         }
         affected => affected,
     };
-    affected.map(claim_from_affected_rows)
+    let compares = key.fingerprint().is_some() && X::Backend::FINGERPRINTED_CLAIM_COMPARES;
+    match affected {
+        // Another fingerprint: the statement changed nothing; the stored
+        // claim tells which (read by whoever needs it).
+        Err(error) if compares && X::Backend::claim_met_another_fingerprint(&error) => {
+            Ok(Answer::Duplicate)
+        }
+        Err(error) => Err(error),
+        Ok(affected) => Ok(match claim_from_affected_rows(affected) {
+            Claim::Claimed => Answer::Claimed,
+            Claim::Duplicate if compares => Answer::SameFingerprint,
+            Claim::Duplicate => Answer::Duplicate,
+        }),
+    }
 }
 
 /// [`claim_statement`], its failure read as a refused key, a copy whose
@@ -51,6 +87,19 @@ pub(crate) async fn claim_or_refuse<X: Executor>(
     wait: Option<Duration>,
     token: bool,
 ) -> Result<Claim, InboxError> {
+    answer_or_refuse(exec, key, wait, token)
+        .await
+        .map(Claim::from)
+}
+
+/// [`claim_or_refuse`], telling a duplicate whose claim compared the
+/// fingerprint.
+async fn answer_or_refuse<X: Executor>(
+    exec: &mut X,
+    key: &ClaimKey,
+    wait: Option<Duration>,
+    token: bool,
+) -> Result<Answer, InboxError> {
     let started = Instant::now();
     claim_statement(exec, key, wait, token)
         .await
@@ -93,11 +142,11 @@ pub(crate) async fn claim_checked<X: Executor>(
     exec: &mut X,
     key: &ClaimKey,
 ) -> diesel::QueryResult<Claim> {
-    let claim = claim_or_refuse(exec, key, None, false).await?;
-    if claim == Claim::Duplicate && key.fingerprint().is_some() {
+    let answer = answer_or_refuse(exec, key, None, false).await?;
+    if answer == Answer::Duplicate && key.fingerprint().is_some() {
         duplicate_of(key, stored_claim(exec, key).await?)?;
     }
-    Ok(claim)
+    Ok(answer.into())
 }
 
 /// Claims `key` in the level open on the executor: [`Taken::Claimed`] for
@@ -130,21 +179,22 @@ pub(crate) async fn take<X: Executor>(
             taken => return taken,
         }
     }
-    match claim_or_refuse(exec, key, wait, token).await? {
-        Claim::Claimed => Ok(Taken::Claimed),
-        Claim::Duplicate if !outermost && current::is_running(key) => {
+    match answer_or_refuse(exec, key, wait, token).await? {
+        Answer::Claimed => Ok(Taken::Claimed),
+        Answer::Duplicate | Answer::SameFingerprint if !outermost && current::is_running(key) => {
             if let Some(fingerprint) = key.fingerprint() {
                 store_fingerprint(exec, key, fingerprint).await?;
             }
             Ok(Taken::Claimed)
         }
-        Claim::Duplicate if key.fingerprint().is_none() && !read_result => {
+        Answer::SameFingerprint if !read_result => Ok(Taken::Duplicate(None)),
+        Answer::Duplicate if key.fingerprint().is_none() && !read_result => {
             Ok(Taken::Duplicate(None))
         }
-        Claim::Duplicate if !read_result && let Some(late) = checked_at_commit => {
+        Answer::Duplicate if !read_result && let Some(late) = checked_at_commit => {
             Ok(Taken::DuplicateUnchecked(late))
         }
-        Claim::Duplicate => {
+        Answer::Duplicate | Answer::SameFingerprint => {
             let row = stored_claim(exec, key).await?;
             duplicate_of(key, row).map(Taken::Duplicate)
         }

@@ -104,7 +104,13 @@ where
                         let msg = Transfer::new(&format!("race-{n}"), &format!("racer-{racer}"))
                             .holding(HOLD);
                         barrier.wait();
-                        (deliver(&msg, &mut transfer), msg.runs())
+                        // A copy that fails the test must not leave the
+                        // other racers waiting at the barrier for it: its
+                        // panic is raised once every racer is done.
+                        let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            deliver(&msg, &mut transfer)
+                        }));
+                        (ended, msg.runs())
                     })
                     .collect::<Vec<_>>()
             })
@@ -113,6 +119,14 @@ where
     let ends: Vec<Vec<(Ended, u32)>> = threads
         .into_iter()
         .map(|thread| thread.join().expect("a racer panicked"))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|racer| {
+            racer
+                .into_iter()
+                .map(|(ended, runs)| (ended.unwrap_or_else(|p| std::panic::resume_unwind(p)), runs))
+                .collect()
+        })
         .collect();
     let (mut processed, mut conflicts) = (0, 0);
     for n in 0..IDS {
