@@ -12,7 +12,11 @@
 #   INBOX_BENCH_ROUNDS=6 INBOX_BENCH_ROUND_TRIPS=0 tests/benches/compare.sh 9a88948
 # The base is built in a worktree under target/compare with a target
 # directory of its own (or INBOX_COMPARE_BASE_BENCH names its executable,
-# built at BASE with the same features); both builds are release builds.
+# built at BASE with the same features, in a target directory other than
+# this one's: a base built here, from files newer than the head's, leaves
+# the head's executable looking up to date to cargo, which then runs the
+# base's code as the head's; two identical executables are refused); both
+# builds are release builds.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 base=${1:?usage: compare.sh BASE [RUNS] [FEATURES]}
@@ -41,6 +45,11 @@ else
     base_bench=$(build "$work/base" "$work/base-target")
 fi
 head_bench=$(build "$root" "$root/target")
+if cmp -s "$base_bench" "$head_bench"; then
+    echo "the base's and the head's benches are the same executable: nothing to compare," >&2
+    echo "or the head's was not rebuilt (see this script's header)" >&2
+    exit 1
+fi
 echo "base $base: $base_bench"
 echo "head $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (+ working tree)'): $head_bench"
 
