@@ -40,7 +40,9 @@ pub fn statements_of<C: Connection, T>(
 /// What each statement is: `BEGIN`, `claim`, `effect` (an `INSERT` into a
 /// table whose name contains `effects`), `COMMIT` (on PostgreSQL `SET LOCAL
 /// inbox.committing = 'on'; COMMIT`), `ROLLBACK`, `read stored` (a duplicate's read of the
-/// fingerprint and result stored with the claim it met), `count attempt`,
+/// fingerprint and result stored with the claim it met), `read claim` (the
+/// row of a claim that reads what it met, read apart after it ran: a
+/// blocking MariaDB connection's first such claim), `count attempt`,
 /// `mark dead`; anything else as it was sent. MySQL/MariaDB's framing of an outermost transaction reads as
 /// the others': `autocommit` off (with the claim token, if any) and the
 /// savepoint `inbox_transaction` as `BEGIN`, the savepoint's release and
@@ -87,6 +89,7 @@ pub fn statement_shapes(statements: &[String]) -> Vec<&str> {
                 sql if sql.starts_with("SELECT fingerprint, result FROM inbox_messages") => {
                     "read stored"
                 }
+                sql if sql.starts_with("SELECT claim_token <=> ") => "read claim",
                 sql if sql.starts_with("INSERT INTO inbox_failures") => "count attempt",
                 sql if sql.starts_with("UPDATE inbox_failures") => "mark dead",
                 sql if sql.starts_with("INSERT") && sql.contains("effects") => "effect",

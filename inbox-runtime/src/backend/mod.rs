@@ -324,13 +324,17 @@ pub trait InboxBackend: Backend + sealed::Sealed {
         false
     }
 
-    /// Whether the server describes the columns of the reading claim
+    /// `None` where the server describes the columns of the reading claim
     /// ([`walk_reading_claim`](Self::walk_reading_claim)) when it prepares
-    /// it, as Diesel's blocking connections need: MariaDB describes those of
-    /// `INSERT … RETURNING` only once it has run it, so there only
-    /// diesel-async's connections send it.
+    /// it. MariaDB describes those of `INSERT … RETURNING` only once it has
+    /// run it, and Diesel's blocking connections read a statement's columns
+    /// before they run it: there a connection's first reading claim fails,
+    /// having run nothing, and runs without reading its row, which this
+    /// query (binds `(handler, message_id)`, in the claim's transaction)
+    /// reads instead; the statement the connection caches knows its columns
+    /// from then on ([`load_reading_claim`](Self::load_reading_claim)).
     #[doc(hidden)]
-    const READING_CLAIM_COLUMNS_AT_PREPARE: bool;
+    const READING_CLAIM_ROW_SQL: Option<&'static str> = None;
 
     /// Whether `error` is the server refusing the reading claim's syntax
     /// (MySQL, and MariaDB before 10.5: no `INSERT … RETURNING`): it ran
@@ -1131,7 +1135,21 @@ macro_rules! bound_statement_fn {
         {
             use diesel::RunQueryDsl;
             let statement = crate::backend::stored_claim::ReadingClaimStatement { key, bound };
-            crate::backend::shaped::by_shape!(Self, statement, |claim| claim.load(conn))
+            let rows = crate::backend::shaped::by_shape!(Self, statement, |claim| claim.load(conn));
+            match (rows, <Self as crate::backend::InboxBackend>::READING_CLAIM_ROW_SQL) {
+                // The statement's columns unknown until it ran (nothing
+                // ran), or its row unreadable once it did (running it
+                // again in this transaction meets the claim it made): run
+                // it, and read its row apart.
+                (Err(diesel::result::Error::DeserializationError(_)), Some(row)) => {
+                    crate::backend::shaped::by_shape!(Self, statement, |claim| {
+                        claim.execute(conn)
+                    })?;
+                    let binds = crate::claim::key_binds(key);
+                    crate::backend::cached::CachedStatement::new(row, &binds).load(conn)
+                }
+                (rows, _) => rows,
+            }
         }
 
         #[cfg(feature = "async")]

@@ -24,17 +24,21 @@
 //!   [`push_begin_and_claim`](crate::backend::InboxBackend::push_begin_and_claim)): a
 //!   duplicate costs the begin and claim, and the commit.
 //! - **Claim token**: every outermost transaction's begin gives the session
-//!   a new one, which a handler's claim writes; a claim on diesel-async
-//!   connections that must read what a duplicate met (a fingerprint, a
-//!   stored result) is `INSERT … ON DUPLICATE KEY UPDATE … RETURNING`
-//!   (MariaDB 10.5 and later), whose row is its own claim exactly when it
-//!   holds the token. Diesel's blocking connection reads a statement's
-//!   columns when it prepares it, which MariaDB describes for `RETURNING`
-//!   only once it has run it: on that connection (to MariaDB or MySQL) a
-//!   fingerprinted duplicate's commit compares the fingerprint itself
+//!   a new one, which a handler's claim writes; a claim that must read what
+//!   a duplicate met (a fingerprint, a stored result) is `INSERT … ON
+//!   DUPLICATE KEY UPDATE … RETURNING` (MariaDB 10.5 and later), whose row
+//!   is its own claim exactly when it holds the token. Diesel's blocking
+//!   connection reads a statement's columns before it runs it, which
+//!   MariaDB describes for `RETURNING` only once it has run it: there a
+//!   connection's first such claim runs without reading, and its row is
+//!   read by a query
+//!   ([`READING_CLAIM_ROW_SQL`](crate::backend::InboxBackend::READING_CLAIM_ROW_SQL));
+//!   the statement it caches reads its row from then on. Where the server
+//!   refuses `RETURNING` (MySQL), a fingerprinted duplicate's commit
+//!   compares the fingerprint itself on the blocking connection
 //!   ([`LateTripwire::end_duplicate_checked`](crate::backend::LateTripwire::end_duplicate_checked)),
-//!   and a stored result's duplicate reads it with a statement of its own,
-//!   as does any duplicate that must read on MySQL through diesel-async.
+//!   and a duplicate that must read what it met reads it with a statement
+//!   of its own.
 //! - **Idle bound** of an async handler's transaction: the session's
 //!   `wait_timeout`, lowered for the transaction in the `SET` that begins it
 //!   and restored in the one that ends it.
@@ -572,12 +576,20 @@ mod imp {
         /// nothing, and committing ends the transaction as well.
         const OUTERMOST_DUPLICATE_COMMIT_SQL: &'static str = commit_and_restore_autocommit!();
         /// MariaDB describes `INSERT … RETURNING`'s columns only once it
-        /// has run it.
-        const READING_CLAIM_COLUMNS_AT_PREPARE: bool = false;
+        /// has run it: the row the reading claim returns, read by a query
+        /// (what [`walk_reading_claim`](Self::walk_reading_claim) returns:
+        /// the claim is this delivery's where the row holds the session's
+        /// token, which the claim just wrote or met).
+        const READING_CLAIM_ROW_SQL: Option<&'static str> = Some(concat!(
+            "SELECT claim_token <=> ",
+            claim_token!(),
+            " AS claimed, TRUE AS seen, fingerprint, result FROM inbox_messages ",
+            "WHERE handler = ? AND message_id = ?"
+        ));
         /// A claim that writes the token reads with MariaDB's `INSERT …
         /// RETURNING` (see [`walk_reading_claim`](Self::walk_reading_claim);
-        /// on diesel-async connections, see
-        /// [`READING_CLAIM_COLUMNS_AT_PREPARE`](Self::READING_CLAIM_COLUMNS_AT_PREPARE)),
+        /// on Diesel's blocking connection, see
+        /// [`READING_CLAIM_ROW_SQL`](Self::READING_CLAIM_ROW_SQL)),
         /// until a server refuses it (MySQL has no `RETURNING`, MariaDB
         /// before 10.5 none on `INSERT`). Without a token, a returned row
         /// cannot tell a claim from a duplicate.

@@ -769,7 +769,6 @@ mod imp {
         /// See the module's "Commit".
         const OUTERMOST_COMMIT_SQL: &'static str = "SET LOCAL inbox.committing = 'on'; COMMIT";
         const OUTERMOST_DUPLICATE_COMMIT_SQL: &'static str = "COMMIT";
-        const READING_CLAIM_COLUMNS_AT_PREPARE: bool = true;
         /// With or without a token (this backend has none): the claim is
         /// a statement of CTEs.
         fn claim_reads_stored(_token: bool) -> bool {

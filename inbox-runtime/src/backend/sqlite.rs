@@ -336,7 +336,6 @@ mod imp {
         const OUTERMOST_ROLLBACK_SQL: &'static str = "ROLLBACK";
         const OUTERMOST_COMMIT_SQL: &'static str = "COMMIT";
         const OUTERMOST_DUPLICATE_COMMIT_SQL: &'static str = Self::OUTERMOST_COMMIT_SQL;
-        const READING_CLAIM_COLUMNS_AT_PREPARE: bool = true;
         /// Never: an embedded database's reads cost no round trip.
         fn claim_reads_stored(_token: bool) -> bool {
             false

@@ -352,13 +352,6 @@ where
         ready(ClaimCheckStatement { key }.execute(self.conn).map(drop))
     }
 
-    /// Only where the server describes the reading claim's columns when it
-    /// prepares it ([`InboxBackend::READING_CLAIM_COLUMNS_AT_PREPARE`]):
-    /// Diesel's blocking connections read them before they execute.
-    fn claim_reads_stored(&self, token: bool) -> bool {
-        C::Backend::READING_CLAIM_COLUMNS_AT_PREPARE && C::Backend::claim_reads_stored(token)
-    }
-
     fn claim_reading(
         &mut self,
         key: &ClaimKey,

@@ -256,20 +256,19 @@ pub fn a_conflict_leaves_the_caller_s_transaction_going<B: TestBackend>() {
 /// stored claim and compares fingerprints: on PostgreSQL the claim
 /// statement reads the stored fingerprint itself, so a duplicate and a
 /// conflict send what a plain duplicate does (`BEGIN`, the claim, the
-/// commit; a conflict rolls back); on SQLite the claim compares it, so a
-/// duplicate sends what a plain one does and only a conflict reads the
-/// stored claim (for its error); MariaDB/MySQL's commit compares it.
+/// commit; a conflict rolls back), and so does MariaDB's (`INSERT …
+/// RETURNING`; a blocking connection's first such claim runs without
+/// reading, its row read apart, as the first delivery shows); on SQLite the
+/// claim compares it, so a duplicate sends what a plain one does and only a
+/// conflict reads the stored claim (for its error).
 pub fn a_fingerprinted_duplicate_reads_the_stored_claim_in_its_claim<B: TestBackend>() {
     let Some((_db, mut conn)) = fresh::<B>() else {
         return;
     };
-    // PostgreSQL's claim reads what it met. Blocking MySQL/MariaDB's
-    // duplicate commits only if the claim it met stored no other
-    // fingerprint (after a refused commit it reads the stored claim, for
-    // the conflict's error, then rolls back), and reads a stored result
-    // apart. SQLite's claim fails, changing nothing, where it meets another
-    // fingerprint (the stored claim is read then, for the conflict's
-    // error), and a stored result is read apart.
+    // PostgreSQL's and MariaDB's claims read what they met. SQLite's claim
+    // fails, changing nothing, where it meets another fingerprint (the
+    // stored claim is read then, for the conflict's error), and a stored
+    // result is read apart.
     let (duplicate, conflict, stored): (&[&str], &[&str], &[&str]) = match B::NAME {
         "postgres" => (
             &["BEGIN", "claim", "COMMIT"],
@@ -278,8 +277,8 @@ pub fn a_fingerprinted_duplicate_reads_the_stored_claim_in_its_claim<B: TestBack
         ),
         "mysql" => (
             &["BEGIN", "claim", "COMMIT"],
-            &["BEGIN", "claim", "COMMIT", "read stored", "ROLLBACK"],
-            &["BEGIN", "claim", "read stored", "COMMIT"],
+            &["BEGIN", "claim", "ROLLBACK"],
+            &["BEGIN", "claim", "COMMIT"],
         ),
         _ => (
             &["BEGIN", "claim", "COMMIT"],
@@ -290,11 +289,14 @@ pub fn a_fingerprinted_duplicate_reads_the_stored_claim_in_its_claim<B: TestBack
     let first = Transfer::new("ts-1", "amount=1");
     let (processed, sent) = statements_of(&mut conn, |conn| transfer(conn, &first));
     assert_eq!(processed.unwrap(), Outcome::Processed(()));
-    assert_eq!(
-        shape(&sent),
-        ["BEGIN", "claim", "effect", "COMMIT"],
-        "{sent:#?}"
-    );
+    let first_claim: &[&str] = match B::NAME {
+        // The connection's first reading claim: its load fails before the
+        // server runs it (its columns unknown), then it runs, and its row
+        // is read apart.
+        "mysql" => &["BEGIN", "claim", "claim", "read claim", "effect", "COMMIT"],
+        _ => &["BEGIN", "claim", "effect", "COMMIT"],
+    };
+    assert_eq!(shape(&sent), first_claim, "{sent:#?}");
 
     let again = Transfer::new("ts-1", "amount=1");
     let (answer, sent) = statements_of(&mut conn, |conn| transfer(conn, &again));
