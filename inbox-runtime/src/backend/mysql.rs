@@ -579,12 +579,14 @@ mod imp {
         /// has run it: the row the reading claim returns, read by a query
         /// (what [`walk_reading_claim`](Self::walk_reading_claim) returns:
         /// the claim is this delivery's where the row holds the session's
-        /// token, which the claim just wrote or met).
+        /// token, which the claim just wrote or met). A locking read, as
+        /// the claim's own: it reads the row's latest version, which the
+        /// claim holds locked, whatever the transaction read before.
         const READING_CLAIM_ROW_SQL: Option<&'static str> = Some(concat!(
             "SELECT claim_token <=> ",
             claim_token!(),
             " AS claimed, TRUE AS seen, fingerprint, result FROM inbox_messages ",
-            "WHERE handler = ? AND message_id = ?"
+            "WHERE handler = ? AND message_id = ? FOR UPDATE"
         ));
         /// A claim that writes the token reads with MariaDB's `INSERT …
         /// RETURNING` (see [`walk_reading_claim`](Self::walk_reading_claim);

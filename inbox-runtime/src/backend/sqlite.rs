@@ -294,7 +294,10 @@ mod imp {
     ///   which its `NOT NULL` refuses. SQLite undoes the failed statement
     ///   alone and keeps the transaction, which the delivery then reads the
     ///   stored claim in, for the conflict's error
-    ///   ([`InboxBackend::claim_met_another_fingerprint`]).
+    ///   ([`InboxBackend::claim_met_another_fingerprint`]). A `BEFORE
+    ///   UPDATE` trigger of the user's on the table sees that update (one
+    ///   that skips it, `RAISE(IGNORE)`, would make the conflict read as a
+    ///   duplicate); the schema's `NOT NULL` is what refuses it.
     fn walk_comparing_claim<'b>(
         key: &'b ClaimKey,
         fingerprint: Option<&'b Fingerprint>,

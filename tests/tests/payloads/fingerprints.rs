@@ -252,6 +252,48 @@ pub fn a_conflict_leaves_the_caller_s_transaction_going<B: TestBackend>() {
     assert!(is_conflict(&changed), "{changed:?}");
 }
 
+/// A new connection's first delivery of each kind meets a claim another
+/// connection made: a stored result's duplicate gets the stored receipt, a
+/// fingerprinted duplicate is a duplicate, another payload a conflict, and
+/// no body runs. (On MariaDB's blocking connection a new connection's first
+/// claim that reads what it met runs without reading, and its row is read
+/// apart: the path every first delivery of these takes.)
+pub fn a_new_connection_s_first_claims_read_what_they_met<B: TestBackend>() {
+    let Some((db, mut conn)) = fresh::<B>() else {
+        return;
+    };
+    let receipt = charge(&mut conn, &Charge::new("tn-1", 5)).unwrap();
+    assert!(receipt.is_processed());
+    let first = Transfer::new("tn-2", "amount=1");
+    assert_eq!(transfer(&mut conn, &first).unwrap(), Outcome::Processed(()));
+
+    let retry = Charge::new("tn-1", 5);
+    let replayed = charge(&mut db.connect(), &retry).unwrap();
+    assert!(replayed.is_replayed(), "{replayed:?}");
+    assert_eq!(replayed.value(), receipt.value());
+    assert_eq!(retry.runs(), 0);
+
+    let again = Transfer::new("tn-2", "amount=1");
+    assert_eq!(
+        transfer(&mut db.connect(), &again).unwrap(),
+        Outcome::Duplicate
+    );
+    let changed = Transfer::new("tn-2", "amount=2");
+    let answer = transfer(&mut db.connect(), &changed);
+    assert!(
+        matches!(answer, Err(AppError::Inbox(InboxError::Conflict(_)))),
+        "{answer:?}"
+    );
+    let changed_charge = Charge::new("tn-1", 6);
+    let answer = charge(&mut db.connect(), &changed_charge);
+    assert!(
+        matches!(answer, Err(AppError::Inbox(InboxError::Conflict(_)))),
+        "{answer:?}"
+    );
+    assert_eq!(again.runs() + changed.runs() + changed_charge.runs(), 0);
+    assert_eq!(applied(&mut conn, "tn-2"), ["amount=1"]);
+}
+
 /// What a fingerprinted delivery sends. A duplicate's claim meets the
 /// stored claim and compares fingerprints: on PostgreSQL the claim
 /// statement reads the stored fingerprint itself, so a duplicate and a
@@ -335,6 +377,7 @@ inbox_tests::backend_tests!(
     a_fingerprinted_batch_body_stores_its_fingerprint,
     claim_refuses_another_fingerprint,
     a_conflict_leaves_the_caller_s_transaction_going,
+    a_new_connection_s_first_claims_read_what_they_met,
     the_same_payload_is_a_duplicate_and_another_a_conflict,
     a_claim_without_a_fingerprint_matches_any_payload,
     a_serde_payload_is_fingerprinted_whatever_its_map_order,

@@ -65,8 +65,9 @@ pub fn racing_copies_with_different_payloads_run_one_body<B: TestBackend>() {
 }
 
 /// The race with the async handler, each racer on a runtime of its own
-/// (on MariaDB the async claim reads what the claim it met stored, which
-/// the blocking one reads on its own).
+/// (on MariaDB a claim reads what the claim it met stored, blocking or
+/// async; a blocking connection's first one reads it apart, see
+/// `prepared.rs`).
 #[cfg(feature = "async")]
 pub fn async_racing_copies_with_different_payloads_run_one_body<B: TestBackend>() {
     race::<B, _, _>(|db: &B| {
