@@ -1145,7 +1145,10 @@ macro_rules! bound_statement_fn {
                     crate::backend::shaped::by_shape!(Self, statement, |claim| {
                         claim.execute(conn)
                     })?;
-                    let binds = crate::claim::key_binds(key);
+                    let binds = [
+                        crate::backend::Bind::Text(key.handler().as_str()),
+                        crate::backend::Bind::Text(key.message_id()),
+                    ];
                     crate::backend::cached::CachedStatement::new(row, &binds).load(conn)
                 }
                 (rows, _) => rows,
