@@ -269,22 +269,8 @@ async fn take_armed<X: Executor>(
         Tripwire::Unset(late) => Some(late),
         Tripwire::Set => None,
     };
-    let mut taken = take(
-        exec,
-        outermost,
-        key,
-        read_result,
-        wait,
-        token,
-        checked_at_commit,
-    )
-    .await;
-    if token
-        && matches!(&taken, Err(InboxError::Database(cause)) if X::Backend::claim_token_refused(cause))
-    {
-        crate::observe::claim_token_missing();
-        token = false;
-        taken = take(
+    let taken = loop {
+        let taken = take(
             exec,
             outermost,
             key,
@@ -294,7 +280,16 @@ async fn take_armed<X: Executor>(
             checked_at_commit,
         )
         .await;
-    }
+        match &taken {
+            // A table without the token's column refused the claim, which
+            // ran nothing: claimed again without the token.
+            Err(InboxError::Database(cause)) if token && X::Backend::claim_token_refused(cause) => {
+                crate::observe::claim_token_missing();
+                token = false;
+            }
+            _ => break taken,
+        }
+    };
     match taken {
         Ok(Taken::Claimed) if !token => level.arm(exec, tripwire).await.map(|()| Taken::Claimed),
         taken => taken,

@@ -21,24 +21,26 @@ use crate::key::{ClaimKey, preview};
 use crate::recovery::is_lock_wait_timeout;
 
 /// What a claim statement answered: [`Claim`], and for a duplicate
-/// whether the statement compared the key's fingerprint with the one
+/// whether the key's fingerprint is still to be compared with the one
 /// stored with the claim it met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Answer {
     /// The key is this transaction's now.
     Claimed,
-    /// Already claimed; the stored fingerprint, if any, not compared.
+    /// Already claimed; the key's fingerprint not yet compared with the
+    /// stored one.
     Duplicate,
-    /// Already claimed, and the claim compared the fingerprint: the same,
-    /// or none stored ([`InboxBackend::FINGERPRINTED_CLAIM_COMPARES`]).
-    SameFingerprint,
+    /// Already claimed, and no fingerprint to compare: the key has none,
+    /// or the claim compared it and met the same or none
+    /// ([`InboxBackend::FINGERPRINTED_CLAIM_COMPARES`]).
+    DuplicateMatched,
 }
 
 impl From<Answer> for Claim {
     fn from(answer: Answer) -> Claim {
         match answer {
             Answer::Claimed => Claim::Claimed,
-            Answer::Duplicate | Answer::SameFingerprint => Claim::Duplicate,
+            Answer::Duplicate | Answer::DuplicateMatched => Claim::Duplicate,
         }
     }
 }
@@ -63,7 +65,8 @@ async fn claim_statement<X: Executor>(
         }
         affected => affected,
     };
-    let compares = key.fingerprint().is_some() && X::Backend::FINGERPRINTED_CLAIM_COMPARES;
+    let fingerprinted = key.fingerprint().is_some();
+    let compares = fingerprinted && X::Backend::FINGERPRINTED_CLAIM_COMPARES;
     match affected {
         // Another fingerprint: the statement changed nothing; the stored
         // claim tells which (read by whoever needs it).
@@ -73,7 +76,7 @@ async fn claim_statement<X: Executor>(
         Err(error) => Err(error),
         Ok(affected) => Ok(match claim_from_affected_rows(affected) {
             Claim::Claimed => Answer::Claimed,
-            Claim::Duplicate if compares => Answer::SameFingerprint,
+            Claim::Duplicate if compares || !fingerprinted => Answer::DuplicateMatched,
             Claim::Duplicate => Answer::Duplicate,
         }),
     }
@@ -143,7 +146,7 @@ pub(crate) async fn claim_checked<X: Executor>(
     key: &ClaimKey,
 ) -> diesel::QueryResult<Claim> {
     let answer = answer_or_refuse(exec, key, None, false).await?;
-    if answer == Answer::Duplicate && key.fingerprint().is_some() {
+    if answer == Answer::Duplicate {
         duplicate_of(key, stored_claim(exec, key).await?)?;
     }
     Ok(answer.into())
@@ -181,20 +184,17 @@ pub(crate) async fn take<X: Executor>(
     }
     match answer_or_refuse(exec, key, wait, token).await? {
         Answer::Claimed => Ok(Taken::Claimed),
-        Answer::Duplicate | Answer::SameFingerprint if !outermost && current::is_running(key) => {
+        Answer::Duplicate | Answer::DuplicateMatched if !outermost && current::is_running(key) => {
             if let Some(fingerprint) = key.fingerprint() {
                 store_fingerprint(exec, key, fingerprint).await?;
             }
             Ok(Taken::Claimed)
         }
-        Answer::SameFingerprint if !read_result => Ok(Taken::Duplicate(None)),
-        Answer::Duplicate if key.fingerprint().is_none() && !read_result => {
-            Ok(Taken::Duplicate(None))
-        }
+        Answer::DuplicateMatched if !read_result => Ok(Taken::Duplicate(None)),
         Answer::Duplicate if !read_result && let Some(late) = checked_at_commit => {
             Ok(Taken::DuplicateUnchecked(late))
         }
-        Answer::Duplicate | Answer::SameFingerprint => {
+        Answer::Duplicate | Answer::DuplicateMatched => {
             let row = stored_claim(exec, key).await?;
             duplicate_of(key, row).map(Taken::Duplicate)
         }
