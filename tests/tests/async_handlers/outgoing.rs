@@ -61,6 +61,35 @@ impl Publisher for Taken {
     }
 }
 
+/// Two deliveries without a message and two with `message` (ids
+/// `warm-N` and `warm-message-N`) through `deliver`, so that what a route
+/// prepares is prepared before its round trips are counted.
+async fn warm_up(
+    message: &OutgoingMessage,
+    mut deliver: impl AsyncFnMut(&str, &[OutgoingMessage]) -> Result<(), AppError>,
+) {
+    for round in 0..2 {
+        deliver(&format!("warm-{round}"), &[]).await.unwrap();
+        deliver(
+            &format!("warm-message-{round}"),
+            std::slice::from_ref(message),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// Nothing of `handler`'s delivery of `id` committed: no effect, no
+/// claim, and no message at all (so no ghost).
+async fn assert_nothing_committed(direct: &mut impl AsyncSqlRows, handler: &str, id: &str) {
+    assert_eq!(effects(direct, id).await, 0);
+    assert_eq!(claims(direct, handler, id).await, 0);
+    let messages = direct
+        .bigint("SELECT COUNT(*) AS value FROM inbox_outbox")
+        .await;
+    assert_eq!(messages, 0, "no ghost");
+}
+
 /// Whether `relayed` is `sent` as it was recorded.
 fn assert_as_sent(relayed: &OutboxMessage, sent: &OutgoingMessage) {
     assert_eq!(relayed.destination, sent.destination());
@@ -76,18 +105,10 @@ pub async fn an_unkeyed_message_costs_no_round_trip_of_its_own<B: ServerBackend>
     };
     let message = OutgoingMessage::new("receipts", "p-1 applied").header("x-kind", "receipt");
     let message_sent = message.clone();
-    for round in 0..2 {
-        announce(&mut counted.conn, &format!("warm-{round}"), &[])
-            .await
-            .unwrap();
-        announce(
-            &mut counted.conn,
-            &format!("warm-message-{round}"),
-            std::slice::from_ref(&message),
-        )
-        .await
-        .unwrap();
-    }
+    warm_up(&message, async |id: &str, messages: &[OutgoingMessage]| {
+        announce(&mut counted.conn, id, messages).await
+    })
+    .await;
     let (done, without) = flights(&counted.proxy, announce(&mut counted.conn, "plain", &[])).await;
     done.unwrap();
     let (done, with) = flights(
@@ -138,18 +159,10 @@ async fn on_the_pipelined_route_too() {
         return;
     };
     let message = OutgoingMessage::new("receipts", "p-1 applied");
-    for round in 0..2 {
-        announce_pg(&mut counted.conn, &format!("warm-{round}"), &[])
-            .await
-            .unwrap();
-        announce_pg(
-            &mut counted.conn,
-            &format!("warm-message-{round}"),
-            std::slice::from_ref(&message),
-        )
-        .await
-        .unwrap();
-    }
+    warm_up(&message, async |id: &str, messages: &[OutgoingMessage]| {
+        announce_pg(&mut counted.conn, id, messages).await
+    })
+    .await;
     let mut costs = Vec::new();
     for (n, messages) in [&[][..], std::slice::from_ref(&message)].iter().enumerate() {
         let (done, flown) = flights(
@@ -313,16 +326,7 @@ pub async fn a_message_refused_at_the_commit_commits_nothing<B: ServerBackend>()
     );
     assert_eq!(inbox_runtime::recovery(cause), Recovery::Retry, "{cause:?}");
     println!("round trips of the refused delivery: {flown}");
-    assert_eq!(effects(&mut counted.direct, "m-1").await, 0);
-    assert_eq!(
-        claims(&mut counted.direct, "async.outgoing", "m-1").await,
-        0
-    );
-    let messages = counted
-        .direct
-        .bigint("SELECT COUNT(*) AS value FROM inbox_outbox")
-        .await;
-    assert_eq!(messages, 0);
+    assert_nothing_committed(&mut counted.direct, "async.outgoing", "m-1").await;
     assert_no_transaction::<B>(&mut counted.conn).await;
     // The same connection carries on, and the redelivery is processed.
     let accepted = OutgoingMessage::new("receipts", "x");
@@ -364,16 +368,7 @@ pub async fn a_transaction_rolled_back_under_the_body_takes_its_message<B: Serve
         .await
         .expect_err("the transaction was lost");
     println!("{error:?}");
-    assert_eq!(effects(&mut counted.direct, "m-1").await, 0);
-    assert_eq!(
-        claims(&mut counted.direct, "async.outgoing_rolled_back", "m-1").await,
-        0
-    );
-    let messages = counted
-        .direct
-        .bigint("SELECT COUNT(*) AS value FROM inbox_outbox")
-        .await;
-    assert_eq!(messages, 0, "no ghost");
+    assert_nothing_committed(&mut counted.direct, "async.outgoing_rolled_back", "m-1").await;
     assert_no_transaction::<B>(&mut counted.conn).await;
 }
 
@@ -403,11 +398,7 @@ pub async fn a_panicking_body_takes_its_collected_message_with_it<B: ServerBacke
         .catch_unwind()
         .await;
     assert!(panicked.is_err(), "the body's panic reaches the caller");
-    assert_eq!(effects(&mut counted.direct, "m-1").await, 0);
-    assert_eq!(
-        claims(&mut counted.direct, "async.outgoing_panics", "m-1").await,
-        0
-    );
+    assert_nothing_committed(&mut counted.direct, "async.outgoing_panics", "m-1").await;
     assert_no_transaction::<B>(&mut counted.conn).await;
     let next = OutgoingMessage::new("receipts", "the next delivery's");
     announce(&mut counted.conn, "m-2", std::slice::from_ref(&next))
