@@ -34,6 +34,15 @@
 //!   SAVEPOINT …; SET SESSION autocommit = 1`), what `handler` does; on
 //!   PostgreSQL, whose failed statement aborts the transaction, it is
 //!   `claim-cached`;
+//! - `guard-none`, `guard-savepoint`, `guard-autocommit`, `guard-both`,
+//!   `guard-idle`, `guard-token` (async only, not in the default list):
+//!   what each part of MariaDB/MySQL's deadlock guard costs the server,
+//!   each the claim sent as the async handler sends it (hex literals, in
+//!   one text with the begin) under one guard: none, the savepoint alone,
+//!   `autocommit` off alone, both (the handler's guard), both with the
+//!   idle bound (the handler's own texts), and the blocking handler's claim
+//!   token checked in the commit (see `guards.rs`); on PostgreSQL they are
+//!   `claim-cached`;
 //! - `claim-uncached`: the same with the claim as
 //!   `diesel::sql_query("INSERT … ON CONFLICT DO NOTHING")` (`INSERT
 //!   IGNORE` on MariaDB/MySQL) with two binds, which Diesel never caches;
@@ -127,6 +136,7 @@ mod batch;
 mod connections;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod growth;
+mod guards;
 #[cfg(all(feature = "async", any(feature = "postgres", feature = "mysql")))]
 mod nonblocking;
 mod outbox;
@@ -165,6 +175,7 @@ enum Variant {
     NoDedup,
     ClaimCached,
     ClaimGuarded,
+    Guard(guards::GuardShape),
     ClaimUncached,
     Handler,
     Duplicate,
@@ -186,6 +197,7 @@ impl Variant {
             Variant::NoDedup => "no-dedup".into(),
             Variant::ClaimCached => "claim-cached".into(),
             Variant::ClaimGuarded => "claim-guarded".into(),
+            Variant::Guard(shape) => format!("guard-{}", shape.name()),
             Variant::ClaimUncached => "claim-uncached".into(),
             Variant::Handler => "handler".into(),
             Variant::Duplicate => "duplicate".into(),
@@ -232,6 +244,9 @@ impl Variant {
                 let size = |prefix: &str| -> Option<usize> {
                     name.strip_prefix(prefix)?.parse().ok().filter(|&n| n > 0)
                 };
+                if let Some(shape) = name.strip_prefix("guard-") {
+                    return guards::GuardShape::parse(shape).map(Variant::Guard);
+                }
                 match size("batch-") {
                     Some(n) => Variant::Batch(n),
                     None => Variant::Bulk(size("bulk-")?),
@@ -247,9 +262,10 @@ impl Variant {
         self.is_payload()
     }
 
-    /// Whether it runs on diesel-async connections only (`claim-guarded`).
+    /// Whether it runs on diesel-async connections only (`claim-guarded`,
+    /// `guard-*`).
     fn async_only(self) -> bool {
-        self == Variant::ClaimGuarded
+        matches!(self, Variant::ClaimGuarded | Variant::Guard(_))
     }
 
     /// Messages per delivery.

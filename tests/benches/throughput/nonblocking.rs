@@ -50,7 +50,7 @@ impl<C: AsyncBenchConnection> AsyncWorker<C> {
 
     async fn deliver(&mut self, variant: Variant) {
         let variant = match (variant, C::GUARD) {
-            (Variant::ClaimGuarded, None) => Variant::ClaimCached,
+            (Variant::ClaimGuarded | Variant::Guard(_), None) => Variant::ClaimCached,
             (variant, _) => variant,
         };
         let account = self.account;
@@ -101,6 +101,14 @@ impl<C: AsyncBenchConnection> AsyncWorker<C> {
                         panic!("claim-guarded: {error}");
                     }
                 }
+            }
+            Variant::Guard(shape) => {
+                let id = fresh_ids(1).to_string();
+                let (begin, commit) = shape.texts(handler.as_str(), &id);
+                let conn = &mut self.conn;
+                conn.batch_execute(&begin).await.expect("guard: begin");
+                conn.effect(account).await.expect("guard: effect");
+                conn.batch_execute(&commit).await.expect("guard: commit");
             }
             Variant::ClaimUncached => {
                 let id = fresh_ids(1).to_string();
