@@ -25,6 +25,9 @@
 //! `INBOX_BENCH_PARTS` (a comma-separated list of `none`, `nats`, `rabbitmq`,
 //! `latency`; all by default) runs some of it: `none` is the relay with a
 //! publisher that confirms at once, the database's share.
+//! `INBOX_BENCH_RELAYS` (a comma-separated list of numbers, `1,2` by
+//! default) says how many relays drain side by side in each measured drain,
+//! each on a connection and a tokio task of its own.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -103,17 +106,20 @@ fn main() {
                  (a publisher that confirms at once: the database's share)"
             );
         }
+        let relay_counts: Vec<usize> = std::env::var("INBOX_BENCH_RELAYS")
+            .unwrap_or_else(|_| "1,2".to_owned())
+            .split(',')
+            .map(|count| count.trim().parse().expect("INBOX_BENCH_RELAYS: numbers"))
+            .collect();
         let subject = format!("{run}.receipts");
         let nats = JetStreamPublisher::new(js.clone());
-        let mut rates = Rates::default();
+        let mut rates = Rates::new(&relay_counts);
         for _ in 0..rounds * usize::from(runs("nats")) {
             rates.plain.push(nats_loop(&js, &subject, messages).await);
-            rates
-                .one
-                .push(relay_drain(&db, &subject, messages, vec![nats.clone()]).await);
-            rates
-                .two
-                .push(relay_drain(&db, &subject, messages, vec![nats.clone(), nats.clone()]).await);
+            for (count, samples) in &mut rates.relays {
+                let publishers = vec![nats.clone(); *count];
+                samples.push(relay_drain(&db, &subject, messages, publishers).await);
+            }
         }
         if runs("nats") {
             rates.print("NATS JetStream");
@@ -139,15 +145,13 @@ fn main() {
             .await
             .expect("a queue");
         let rabbit = || LapinPublisher::new(&amqp_url, ConnectionProperties::default());
-        let mut rates = Rates::default();
+        let mut rates = Rates::new(&relay_counts);
         for _ in 0..rounds * usize::from(runs("rabbitmq")) {
             rates.plain.push(amqp_loop(&channel, &run, messages).await);
-            rates
-                .one
-                .push(relay_drain(&db, &run, messages, vec![rabbit()]).await);
-            rates
-                .two
-                .push(relay_drain(&db, &run, messages, vec![rabbit(), rabbit()]).await);
+            for (count, samples) in &mut rates.relays {
+                let publishers = (0..*count).map(|_| rabbit()).collect();
+                samples.push(relay_drain(&db, &run, messages, publishers).await);
+            }
             channel
                 .queue_purge(run.as_str().into(), Default::default())
                 .await
@@ -230,9 +234,9 @@ async fn amqp_loop(channel: &lapin::Channel, queue: &str, count: usize) -> Sampl
 }
 
 /// Records `count` messages to `destination` (untimed), then drains them
-/// with one relay per publisher, each on a connection of its own, side by
-/// side.
-async fn relay_drain<P: Publisher>(
+/// with one relay per publisher, each on a connection and a tokio task of
+/// its own, side by side (as relays in one process would run).
+async fn relay_drain<P: Publisher + Send + 'static>(
     db: &Postgres,
     destination: &str,
     count: usize,
@@ -260,14 +264,15 @@ async fn relay_drain<P: Publisher>(
     }
     let relay = Relay::new().batch_size(BATCH as u32);
     let clock = Clock::start();
-    let published: Vec<usize> =
-        futures_util::future::join_all(relays.iter_mut().map(|(conn, publisher)| {
-            let relay = &relay;
-            async move {
+    let tasks: Vec<_> = relays
+        .into_iter()
+        .map(|(mut conn, mut publisher)| {
+            let relay = relay.clone();
+            tokio::spawn(async move {
                 let mut published = 0;
                 loop {
                     let report = relay
-                        .run_once_async(conn, publisher)
+                        .run_once_async(&mut conn, &mut publisher)
                         .await
                         .expect("a round");
                     assert_eq!(report.published, report.leased, "{report}");
@@ -276,10 +281,14 @@ async fn relay_drain<P: Publisher>(
                         return published;
                     }
                 }
-            }
-        }))
-        .await;
-    assert_eq!(published.iter().sum::<usize>(), count);
+            })
+        })
+        .collect();
+    let mut published = 0;
+    for task in tasks {
+        published += task.await.expect("a relay");
+    }
+    assert_eq!(published, count);
     clock.sample(count)
 }
 
@@ -347,15 +356,24 @@ struct Sample {
     cpu_micros: f64,
 }
 
-/// Each round's samples, by what published them.
-#[derive(Default)]
+/// Each round's samples, by what published them: the plain loop, and
+/// each number of relays side by side.
 struct Rates {
     plain: Vec<Sample>,
-    one: Vec<Sample>,
-    two: Vec<Sample>,
+    relays: Vec<(usize, Vec<Sample>)>,
 }
 
 impl Rates {
+    fn new(relay_counts: &[usize]) -> Rates {
+        Rates {
+            plain: Vec::new(),
+            relays: relay_counts
+                .iter()
+                .map(|&count| (count, Vec::new()))
+                .collect(),
+        }
+    }
+
     fn print(&self, broker: &str) {
         let rate = |samples: &[Sample]| {
             median(&mut samples.iter().map(|s| s.per_second).collect::<Vec<_>>())
@@ -368,7 +386,11 @@ impl Rates {
             rate(&self.plain),
             cpu(&self.plain)
         );
-        for (relays, samples) in [("1 relay ", &self.one), ("2 relays", &self.two)] {
+        for (count, samples) in &self.relays {
+            let relays = match count {
+                1 => "1 relay ".to_owned(),
+                count => format!("{count} relays"),
+            };
             let mut ratios: Vec<f64> = samples
                 .iter()
                 .zip(&self.plain)
