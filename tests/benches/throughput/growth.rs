@@ -41,7 +41,7 @@
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
-use inbox_tests::{SqlRows, TestBackend};
+use inbox_tests::SqlRows;
 
 use crate::servers::Server;
 use crate::{Config, Ids, Measured, Variant, Worker, env_list, env_number, load_average, median};
@@ -51,7 +51,10 @@ const VARIANTS: [Variant; 2] = [Variant::NoDedup, Variant::Handler];
 /// What a growth run measures.
 struct Growth {
     rows: Vec<u64>,
+    /// The generation layout's (PostgreSQL only).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     generations: Vec<u64>,
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     generation_rows: u64,
     ids: Vec<Ids>,
     /// The rounds (their number and slice length, growth's own defaults).
@@ -309,7 +312,7 @@ impl Empty {
 #[cfg(feature = "postgres")]
 fn postgres(growth: &Growth) {
     use inbox_runtime::prune::partitioned;
-    use inbox_tests::Postgres;
+    use inbox_tests::{Postgres, TestBackend};
 
     plain::<Postgres>("PostgreSQL", growth);
     if growth.generations.is_empty() {
