@@ -17,12 +17,16 @@ pub enum GuardShape {
     Autocommit,
     /// Both, as the handler sends them without its idle bound.
     Both,
-    /// Both and the idle bound (`wait_timeout` lowered, then restored):
-    /// the handler's own texts.
+    /// Both, the idle bound (`wait_timeout` lowered, then restored) and
+    /// the claim's lock wait bounded (`SET STATEMENT
+    /// innodb_lock_wait_timeout = 2 FOR`, the default wait for a delivery
+    /// in flight): the handler's own texts.
     Idle,
     /// `autocommit` off and a claim token the claim writes, checked by the
     /// `SET` that commits (`EXISTS` of the claim's row with the token):
-    /// the blocking handler's guard, sent as text.
+    /// the blocking handler's guard, sent as text (with the plain
+    /// `INSERT` of the others, where the blocking handler prepares an
+    /// `INSERT IGNORE`).
     Token,
 }
 
@@ -55,6 +59,10 @@ impl GuardShape {
 
     /// The text that begins the transaction and claims `handler`'s
     /// `id`, and the text that commits it.
+    #[cfg_attr(
+        not(all(feature = "async", any(feature = "postgres", feature = "mysql"))),
+        allow(dead_code)
+    )]
     pub fn texts(self, handler: &str, id: &str) -> (String, String) {
         const SAVE_AUTOCOMMIT: &str =
             "SET @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0";
@@ -81,7 +89,7 @@ impl GuardShape {
                 format!(
                     "SET @inbox_saved_wait_timeout = @@SESSION.wait_timeout, SESSION wait_timeout = 60, \
                      @inbox_saved_autocommit = @@SESSION.autocommit, SESSION autocommit = 0; \
-                     SAVEPOINT inbox_transaction; {claim}"
+                     SAVEPOINT inbox_transaction; SET STATEMENT innodb_lock_wait_timeout = 2 FOR {claim}"
                 ),
                 format!(
                     "RELEASE SAVEPOINT inbox_transaction; {RESTORE_AUTOCOMMIT}, SESSION wait_timeout = \
@@ -106,6 +114,10 @@ impl GuardShape {
 }
 
 /// `text`'s bytes as a hex literal, as the handler writes a key.
+#[cfg_attr(
+    not(all(feature = "async", any(feature = "postgres", feature = "mysql"))),
+    allow(dead_code)
+)]
 fn hex(text: &str) -> String {
     use std::fmt::Write;
     let mut literal = String::with_capacity(3 + 2 * text.len());

@@ -40,7 +40,8 @@
 //!   each the claim sent as the async handler sends it (hex literals, in
 //!   one text with the begin) under one guard: none, the savepoint alone,
 //!   `autocommit` off alone, both (the handler's guard), both with the
-//!   idle bound (the handler's own texts), and the blocking handler's claim
+//!   idle bound and the claim's wait bound (the handler's own texts), and
+//!   the blocking handler's claim
 //!   token checked in the commit (see `guards.rs`); on PostgreSQL they are
 //!   `claim-cached`;
 //! - `claim-uncached`: the same with the claim as
@@ -491,6 +492,7 @@ impl<C: BenchConnection> Worker<C> {
                     .expect("no-dedup");
             }
             Variant::ClaimGuarded => unreachable!("claim-guarded: async connections only"),
+            Variant::Guard(_) => unreachable!("guard-*: async connections only"),
             Variant::ClaimCached => {
                 let key = key(handler, fresh_ids(1));
                 self.conn
