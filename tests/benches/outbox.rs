@@ -109,7 +109,12 @@ fn main() {
         let relay_counts: Vec<usize> = std::env::var("INBOX_BENCH_RELAYS")
             .unwrap_or_else(|_| "1,2".to_owned())
             .split(',')
-            .map(|count| count.trim().parse().expect("INBOX_BENCH_RELAYS: numbers"))
+            .map(str::trim)
+            .filter(|count| !count.is_empty())
+            .map(|count| match count.parse() {
+                Ok(relays @ 1..) => relays,
+                _ => panic!("INBOX_BENCH_RELAYS: {count:?} is not a number of relays (1 or more)"),
+            })
             .collect();
         let subject = format!("{run}.receipts");
         let nats = JetStreamPublisher::new(js.clone());
@@ -333,8 +338,9 @@ impl Clock {
     }
 }
 
-/// The machine's busy CPU time so far, in ticks (`/proc/stat`: all but idle
-/// and iowait); 0 where there is no `/proc/stat`.
+/// The machine's busy CPU time so far, in ticks (`/proc/stat`: all but idle,
+/// iowait, the time a hypervisor stole, and guest time, which user time
+/// already counts); 0 where there is no `/proc/stat`.
 fn busy_ticks() -> u64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let Some(cpu) = stat.lines().next() else {
@@ -343,7 +349,8 @@ fn busy_ticks() -> u64 {
     cpu.split_whitespace()
         .skip(1)
         .enumerate()
-        .filter(|(index, _)| *index != 3 && *index != 4)
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        .filter(|(index, _)| matches!(index, 0..=2 | 5 | 6))
         .filter_map(|(_, value)| value.parse::<u64>().ok())
         .sum()
 }
