@@ -1,10 +1,10 @@
 //! What the poison tests share: a fresh database with the effects and locks
 //! tables, reads of effects, claims and `inbox_failures` from an observer
-//! connection, keys, a bounded wait, and quiet deliberate panics.
+//! connection, keys, bounded waits (and the bound that calls a wait a hang),
+//! and quiet deliberate panics.
 
 #![allow(dead_code)]
 
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
@@ -77,20 +77,6 @@ pub fn handler(name: &str) -> HandlerName {
 /// A claim key.
 pub fn key(handler_name: &str, id: &str) -> ClaimKey {
     ClaimKey::new(handler(handler_name), id).expect("a valid id")
-}
-
-/// Runs `work` on a thread of its own and returns its value, or fails the
-/// test when it has not finished after [`HANG`].
-pub fn within<T: Send + 'static>(what: &str, work: impl FnOnce() -> T + Send + 'static) -> T {
-    let (done, result) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done.send(work());
-    });
-    match result.recv_timeout(HANG) {
-        Ok(value) => value,
-        Err(RecvTimeoutError::Timeout) => panic!("{what}: still waiting after {HANG:?} (a hang)"),
-        Err(RecvTimeoutError::Disconnected) => panic!("{what}: the work panicked"),
-    }
 }
 
 pub use inbox_tests::{panic_text, quiet_deliberate_panics};
