@@ -56,13 +56,7 @@ pub(crate) enum Taken {
     DuplicateUnchecked(crate::backend::LateTripwire),
 }
 
-/// `(handler, message_id)` as binds.
-pub(crate) fn key_binds(key: &ClaimKey) -> [Bind<'_>; 2] {
-    [
-        Bind::Text(key.handler().as_str()),
-        Bind::Text(key.message_id()),
-    ]
-}
+pub(crate) use crate::backend::key_binds;
 
 /// `(value, handler, message_id)` as binds: a statement setting one column
 /// of `key`'s claim to `value`.

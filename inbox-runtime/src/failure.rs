@@ -23,7 +23,7 @@ use std::fmt::Write as _;
 
 use crate::ack::{Found, classify};
 use crate::attempts::MaxAttempts;
-use crate::backend::{Bind, InboxBackend};
+use crate::backend::{Bind, InboxBackend, key_binds};
 use crate::error::{InboxError, Marker, REJECTED, REJECTED_PREFIX, REJECTED_SUFFIX};
 use crate::key::ClaimKey;
 use crate::observe::Ending;
@@ -267,11 +267,8 @@ pub(crate) fn conclude(
 /// The binds of the statement that counts one failed attempt of `key`
 /// ([`FailureSql::record_attempt`](crate::backend::FailureSql)).
 pub(crate) fn record_attempt_binds<'a>(key: &'a ClaimKey, failure: &'a Failure) -> [Bind<'a>; 3] {
-    [
-        Bind::Text(key.handler().as_str()),
-        Bind::Text(key.message_id()),
-        Bind::Text(failure.text()),
-    ]
+    let [handler, message_id] = key_binds(key);
+    [handler, message_id, Bind::Text(failure.text())]
 }
 
 /// The statement and binds that mark `key` dead: as rejected, or (one row
@@ -282,8 +279,7 @@ pub(crate) fn mark_dead<'k, DB: InboxBackend>(
     failure: &Failure,
     limit: MaxAttempts,
 ) -> Option<(&'static str, Vec<Bind<'k>>)> {
-    let handler = Bind::Text(key.handler().as_str());
-    let message_id = Bind::Text(key.message_id());
+    let [handler, message_id] = key_binds(key);
     Some(match (failure, limit.limit_value()) {
         (Failure::Rejection(_), _) => (DB::FAILURE_SQL.mark_rejected, vec![handler, message_id]),
         (Failure::Attempt(_), Some(limit)) => (

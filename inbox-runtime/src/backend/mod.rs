@@ -800,6 +800,15 @@ pub enum Bind<'a> {
     Bytes(&'a [u8]),
 }
 
+/// `(handler, message_id)` of `key` as binds, in that order: what every
+/// statement about one claim binds first.
+pub(crate) fn key_binds(key: &ClaimKey) -> [Bind<'_>; 2] {
+    [
+        Bind::Text(key.handler().as_str()),
+        Bind::Text(key.message_id()),
+    ]
+}
+
 /// Binds `binds` to `query` in order ([`InboxBackend::bound_statement`] as
 /// every backend implements it).
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
@@ -1145,10 +1154,7 @@ macro_rules! bound_statement_fn {
                     crate::backend::shaped::by_shape!(Self, statement, |claim| {
                         claim.execute(conn)
                     })?;
-                    let binds = [
-                        crate::backend::Bind::Text(key.handler().as_str()),
-                        crate::backend::Bind::Text(key.message_id()),
-                    ];
+                    let binds = crate::backend::key_binds(key);
                     crate::backend::cached::CachedStatement::new(row, &binds).load(conn)
                 }
                 (rows, _) => rows,
